@@ -1,0 +1,1 @@
+"""Airflow-free kernel: table spec, state machine, planner and the round protocol."""

@@ -1,0 +1,59 @@
+"""Turn an exception into the short, safe text stored as a table's ``last_error``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MAX_ERROR_BYTES = 2048
+MASK = "***"
+
+# Credentials that may sit inside a message even when the secret itself is unknown to us.
+_URI_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*):(?P<secret>[^@\s/]+)@")
+_KEY_VALUE_SECRET = re.compile(
+    r"(?P<key>\b(?:password|passwd|pwd|secret|token|access[_-]?key|secret[_-]?key|api[_-]?key)\b\s*[=:]\s*)"
+    r"(?P<q>['\"]?)(?P<secret>[^'\"\s,;&)]+)(?P=q)",
+    re.IGNORECASE,
+)
+# JVM frames and Python traceback noise inside Py4J / Spark messages.
+_JVM_FRAME = re.compile(r"^\s+at [\w$.<>]+\(.*\)\s*$")
+_CAUSED_BY = re.compile(r"^Caused by: (.*)$")
+
+
+def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """Replace known secrets and anything that looks like a credential with ``***``."""
+    for secret in sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    text = _URI_PASSWORD.sub(lambda m: f"{m.group('scheme')}:{MASK}@", text)
+    return _KEY_VALUE_SECRET.sub(lambda m: f"{m.group('key')}{m.group('q')}{MASK}{m.group('q')}", text)
+
+
+def condense_jvm_error(text: str) -> str:
+    """Keep the root cause of a JVM stack trace (the last ``Caused by:``) and drop the frames."""
+    lines = text.splitlines()
+    if not any(_JVM_FRAME.match(line) for line in lines):
+        return text
+    head = next((line.strip() for line in lines if line.strip() and not _JVM_FRAME.match(line)), "")
+    causes = [m.group(1).strip() for line in lines if (m := _CAUSED_BY.match(line.strip()))]
+    if causes:
+        return f"{causes[-1]} (in: {head})" if head and head not in causes[-1] else causes[-1]
+    return head
+
+
+def truncate_utf8(text: str, limit: int = MAX_ERROR_BYTES) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    marker = " …[truncated]"
+    return data[: limit - len(marker.encode())].decode("utf-8", errors="ignore") + marker
+
+
+def describe_error(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """The ``last_error`` text of an exception: type, root cause, secrets masked, at most 2 KiB."""
+    message = str(exc) or repr(exc)
+    message = condense_jvm_error(message)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in message:
+        message = f"{message} (caused by {type(cause).__name__}: {condense_jvm_error(str(cause))})"
+    text = f"{type(exc).__name__}: {message}"
+    return truncate_utf8(mask_secrets(text, secrets))

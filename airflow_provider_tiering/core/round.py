@@ -1,0 +1,262 @@
+"""One tiering round of one table: plan -> acquire -> write -> fenced commit -> record -> clean.
+
+This is the exactly-once protocol of DESIGN §4. The lake's latest tiering snapshot is the only
+source of truth for what has been tiered: every round plans from it, a state document that lags
+behind it (a crash between commit and record) is repaired from it, and a commit is fenced by it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from airflow_provider_tiering.core.error_text import describe_error
+from airflow_provider_tiering.core.errors import FencedError
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state import CommittedSnapshot, RoundMetrics, TableState, TableStatus, utcnow
+from airflow_provider_tiering.core.state_store import StateStore
+
+log = logging.getLogger(__name__)
+
+#: Phases reported to an observer, in order.
+PHASES = ("planned", "acquired", "writing", "written", "committed", "recorded", "cleaned")
+
+
+class LakeCommitView(Protocol):
+    snapshot_id: int
+    epoch: int
+    end_offsets: dict[str, Any] | None
+    committed_at: datetime
+
+
+class RoundLake(Protocol):
+    def ensure_table(self, schema: Any) -> Any: ...
+    def committed(self) -> LakeCommitView | None: ...
+    def staging_uri(self, epoch: int, attempt: str) -> str: ...
+    def commit(
+        self,
+        file_paths: Sequence[str],
+        *,
+        epoch: int,
+        start: dict[str, Any] | None,
+        end: dict[str, Any],
+        table_name: str,
+        attempt: str,
+    ) -> int: ...
+    def clean(self, committed_epoch: int, since_epoch: int = 0) -> int: ...
+    def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int: ...
+
+
+class RoundWriter(Protocol):
+    @property
+    def parallelism(self) -> int: ...
+    def write(
+        self,
+        source: Any,
+        splits: Sequence[Any],
+        schema: Any,
+        directory_uri: str,
+        partition_by: Sequence[str] = (),
+        target_file_bytes: int = ...,
+    ) -> list[Any]: ...
+
+
+@dataclass
+class RoundResult:
+    """What a round did; ``event_extra()`` is the payload of the table's asset event."""
+
+    table: str
+    outcome: str  # "tiered" or "nothing_to_tier"
+    epoch: int
+    snapshot_id: int | None
+    start_offsets: dict[str, Any] | None
+    end_offsets: dict[str, Any] | None
+    metrics: RoundMetrics | None = None
+    blockers: list[dict[str, Any]] = field(default_factory=list)
+    cleaned_files: int = 0
+    note: str | None = None
+
+    def event_extra(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "epoch": self.epoch,
+            "snapshot_id": self.snapshot_id,
+            "start_offsets": self.start_offsets,
+            "end_offsets": self.end_offsets,
+            "rows": self.metrics.rows if self.metrics else 0,
+            "bytes": self.metrics.bytes if self.metrics else 0,
+            "files": self.metrics.files if self.metrics else 0,
+            "duration_seconds": self.metrics.duration_seconds if self.metrics else 0.0,
+        }
+
+
+def _reconcile_with_lake(state: TableState, lake: LakeCommitView | None, now: datetime) -> None:
+    """Make the state document agree with the lake, which wins every disagreement."""
+    if lake is None:
+        if state.committed is not None:
+            state.note = "the lake holds no tiering snapshot; tiering starts from the beginning"
+        state.committed = None
+    elif state.committed is None or state.committed.snapshot_id != lake.snapshot_id:
+        state.committed = CommittedSnapshot(
+            lake.snapshot_id, lake.epoch, dict(lake.end_offsets or {}), lake.committed_at
+        )
+        state.note = f"state repaired from lake snapshot {lake.snapshot_id} (epoch {lake.epoch})"
+        if state.status is TableStatus.TIERING and lake.epoch >= state.epoch:
+            state.transition(TableStatus.TIERED)
+            state.last_tiered_time = lake.committed_at
+            state.consecutive_failures = 0
+    if lake is not None:
+        state.epoch = max(state.epoch, lake.epoch)
+    if state.status is TableStatus.TIERING:
+        state.record_failure(
+            f"attempt at epoch {state.epoch} ended without recording its outcome (its process died or was "
+            "killed); the round is planned again from the lake's committed offsets",
+            now,
+        )
+
+
+def _fail(state: TableState, exc: BaseException, secrets: Sequence[str], now: datetime) -> None:
+    if state.status is not TableStatus.TIERING:
+        state.walk_to_pending()
+    state.record_failure(describe_error(exc, secrets), now)
+
+
+def run_round(
+    spec: TableSpec,
+    source: Any,
+    lake: RoundLake,
+    writer: RoundWriter,
+    state_store: StateStore,
+    *,
+    secrets: Sequence[str] = (),
+    observe: Callable[[str], None] | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> RoundResult:
+    """Run one exactly-once round of ``spec`` and return what it did.
+
+    Raises the round's error after recording it as the table's ``last_error`` (state FAILED):
+    :class:`SourceError` (hot store), :class:`LakeError` / :class:`CommitConflict` (lake),
+    or any error of the Spark job. :class:`FencedError` means a newer attempt committed first;
+    the state document is then left to the winner and this attempt's files are deleted.
+
+    Hazards: running it again after a failure is always safe (it re-plans from the lake). Two
+    rounds of one table at once are safe but wasteful: one of them is fenced.
+    ``writer`` is only touched when there is something to tier, so an idle round starts no Spark.
+    """
+    notify = observe or (lambda phase: None)
+    started = time.monotonic()
+    attempt = uuid.uuid4().hex[:16]
+    state = state_store.load() or TableState(table=spec.name)
+    secrets = [*secrets, *source.secrets()]
+
+    # 1. Plan, from the lake's committed offsets.
+    try:
+        schema = source.schema()
+        lake.ensure_table(schema)
+        lake_commit = lake.committed()
+        _reconcile_with_lake(state, lake_commit, clock())
+        start = None if lake_commit is None else lake_commit.end_offsets
+        watermark = source.safe_watermark(start, state.watermark_candidate)
+        state.watermark_blockers = [b.to_json() for b in watermark.blockers]
+        state.watermark_candidate = watermark.candidate
+        plan = None
+        if watermark.end is not None and watermark.end != start:
+            plan = source.plan_range(start, watermark.end, spec.max_rows_per_round)
+    except Exception as exc:
+        _fail(state, exc, secrets, clock())
+        state_store.save(state)
+        raise
+    notify("planned")
+    lake_epoch = 0 if lake_commit is None else lake_commit.epoch
+
+    if plan is None or plan.is_empty:
+        state.walk_to_idle()
+        state.consecutive_failures = 0
+        state.last_checked_time = clock()
+        state_store.save(state)
+        log.info("%s: nothing to tier (lake at epoch %s, offsets %s)", spec.name, lake_epoch, start)
+        return RoundResult(
+            spec.name,
+            "nothing_to_tier",
+            state.epoch,
+            None if lake_commit is None else lake_commit.snapshot_id,
+            start,
+            start,
+            blockers=state.watermark_blockers,
+            note=state.note,
+        )
+
+    # 2. Acquire a new epoch.
+    state.walk_to_pending()
+    epoch = max(state.epoch, lake_epoch) + 1
+    state.epoch = epoch
+    state.attempt = attempt
+    state.transition(TableStatus.TIERING)
+    state_store.save(state)
+    notify("acquired")
+    end = source.end_offsets(plan)
+
+    # 3. Write; 4. commit, fenced by the lake's offsets and epoch.
+    files: list[Any] = []
+    try:
+        splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
+        notify("writing")
+        files = writer.write(
+            source,
+            splits,
+            schema,
+            lake.staging_uri(epoch, attempt),
+            spec.lake.partition_by,
+            spec.target_file_size_mb * 1024 * 1024,
+        )
+        notify("written")
+        snapshot_id = lake.commit(
+            [f.path for f in files], epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt
+        )
+    except FencedError:
+        lake.clean_attempt(epoch, attempt, keep=())
+        raise
+    except Exception as exc:
+        _fail(state, exc, secrets, clock())
+        state_store.save(state)
+        raise
+    notify("committed")
+
+    # 5. Record.
+    now = clock()
+    metrics = RoundMetrics(
+        rows=sum(f.rows for f in files),
+        bytes=sum(f.bytes for f in files),
+        files=len(files),
+        splits=len(splits),
+        duration_seconds=round(time.monotonic() - started, 3),
+    )
+    state.transition(TableStatus.TIERED)
+    state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)
+    state.last_tiered_time = now
+    state.last_checked_time = now
+    state.last_round = metrics
+    state.consecutive_failures = 0
+    state.next_retry_at = None
+    state.note = None
+    state_store.save(state)
+    notify("recorded")
+
+    # 6. Clean, only after the commit: files no snapshot references, of attempts that can never commit.
+    cleaned = 0
+    try:
+        cleaned = lake.clean_attempt(epoch, attempt, keep=[f.path for f in files])
+        cleaned += lake.clean(epoch, since_epoch=state.cleaned_through_epoch)
+        state.cleaned_through_epoch = epoch - 1
+        state_store.save(state)
+    except Exception as exc:  # cleanup is best effort: the next committed round retries it
+        log.warning("%s: cleaning old attempts failed: %s", spec.name, describe_error(exc, secrets))
+    notify("cleaned")
+    return RoundResult(
+        spec.name, "tiered", epoch, snapshot_id, start, dict(end), metrics, state.watermark_blockers, cleaned
+    )

@@ -1,0 +1,53 @@
+"""Build a tiering DAG from a list of tables: one task per table plus a summary task."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import DAG
+
+from airflow_provider_tiering.core.spec import TableSpec, parse_table_specs
+from airflow_provider_tiering.operators.summary import TieringSummaryOperator
+from airflow_provider_tiering.operators.tier_table import TierTableOperator
+
+SUMMARY_TASK_ID = "tiering_summary"
+
+
+def build_tiering_dag(
+    dag_id: str,
+    tables: Iterable[TableSpec | Mapping[str, Any]],
+    *,
+    schedule: Any = None,
+    start_date: datetime | None = None,
+    max_active_tasks: int | None = None,
+    tags: Iterable[str] = ("tiering",),
+    **dag_kwargs: Any,
+) -> DAG:
+    """Tables in, DAG out.
+
+    Every table becomes a :class:`TierTableOperator` whose task id is the table's name; the tables
+    run independently (a failing table fails only its own task). A final ``tiering_summary`` task
+    runs whatever happened (``trigger_rule="all_done"``), lists each table's outcome and fails the
+    DAG run if any table failed. Specs are validated here, so a bad spec fails at DAG parse time
+    with the table and the field named.
+    """
+    specs = parse_table_specs(tables)
+    if SUMMARY_TASK_ID in {s.name for s in specs}:
+        raise ValueError(f"{SUMMARY_TASK_ID!r} is reserved for the summary task")
+    dag = DAG(
+        dag_id=dag_id,
+        schedule=schedule,
+        start_date=start_date or datetime(2024, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_tasks=max_active_tasks or 16,
+        tags=list(tags),
+        **dag_kwargs,
+    )
+    with dag:
+        table_tasks = [TierTableOperator(table=spec) for spec in specs]
+        summary = TieringSummaryOperator(task_id=SUMMARY_TASK_ID, table_task_ids=[t.task_id for t in table_tasks])
+        for task in table_tasks:
+            task >> summary
+    return dag

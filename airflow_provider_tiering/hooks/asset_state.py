@@ -1,0 +1,27 @@
+"""A table's state document in Airflow 3.3's asset state store (one key, one JSON value)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_tiering.core.state import TableState
+
+STATE_KEY = "tiering_state"
+
+
+class AssetStateStore:
+    """:class:`~airflow_provider_tiering.core.state_store.StateStore` over ``context["asset_state_store"][asset]``.
+
+    The whole document is one value under one key, so each save is one atomic write through
+    Airflow's execution API (task code never touches the metadata database itself).
+    """
+
+    def __init__(self, accessor: Any) -> None:
+        self.accessor = accessor
+
+    def load(self) -> TableState | None:
+        doc = self.accessor.get(STATE_KEY, default=None)
+        return None if not doc else TableState.from_json(doc)
+
+    def save(self, state: TableState) -> None:
+        self.accessor.set(STATE_KEY, state.to_json())

@@ -1,0 +1,137 @@
+"""Resolve a table spec's Airflow connections into a hot-store source, an Iceberg catalog and Spark settings.
+
+Credentials only ever come from Airflow connections; every secret resolved here is also
+returned so that errors stored in the state document can be masked.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from airflow.sdk import BaseHook
+
+from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.spec import SparkSpec, SqlSourceSpec
+from airflow_provider_tiering.lake.iceberg import load_catalog
+from airflow_provider_tiering.sources.base import Source
+from airflow_provider_tiering.spark.session import DEFAULT_MASTER, SparkSettings
+
+_SECRET_KEY = re.compile(r"pass|secret|token|credential|key", re.IGNORECASE)
+POSTGRES_CONN_TYPES = frozenset({"postgres", "postgresql"})
+SQLITE_CONN_TYPES = frozenset({"sqlite"})
+
+
+def postgres_dsn(conn: Any) -> str:
+    """A libpq URI from an Airflow connection (``extra`` keys become URI parameters, e.g. sslmode)."""
+    auth = ""
+    if conn.login:
+        auth = quote(conn.login, safe="")
+        if conn.password:
+            auth += ":" + quote(conn.password, safe="")
+        auth += "@"
+    host = conn.host or "localhost"
+    port = f":{conn.port}" if conn.port else ""
+    database = quote(conn.schema or "postgres", safe="")
+    params = {k: str(v) for k, v in (conn.extra_dejson or {}).items() if isinstance(v, (str, int, bool))}
+    query = f"?{urlencode(params)}" if params else ""
+    return f"postgresql://{auth}{host}{port}/{database}{query}"
+
+
+class SqlSourceHook(BaseHook):
+    """Builds the :class:`Source` of a SQL hot table from its Airflow connection (postgres or sqlite)."""
+
+    conn_name_attr = "conn_id"
+    hook_name = "Tiering SQL source"
+
+    def __init__(self, spec: SqlSourceSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def get_source(self) -> Source:
+        conn = self.get_connection(self.spec.conn_id)
+        conn_type = (conn.conn_type or "").lower()
+        if conn_type in POSTGRES_CONN_TYPES:
+            from airflow_provider_tiering.sources.postgres import PostgresSource
+
+            return PostgresSource(self.spec, postgres_dsn(conn))
+        if conn_type in SQLITE_CONN_TYPES:
+            from airflow_provider_tiering.sources.sqlite import SqliteSource
+
+            path = conn.host or conn.schema
+            if not path:
+                raise SourceError(
+                    f"connection {self.spec.conn_id!r}: a sqlite connection needs the database path as host"
+                )
+            return SqliteSource(self.spec, path)
+        raise SourceError(
+            f"connection {self.spec.conn_id!r} has type {conn.conn_type!r}; "
+            f"supported: {', '.join(sorted(POSTGRES_CONN_TYPES | SQLITE_CONN_TYPES))}"
+        )
+
+
+class IcebergCatalogHook(BaseHook):
+    """An Iceberg catalog from an Airflow connection: ``extra`` holds the pyiceberg catalog properties.
+
+    Example (the embedded default)::
+
+        AIRFLOW_CONN_ICEBERG_DEFAULT='{"conn_type": "iceberg", "extra": {"type": "sql",
+            "uri": "sqlite:////data/catalog.db", "warehouse": "file:///data/warehouse"}}'
+
+    The connection's password, when set, is passed as the catalog's ``token`` (REST catalogs).
+    The catalog's name is ``extra["name"]`` or else the connection id: a pyiceberg SQL catalog keeps
+    tables per catalog name, so it must stay the same for the life of the tables.
+    """
+
+    conn_name_attr = "iceberg_conn_id"
+    default_conn_name = "iceberg_default"
+    conn_type = "iceberg"
+    hook_name = "Iceberg catalog"
+
+    def __init__(self, iceberg_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.iceberg_conn_id = iceberg_conn_id
+        self._secrets: list[str] = []
+
+    def catalog_properties(self) -> dict[str, str]:
+        conn = self.get_connection(self.iceberg_conn_id)
+        properties = {k: str(v) for k, v in (conn.extra_dejson or {}).items()}
+        if conn.host and "uri" not in properties:
+            properties["uri"] = conn.host
+        if conn.password:
+            properties.setdefault("token", conn.password)
+        self._secrets = [v for k, v in properties.items() if _SECRET_KEY.search(k)]
+        if conn.password:
+            self._secrets.append(conn.password)
+        return properties
+
+    def get_conn(self) -> Any:
+        properties = self.catalog_properties()
+        return load_catalog(properties.pop("name", self.iceberg_conn_id), properties)
+
+    def secrets(self) -> list[str]:
+        return list(self._secrets)
+
+
+def spark_settings(spec: SparkSpec) -> SparkSettings:
+    """Spark settings from the Spark provider's connections: ``spark`` (a master URL) or ``spark_connect``.
+
+    Without such a connection, Spark runs in local mode (``local[*]``).
+    """
+    from airflow.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(spec.conn_id)
+    except AirflowNotFoundException:
+        return SparkSettings(master=DEFAULT_MASTER, conf=dict(spec.conf))
+    if (conn.conn_type or "").lower() == "spark_connect":
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        return SparkSettings(remote=SparkConnectHook(conn_id=spec.conn_id).get_connection_url(), conf=dict(spec.conf))
+    host = conn.host or DEFAULT_MASTER
+    if "://" not in host and not host.startswith(("local", "yarn")):
+        host = f"spark://{host}"
+    if conn.port and host.startswith("spark://") and host.count(":") == 1:
+        host = f"{host}:{conn.port}"
+    return SparkSettings(master=host, conf=dict(spec.conf))

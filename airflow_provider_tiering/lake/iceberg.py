@@ -1,0 +1,293 @@
+"""The Iceberg side of a round: table creation, committed offsets, the fenced commit, cleanup.
+
+The lake is the single source of truth for what has been tiered: every tiering snapshot carries
+``tiering.epoch``, ``tiering.start-offsets`` and ``tiering.end-offsets`` in its summary.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import fs as pafs
+
+from airflow_provider_tiering.core.errors import CommitConflict, FencedError, LakeError
+from airflow_provider_tiering.lake.data_files import filesystem_and_path
+
+log = logging.getLogger(__name__)
+
+EPOCH_PROPERTY = "tiering.epoch"
+START_PROPERTY = "tiering.start-offsets"
+END_PROPERTY = "tiering.end-offsets"
+TABLE_PROPERTY = "tiering.table"
+ATTEMPT_PROPERTY = "tiering.attempt"
+#: Data files of tiering rounds live under <table location>/data/<STAGING_DIR>/epoch-NNNNNNNNNN/attempt-<id>/.
+STAGING_DIR = "tiering"
+_EPOCH_DIR = re.compile(r"^epoch-(\d+)$")
+
+
+@dataclass(frozen=True)
+class LakeCommit:
+    """The latest tiering snapshot of a table: what the lake holds."""
+
+    snapshot_id: int
+    epoch: int
+    end_offsets: dict[str, Any] | None
+    committed_at: datetime
+
+
+def offsets_to_property(offsets: Mapping[str, Any] | None) -> str:
+    return json.dumps(offsets, sort_keys=True, separators=(",", ":"))
+
+
+@contextmanager
+def _local_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_catalog(name: str, properties: Mapping[str, str]) -> Any:
+    """Load a pyiceberg catalog. A SQL catalog on a local SQLite file is created under a file lock:
+    several tasks creating its tables at once would race."""
+    from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
+
+    props = dict(properties)
+    uri = props.get("uri", "")
+    if props.get("type") == "sql" and uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///"))
+        with _local_lock(database.with_name(database.name + ".lock")):
+            return pyiceberg_load_catalog(name, **props)
+    return pyiceberg_load_catalog(name, **props)
+
+
+def _epoch_dir(epoch: int) -> str:
+    return f"epoch-{epoch:010d}"
+
+
+class IcebergLake:
+    """One Iceberg table that a tiered table writes into."""
+
+    def __init__(self, catalog: Any, namespace: str, table: str, partition_by: Sequence[str] = ()) -> None:
+        self.catalog = catalog
+        self.identifier = (namespace, table)
+        self.partition_by = tuple(partition_by)
+        self._table: Any = None
+
+    # -- table ---------------------------------------------------------------------------------
+    def load_table(self) -> Any | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            self._table = self.catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            self._table = None
+        return self._table
+
+    def ensure_table(self, schema: pa.Schema) -> Any:
+        """Create the table from the source schema on the first round; load it afterwards."""
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+        if self._table is not None or self.load_table() is not None:
+            return self._table
+        try:
+            self.catalog.create_namespace(self.identifier[0])
+        except NamespaceAlreadyExistsError:
+            pass
+        try:
+            table = self.catalog.create_table(self.identifier, schema=schema)
+            if self.partition_by:
+                with table.update_spec() as update:
+                    for column in self.partition_by:
+                        update.add_identity(column)
+        except TableAlreadyExistsError:
+            table = self.catalog.load_table(self.identifier)
+        self._table = table
+        return table
+
+    @property
+    def table(self) -> Any:
+        if self._table is None and self.load_table() is None:
+            raise LakeError(f"Iceberg table {'.'.join(self.identifier)} does not exist")
+        return self._table
+
+    def staging_uri(self, epoch: int, attempt: str) -> str:
+        return f"{self.table.location().rstrip('/')}/data/{STAGING_DIR}/{_epoch_dir(epoch)}/attempt-{attempt}"
+
+    # -- committed offsets ---------------------------------------------------------------------
+    @staticmethod
+    def _latest_tiering_commit(table: Any) -> LakeCommit | None:
+        snapshot = table.current_snapshot()
+        while snapshot is not None:
+            summary = snapshot.summary
+            epoch = summary[EPOCH_PROPERTY] if summary is not None else None
+            if epoch is not None:
+                return LakeCommit(
+                    snapshot_id=snapshot.snapshot_id,
+                    epoch=int(epoch),
+                    end_offsets=json.loads(summary[END_PROPERTY] or "null"),
+                    committed_at=datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=UTC),
+                )
+            snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+        return None
+
+    def committed(self) -> LakeCommit | None:
+        """The lake's latest tiering snapshot (fresh from the catalog), or None before the first round."""
+        table = self.load_table()
+        return None if table is None else self._latest_tiering_commit(table)
+
+    # -- commit --------------------------------------------------------------------------------
+    def commit(
+        self,
+        file_paths: Sequence[str],
+        *,
+        epoch: int,
+        start: Mapping[str, Any] | None,
+        end: Mapping[str, Any],
+        table_name: str,
+        attempt: str,
+        max_conflict_retries: int = 5,
+    ) -> int:
+        """Add all files of a round in one snapshot, fenced by offsets and epoch; returns the snapshot id.
+
+        Before each try the lake's committed offsets must equal ``start`` and its epoch be lower than
+        ``epoch``; otherwise another attempt has committed since this one planned and
+        :class:`FencedError` is raised with nothing committed. Losing the catalog's atomic swap to
+        an unrelated change re-validates and retries, at most ``max_conflict_retries`` times, then
+        raises :class:`CommitConflict`.
+        """
+        from pyiceberg.exceptions import CommitFailedException
+
+        properties = {
+            EPOCH_PROPERTY: str(epoch),
+            START_PROPERTY: offsets_to_property(start),
+            END_PROPERTY: offsets_to_property(end),
+            TABLE_PROPERTY: table_name,
+            ATTEMPT_PROPERTY: attempt,
+        }
+        for attempt_number in range(max_conflict_retries + 1):
+            table = self.load_table()
+            if table is None:
+                raise LakeError(f"Iceberg table {'.'.join(self.identifier)} disappeared before the commit")
+            lake = self._latest_tiering_commit(table)
+            lake_end = None if lake is None else lake.end_offsets
+            lake_epoch = 0 if lake is None else lake.epoch
+            if offsets_to_property(lake_end) != offsets_to_property(start) or lake_epoch >= epoch:
+                raise FencedError(
+                    f"attempt at epoch {epoch} was fenced: the lake is at epoch {lake_epoch} with offsets "
+                    f"{offsets_to_property(lake_end)}, but this attempt started from {offsets_to_property(start)}; "
+                    "a newer attempt has committed, nothing was committed by this one"
+                )
+            try:
+                with table.transaction() as tx:
+                    # Names are unique by construction (epoch, attempt, task, uuid): skip the full-table scan.
+                    tx.add_files(list(file_paths), snapshot_properties=properties, check_duplicate_files=False)
+            except CommitFailedException as exc:
+                log.warning("commit lost the catalog swap (try %d): %s; re-validating", attempt_number + 1, exc)
+                time.sleep(min(2.0, 0.1 * 2**attempt_number))
+                continue
+            self._table = table
+            return int(table.current_snapshot().snapshot_id)
+        raise CommitConflict(
+            f"commit of epoch {epoch} lost the catalog's atomic swap {max_conflict_retries + 1} times; "
+            "nothing was committed"
+        )
+
+    # -- cleanup -------------------------------------------------------------------------------
+    def _filesystem(self) -> tuple[pafs.FileSystem, str]:
+        return filesystem_and_path(f"{self.table.location().rstrip('/')}/data/{STAGING_DIR}")
+
+    def referenced_paths(self, prefixes: Iterable[str]) -> set[str]:
+        """Data-file paths under ``prefixes`` referenced by any snapshot of the table."""
+        prefixes = tuple(prefixes)
+        table = self.table
+        seen_manifests: set[str] = set()
+        referenced: set[str] = set()
+        for snapshot in table.snapshots():
+            for manifest in snapshot.manifests(table.io):
+                if manifest.manifest_path in seen_manifests:
+                    continue
+                seen_manifests.add(manifest.manifest_path)
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                    path = entry.data_file.file_path
+                    if path.startswith(prefixes) or _strip_scheme(path).startswith(prefixes):
+                        referenced.add(_strip_scheme(path))
+        return referenced
+
+    def delete_files(self, uris: Iterable[str]) -> int:
+        removed = 0
+        for uri in uris:
+            filesystem, path = filesystem_and_path(uri)
+            try:
+                filesystem.delete_file(path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:
+        """Delete staged files of epochs in ``(since_epoch, committed_epoch)`` that no snapshot references.
+
+        Those attempts can never commit any more (the lake is at a higher epoch). Files of the
+        committed epoch and above are left alone: a newer attempt may be writing them.
+        """
+        filesystem, root = self._filesystem()
+        entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        doomed_dirs = []
+        for info in entries:
+            match = _EPOCH_DIR.match(info.base_name)
+            if info.type == pafs.FileType.Directory and match and since_epoch < int(match.group(1)) < committed_epoch:
+                doomed_dirs.append(info.path)
+        if not doomed_dirs:
+            return 0
+        referenced = self.referenced_paths(doomed_dirs)
+        removed = 0
+        for directory in doomed_dirs:
+            files = filesystem.get_file_info(pafs.FileSelector(directory, recursive=True))
+            keep = False
+            for info in files:
+                if info.type != pafs.FileType.File:
+                    continue
+                if info.path in referenced:
+                    keep = True
+                    continue
+                filesystem.delete_file(info.path)
+                removed += 1
+            if not keep:
+                filesystem.delete_dir(directory)
+        return removed
+
+    def clean_attempt(self, epoch: int, attempt: str, keep: Iterable[str]) -> int:
+        """Delete this attempt's files that were not committed (Spark task retries and speculation)."""
+        filesystem, root = self._filesystem()
+        directory = f"{root}/{_epoch_dir(epoch)}/attempt-{attempt}"
+        kept = {_strip_scheme(p) for p in keep}
+        removed = 0
+        for info in filesystem.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True)):
+            if info.type == pafs.FileType.File and info.path not in kept:
+                filesystem.delete_file(info.path)
+                removed += 1
+        if not kept:
+            try:
+                filesystem.delete_dir(directory)
+            except FileNotFoundError:
+                pass
+        return removed
+
+
+def _strip_scheme(uri: str) -> str:
+    return uri.split("://", 1)[1] if "://" in uri else uri

@@ -1,0 +1,42 @@
+"""The last task of a tiering DAG: one line per table, and a failed DAG run if any table failed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+OK_STATES = frozenset({"success", "skipped"})
+
+
+class TieringSummaryOperator(BaseOperator):
+    """Reports the outcome of every table task of the run by name (runs with ``trigger_rule="all_done"``).
+
+    It fails when any table task did not succeed or skip, so the DAG run ends failed and alerts fire;
+    the table tasks themselves have already run (or failed) independently of each other.
+    """
+
+    ui_color = "#eeeeee"
+
+    def __init__(self, *, table_task_ids: Sequence[str], **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.table_task_ids = list(table_task_ids)
+
+    def execute(self, context: Any) -> dict[str, str]:
+        ti = context["ti"]
+        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=self.table_task_ids, run_ids=[ti.run_id])
+        states: dict[str, str] = {}
+        for by_task in found.values():
+            states.update({task_id: str(state) for task_id, state in by_task.items()})
+        outcomes = {task_id: states.get(task_id, "unknown") for task_id in self.table_task_ids}
+        width = max((len(t) for t in outcomes), default=5)
+        for task_id, state in outcomes.items():
+            label = {"success": "TIERED", "skipped": "NOTHING TO TIER"}.get(state, "FAILED")
+            self.log.info("%s  %-15s (task %s)", task_id.ljust(width), label, state)
+        failed = sorted(t for t, s in outcomes.items() if s not in OK_STATES)
+        if failed:
+            raise AirflowFailException(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")
+        return outcomes

@@ -1,0 +1,158 @@
+"""Shared logic of SQL hot stores: quoting, cursor ranges, reading a split as Arrow."""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, Split, cut_splits, plan_range
+from airflow_provider_tiering.core.spec import SqlSourceSpec
+from airflow_provider_tiering.sources.base import Offsets, Source
+
+#: Fractions at which sources measure cursor quantiles: enough for 255 balanced splits.
+QUANTILE_FRACTIONS: tuple[float, ...] = tuple(i / 256 for i in range(1, 256))
+
+
+def quote_identifier(name: str) -> str:
+    """Quote an SQL identifier (names are also validated by the spec; quoting is the second guard)."""
+    if "\x00" in name:
+        raise SourceError("identifier contains a NUL character")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_string(value: str) -> str:
+    if "\x00" in value:
+        raise SourceError("literal contains a NUL character")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def cursor_to_json(value: Any) -> Any:
+    """Cursor values are kept JSON-native: ints stay ints, times become fixed-format ISO strings."""
+    if value is None or isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value.isoformat(timespec="microseconds")
+    if isinstance(value, date):
+        return value.isoformat()
+    raise SourceError(f"cursor value {value!r} of type {type(value).__name__} cannot be used as an offset")
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Cast a batch read from the database to the lake schema (extension types through their storage)."""
+    columns = []
+    for name, target in zip(schema.names, schema.types):
+        column = batch.column(name)
+        if isinstance(column.type, pa.ExtensionType):
+            column = column.storage
+        if column.type != target:
+            try:
+                column = pc.cast(column, target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SourceError(f"column {name!r}: cannot convert {column.type} to {target}: {exc}") from exc
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def stride_quantiles(sorted_values: Sequence[Any], fractions: Sequence[float] = QUANTILE_FRACTIONS) -> list[Any]:
+    """Exact quantiles of an already sorted sequence."""
+    if not sorted_values:
+        return []
+    last = len(sorted_values) - 1
+    return [sorted_values[min(last, max(0, math.ceil(f * len(sorted_values)) - 1))] for f in fractions]
+
+
+class SqlSource(Source):
+    """A table read incrementally by a monotonic cursor column: splits are ``(lower, upper]`` ranges."""
+
+    def __init__(self, spec: SqlSourceSpec) -> None:
+        self.spec = spec
+        self._schema: pa.Schema | None = None
+
+    # -- dialect hooks -------------------------------------------------------------------------
+    @abstractmethod
+    def _load_schema(self) -> pa.Schema:
+        """Arrow schema of every column of the table, in table order; SourceError if it is missing."""
+
+    @abstractmethod
+    def _cursor_literal(self, value: Any) -> str:
+        """Render a JSON-native cursor value as an SQL literal of the cursor column's type."""
+
+    @abstractmethod
+    def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
+        """Row count and cursor quantiles in ``(lower, upper]``."""
+
+    # -- shared --------------------------------------------------------------------------------
+    @property
+    def table_ref(self) -> str:
+        table = quote_identifier(self.spec.table)
+        return f"{quote_identifier(self.spec.db_schema)}.{table}" if self.spec.db_schema else table
+
+    @property
+    def cursor_ref(self) -> str:
+        return quote_identifier(self.spec.cursor_column)
+
+    def schema(self) -> pa.Schema:
+        if self._schema is None:
+            full = self._load_schema()
+            wanted = self.spec.columns or tuple(full.names)
+            missing = [c for c in (*wanted, self.spec.cursor_column) if c not in full.names]
+            if missing:
+                raise SourceError(f"{self.display_name}: column(s) {', '.join(missing)} not found")
+            cursor_type = full.field(self.spec.cursor_column).type
+            if not (
+                pa.types.is_integer(cursor_type)
+                or pa.types.is_timestamp(cursor_type)
+                or pa.types.is_date(cursor_type)
+                or (pa.types.is_string(cursor_type) and self._string_cursor_allowed())
+            ):
+                raise SourceError(
+                    f"{self.display_name}: cursor column {self.spec.cursor_column!r} has type {cursor_type}; "
+                    "an integer, date or timestamp column is needed"
+                )
+            self._schema = pa.schema([full.field(c) for c in wanted])
+        return self._schema
+
+    def _string_cursor_allowed(self) -> bool:
+        return False
+
+    def range_predicate(self, lower: Any | None, upper: Any | None) -> str:
+        parts = []
+        if lower is not None:
+            parts.append(f"{self.cursor_ref} > {self._cursor_literal(lower)}")
+        if upper is not None:
+            parts.append(f"{self.cursor_ref} <= {self._cursor_literal(upper)}")
+        return " AND ".join(parts) if parts else "TRUE"
+
+    def select_split_sql(self, split: Split, schema: pa.Schema) -> str:
+        columns = ", ".join(quote_identifier(name) for name in schema.names)
+        return f"SELECT {columns} FROM {self.table_ref} WHERE {self.range_predicate(split.lower, split.upper)}"
+
+    def plan_range(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
+        lower = None if start is None else start["cursor"]
+        upper = end["cursor"]
+        if lower is not None and upper is not None and upper <= lower:
+            return RangePlan(lower, lower, 0, capped=False)
+        return plan_range(self._distribution(lower, upper), max_rows)
+
+    def cut_splits(self, plan: RangePlan, target_rows_per_split: int, min_splits: int) -> list[Split]:
+        return cut_splits(plan, target_rows_per_split, min_splits)
+
+    def end_offsets(self, plan: RangePlan) -> Offsets:
+        return {"cursor": plan.upper}
+
+    def read_split(self, split: Split, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        for batch in self._execute_arrow(self.select_split_sql(split, schema), schema):
+            yield conform_batch(batch, schema)
+
+    @abstractmethod
+    def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Stream the result of a query as Arrow batches."""

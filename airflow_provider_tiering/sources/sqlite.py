@@ -1,0 +1,159 @@
+"""SQLite hot store: the embedded default, a database file that needs no server."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.planner import CursorDistribution
+from airflow_provider_tiering.core.spec import SqlSourceSpec
+from airflow_provider_tiering.sources.base import Offsets, SafeWatermark
+from airflow_provider_tiering.sources.sql import SqlSource, quote_identifier, quote_string, stride_quantiles
+
+BATCH_ROWS = 65_536
+_DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
+
+
+def arrow_type_for_declared(declared: str) -> pa.DataType:
+    """Map a declared SQLite column type to Arrow, following SQLite's affinity rules where they apply."""
+    upper = declared.upper()
+    if "TIMESTAMP" in upper or "DATETIME" in upper:
+        return pa.timestamp("us")
+    if upper.startswith("DATE"):
+        return pa.date32()
+    if "BOOL" in upper:
+        return pa.bool_()
+    if "INT" in upper:
+        return pa.int64()
+    if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
+        return pa.string()
+    if "BLOB" in upper or not upper:
+        return pa.binary()
+    if any(word in upper for word in ("REAL", "FLOA", "DOUB")):
+        return pa.float64()
+    match = _DECIMAL.search(upper)
+    if match:
+        return pa.decimal128(int(match.group(1)), int(match.group(2) or 0))
+    return pa.float64()
+
+
+class SqliteSource(SqlSource):
+    """A table in a SQLite database file.
+
+    SQLite has one writer at a time, so rows cannot commit out of cursor order between
+    transactions; ``settle_lag_seconds`` still applies to timestamp cursors set by clients.
+    """
+
+    def __init__(self, spec: SqlSourceSpec, path: str) -> None:
+        super().__init__(spec)
+        self.path = path
+        self.display_name = f"sqlite table {spec.table}"
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        except sqlite3.Error as exc:
+            raise SourceError(f"{self.display_name}: cannot open {self.path}: {exc}") from None
+        return conn
+
+    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        conn = self._connect()
+        try:
+            return conn.execute(sql).fetchall()
+        except sqlite3.Error as exc:
+            raise SourceError(f"{self.display_name}: query failed: {exc}") from None
+        finally:
+            conn.close()
+
+    def _load_schema(self) -> pa.Schema:
+        rows = self._query(f"PRAGMA table_info({quote_identifier(self.spec.table)})")
+        if not rows:
+            raise SourceError(f"{self.display_name} does not exist in {self.path}")
+        return pa.schema(
+            [
+                pa.field(name, arrow_type_for_declared(declared or ""), nullable=not notnull and not pk)
+                for _cid, name, declared, notnull, _default, pk in rows
+            ]
+        )
+
+    def _string_cursor_allowed(self) -> bool:
+        return True
+
+    def _cursor_literal(self, value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise SourceError(f"{self.display_name}: offset {value!r} is not a valid cursor value")
+        return str(value) if isinstance(value, int) else quote_string(value)
+
+    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+        self.schema()
+        lower = None if committed is None else committed["cursor"]
+        predicate = self.range_predicate(lower, None)
+        lag = self.spec.settle_lag_seconds
+        cursor_type = self.schema().field(self.spec.cursor_column).type
+        if lag and pa.types.is_timestamp(cursor_type):
+            settled = (datetime.now(UTC) - timedelta(seconds=lag)).strftime("%Y-%m-%d %H:%M:%S.%f")
+            predicate += f" AND {self.cursor_ref} <= {quote_string(settled)}"
+        (high,) = self._query(
+            f"SELECT max({self.cursor_ref}) FROM {quote_identifier(self.spec.table)} WHERE {predicate}"
+        )[0]
+        if high is None:
+            return SafeWatermark(end=None, observed=None)
+        observed = {"cursor": high}
+        return SafeWatermark(end=observed, observed=observed)
+
+    def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
+        conn = self._connect()
+        try:
+            values = [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT {self.cursor_ref} FROM {quote_identifier(self.spec.table)} "
+                    f"WHERE {self.range_predicate(lower, upper)} ORDER BY {self.cursor_ref}"
+                )
+            ]
+        except sqlite3.Error as exc:
+            raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from None
+        finally:
+            conn.close()
+        return CursorDistribution(lower, upper, len(values), stride_quantiles(values))
+
+    @property
+    def table_ref(self) -> str:
+        return quote_identifier(self.spec.table)
+
+    def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        conn = self._connect()
+        try:
+            cur = conn.execute(sql)
+            while rows := cur.fetchmany(BATCH_ROWS):
+                columns = list(zip(*rows))
+                arrays = []
+                for values, field in zip(columns, schema):
+                    arrays.append(self._to_arrow(values, field))
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+        except sqlite3.Error as exc:
+            raise SourceError(f"{self.display_name}: reading a split failed: {exc}") from None
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _to_arrow(values: tuple[Any, ...], field: pa.Field) -> pa.Array:
+        target = field.type
+        try:
+            if pa.types.is_timestamp(target) or pa.types.is_date(target):
+                # SQLite keeps times as ISO text; Arrow parses ISO-8601 in its cast.
+                raw = pa.array([None if v is None else str(v).replace("T", " ") for v in values], pa.string())
+                if pa.types.is_date(target):
+                    return raw.cast(pa.timestamp("us")).cast(target)
+                return raw.cast(target)
+            if pa.types.is_decimal(target):
+                return pa.array([None if v is None else str(v) for v in values], pa.string()).cast(target)
+            return pa.array(values, target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise SourceError(f"column {field.name!r}: cannot convert SQLite values to {target}: {exc}") from None

@@ -1,0 +1,56 @@
+"""Build the Spark session a round runs on: local mode, a cluster master, or a Spark Connect server."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MASTER = "local[*]"
+
+# Local defaults: nothing listens beyond loopback, no UI port, few shuffle partitions.
+_LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.python.worker.reuse": "true",
+}
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Where Spark runs. ``remote`` (``sc://host:port``) selects Spark Connect; else ``master``."""
+
+    master: str = DEFAULT_MASTER
+    remote: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+    app_name: str = "airflow-provider-tiering"
+
+
+def create_spark_session(settings: SparkSettings) -> Any:
+    """Start (or attach to) a Spark session. Python workers run this interpreter."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(settings.app_name)
+    if settings.remote:
+        builder = builder.remote(settings.remote)
+        conf: dict[str, str] = {}
+    else:
+        builder = builder.master(settings.master)
+        conf = (
+            dict(_LOCAL_DEFAULTS)
+            if settings.master.startswith("local")
+            else {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+        )
+        conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+    conf.update(settings.conf)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
