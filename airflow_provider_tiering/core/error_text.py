@@ -6,10 +6,12 @@ import re
 from collections.abc import Iterable
 
 MAX_ERROR_BYTES = 2048
+# Pattern masking runs on at most this much text (known secrets are replaced everywhere first).
+_SCAN_CHARS = 16_384
 MASK = "***"
 
 # Credentials that may sit inside a message even when the secret itself is unknown to us.
-_URI_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*):(?P<secret>[^@\s/]+)@")
+_URI_PASSWORD = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]{0,30}://[^:/@\s]{0,256}):(?P<secret>[^@\s/]{1,256})@")
 _KEY_VALUE_SECRET = re.compile(
     r"(?P<key>\b(?:password|passwd|pwd|secret|token|access[_-]?key|secret[_-]?key|api[_-]?key)\b\s*[=:]\s*)"
     r"(?P<q>['\"]?)(?P<secret>[^'\"\s,;&)]+)(?P=q)",
@@ -24,6 +26,7 @@ def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
     """Replace known secrets and anything that looks like a credential with ``***``."""
     for secret in sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True):
         text = text.replace(secret, MASK)
+    text = text[:_SCAN_CHARS]
     text = _URI_PASSWORD.sub(lambda m: f"{m.group('scheme')}:{MASK}@", text)
     return _KEY_VALUE_SECRET.sub(lambda m: f"{m.group('key')}{m.group('q')}{MASK}{m.group('q')}", text)
 

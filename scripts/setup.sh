@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for `make demo` / `make test`: system packages, then the pinned virtualenv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
+command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing system packages: ${need_apt[*]} (run as root or install them with apt-get)" >&2
+    exit 1
+  fi
+  echo "== apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "== creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+echo "== installing pinned dependencies (requirements.lock; pyspark builds from source the first time, ~1 min)"
+"$VENV/bin/python" -m pip install -q --upgrade pip wheel
+"$VENV/bin/python" -m pip install -q -r requirements.lock
+"$VENV/bin/python" -m pip install -q --no-deps -e .
+"$VENV/bin/python" -c "import airflow_provider_tiering, pyspark, pyiceberg, airflow; print('setup ok: airflow', airflow.__version__, '| pyspark', pyspark.__version__, '| pyiceberg', pyiceberg.__version__)"

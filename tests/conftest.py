@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures_pg import pg_server  # noqa: F401
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark_writer() -> Iterator[object]:
+    """One local Spark session for the in-process integration tests (it costs seconds to start)."""
+    from airflow_provider_tiering.spark.session import SparkSettings
+    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+
+    writer = SparkSplitWriter(SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
+    yield writer
+    writer.stop()
+
+
+@pytest.fixture
+def catalog_properties(tmp_path: Path) -> dict[str, str]:
+    """An embedded Iceberg SQL catalog on SQLite with a local warehouse, fresh for each test."""
+    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}

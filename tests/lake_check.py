@@ -1,0 +1,72 @@
+"""Independent checks of a lake table against its hot table (no code under test is used to read either)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from pyiceberg.catalog import load_catalog
+
+
+def _normal(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (Decimal, float, int)):  # SQLite may keep 12.00 of a DECIMAL column as integer 12
+        return format(Decimal(str(value)).normalize(), "f")
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value.isoformat(sep=" ")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, str):
+        try:  # SQLite keeps times as text
+            return datetime.fromisoformat(value).isoformat(sep=" ") if len(value) >= 19 and value[4] == "-" else value
+        except ValueError:
+            return value
+    return value
+
+
+def digest(rows: Iterable[Sequence[Any]]) -> tuple[int, str]:
+    """Row count and an order-independent content hash."""
+    normal = sorted(repr(tuple(_normal(v) for v in row)) for row in rows)
+    return len(normal), hashlib.sha256("\n".join(normal).encode()).hexdigest()
+
+
+def lake_rows(catalog_properties: dict[str, str], identifier: tuple[str, str], columns: Sequence[str]) -> list[tuple]:
+    catalog = load_catalog("default", **catalog_properties)
+    table = catalog.load_table(identifier).scan(selected_fields=tuple(columns)).to_arrow()
+    data = [table.column(c).to_pylist() for c in columns]
+    return list(zip(*data)) if data else []
+
+
+def sqlite_rows(path: Path, table: str, columns: Sequence[str]) -> list[tuple]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f'SELECT {", ".join(columns)} FROM "{table}"').fetchall()
+
+
+def postgres_rows(dsn: str, table: str, columns: Sequence[str]) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(f'SELECT {", ".join(columns)} FROM "{table}"').fetchall()
+
+
+def unreferenced_data_files(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> list[str]:
+    """Parquet files in the table's data directory that no snapshot references."""
+    catalog = load_catalog("default", **catalog_properties)
+    table = catalog.load_table(identifier)
+    referenced = set()
+    for snapshot in table.snapshots():
+        for manifest in snapshot.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                referenced.add(entry.data_file.file_path.removeprefix("file://"))
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    on_disk = {str(p) for p in data_dir.rglob("*.parquet")}
+    return sorted(on_disk - referenced)

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from airflow_provider_tiering.core.error_text import MAX_ERROR_BYTES, condense_jvm_error, describe_error, mask_secrets
+
+JVM_TRACE = """py4j.protocol.Py4JJavaError: An error occurred while calling o52.collectToPython.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times
+\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2856)
+\tat org.apache.spark.scheduler.DAGScheduler.$anonfun$abortStage$2(DAGScheduler.scala:2792)
+Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:600)
+Caused by: java.net.ConnectException: Connection refused (Connection refused)
+\tat java.base/sun.nio.ch.Net.connect0(Native Method)
+"""
+
+
+def test_jvm_trace_is_condensed_to_root_cause():
+    text = condense_jvm_error(JVM_TRACE)
+    assert text.startswith("java.net.ConnectException: Connection refused")
+    assert "DAGScheduler" not in text
+
+
+def test_known_and_pattern_secrets_are_masked():
+    text = "could not connect to postgresql://tiering:s3cr3t-pw@db:5432/x (password=s3cr3t-pw token: abcd1234)"
+    masked = mask_secrets(text, ["s3cr3t-pw"])
+    assert "s3cr3t-pw" not in masked and "abcd1234" not in masked
+    assert "postgresql://tiering:***@db" in masked
+
+
+def test_uri_password_is_masked_without_being_known():
+    assert mask_secrets("postgresql://u:hunter22@h/db") == "postgresql://u:***@h/db"
+
+
+def test_error_text_is_bounded():
+    text = describe_error(RuntimeError("x" * 1_000_000))
+    assert len(text.encode()) <= MAX_ERROR_BYTES and text.endswith("[truncated]")
+
+
+def test_error_names_type_and_cause():
+    try:
+        try:
+            raise ConnectionError("refused")
+        except ConnectionError as inner:
+            raise RuntimeError("round failed") from inner
+    except RuntimeError as exc:
+        assert describe_error(exc) == "RuntimeError: round failed (caused by ConnectionError: refused)"

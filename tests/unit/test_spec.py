@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_tiering.core.errors import InvalidTableSpec
+from airflow_provider_tiering.core.spec import TableSpec, parse_table_specs
+
+
+def spec(**overrides):
+    data = {
+        "name": "orders",
+        "source": {"conn_id": "hot", "table": "orders", "cursor_column": "id"},
+        "lake": {"namespace": "sales", "table": "orders"},
+    }
+    data.update(overrides)
+    return data
+
+
+def test_valid_spec_has_defaults():
+    parsed = TableSpec.parse(spec())
+    assert parsed.lake.catalog_conn_id == "iceberg_default"
+    assert parsed.spark.conn_id == "spark_default"
+    assert parsed.asset_name == "tiering/sales/orders"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"source": {"conn_id": "hot", "table": "orders; DROP TABLE x", "cursor_column": "id"}}, "source.table"),
+        ({"source": {"conn_id": "hot", "table": "orders", "cursor_column": 'id"'}}, "source.cursor_column"),
+        ({"source": {"conn_id": "hot", "table": "orders"}}, "source.cursor_column"),
+        ({"lake": {"namespace": "sales", "table": "orders", "partition_by": ["a b"]}}, "lake.partition_by"),
+        ({"freshness_seconds": 0}, "freshness_seconds"),
+        ({"freshness_seconds": -5}, "freshness_seconds"),
+        ({"max_rows_per_round": 0}, "max_rows_per_round"),
+        ({"colour": "blue"}, "colour"),
+        ({"name": "bad name!"}, "name"),
+    ],
+)
+def test_invalid_spec_names_table_and_field(overrides, field):
+    with pytest.raises(InvalidTableSpec) as err:
+        TableSpec.parse(spec(**overrides))
+    message = str(err.value)
+    assert "'orders'" in message or "'bad name!'" in message
+    assert f"field '{field}" in message
+
+
+def test_cursor_must_be_among_selected_columns():
+    with pytest.raises(InvalidTableSpec, match="cursor_column 'id' must be one of columns"):
+        TableSpec.parse(spec(source={"conn_id": "h", "table": "t", "cursor_column": "id", "columns": ["a"]}))
+
+
+def test_duplicate_table_names_are_rejected():
+    with pytest.raises(InvalidTableSpec, match="declared more than once"):
+        parse_table_specs([spec(), spec(lake={"namespace": "x", "table": "y"})])
+
+
+def test_two_tables_into_one_lake_table_are_rejected():
+    with pytest.raises(InvalidTableSpec, match="already the target of table 'orders'"):
+        parse_table_specs([spec(), spec(name="orders_copy")])
