@@ -101,7 +101,10 @@ def print_statuses(env: dict[str, str]) -> bool:
     properties = dict(CATALOG)
     catalog = load_catalog(properties.pop("name"), **properties)
     statuses = list_tiering_statuses()
-    header = f"{'table':<12} {'status':<8} {'epoch':>5} {'last rows':>9} {'lake rows':>9} {'hot rows':>9}  snapshot             offsets"
+    header = (
+        f"{'table':<12} {'status':<8} {'epoch':>5} {'last rows':>9} {'lake rows':>9} {'hot rows':>9}  "
+        f"{'snapshot':<20} offsets"
+    )
     print("\n" + header + "\n" + "-" * len(header))
     all_ok = True
     with sqlite3.connect(HOT_DB) as conn:

@@ -50,6 +50,11 @@ _ENV_PREFIXES_TO_DROP = (
     "PYTEST_",
 )
 _ENV_KEYS_TO_DROP = frozenset({"AIRFLOW_HOME", "AIRFLOW_CONFIG"})
+# Structured task-log keys that task_log() does not repeat on every line.
+_LOG_KEYS_NOT_SHOWN = frozenset(
+    {"timestamp", "level", "event", "logger", "loc", "filename", "lineno"}
+    | {"dag_id", "run_id", "task_id", "map_index", "try_number", "ti_id"}
+)
 
 # Clusters still running at interpreter exit are torn down (e.g. after a KeyboardInterrupt).
 _LIVE_CLUSTERS: weakref.WeakSet[AirflowCluster] = weakref.WeakSet()
@@ -428,22 +433,26 @@ class AirflowCluster:
             components.append("triggerer")
         deadline = time.monotonic() + self.startup_timeout
         last: Any = None
+        warmed_up = False
         with httpx.Client(base_url=self.base_url, timeout=30, trust_env=False) as client:
             while time.monotonic() < deadline:
                 self.check_processes()
                 try:
                     resp = client.get("/api/v2/monitor/health")
                     last = resp.text
+                    if resp.status_code == 200 and not warmed_up:
+                        # Cadwyn builds the execution API's versioned routers lazily on its
+                        # first request: 5-25 s of CPU inside the event loop, which stalls the
+                        # whole api-server and makes the first task's "run" call exceed
+                        # [workers] execution_api_timeout (5 s) and retry. Pay it now, while
+                        # the other components are still booting.
+                        client.get("/execution/health", timeout=180).raise_for_status()
+                        warmed_up = True
+                        continue
                     if resp.status_code == 200:
                         body = resp.json()
                         statuses = [(body.get(c) or {}).get("status") for c in components]
                         if all(s == "healthy" for s in statuses):
-                            # Cadwyn builds the execution API's versioned routers lazily on
-                            # its first request: 5-25 s of CPU inside the event loop, which
-                            # stalls the whole api-server and makes the first task's "run"
-                            # call exceed [workers] execution_api_timeout (5 s) and retry.
-                            # Pay it here instead.
-                            client.get("/execution/health", timeout=180).raise_for_status()
                             return
                 except httpx.TransportError as err:
                     last = repr(err)
@@ -600,7 +609,7 @@ class AirflowCluster:
             if isinstance(item, str):
                 lines.append(item)
                 continue
-            rest = {k: v for k, v in item.items() if k not in {"timestamp", "level", "event", "logger"}}
+            rest = {k: v for k, v in item.items() if k not in _LOG_KEYS_NOT_SHOWN}
             line = " ".join(
                 str(part)
                 for part in (

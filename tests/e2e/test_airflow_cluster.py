@@ -6,13 +6,11 @@ import os
 import textwrap
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
-try:  # tests/ as a package (rootdir on sys.path) ...
-    from tests.e2e.airflow_cluster import AirflowCluster
-except ImportError:  # ... or pytest's default rootdir-less "prepend" import mode
-    from airflow_cluster import AirflowCluster  # type: ignore[no-redef]
+from tests.e2e.airflow_cluster import AirflowCluster
 
 DAG_ID = "e2e_harness_selftest"
 ASSET_NAME = "e2e_harness_selftest_asset"
@@ -102,7 +100,9 @@ def test_real_cluster_runs_dag_with_asset_state_store(tmp_path: Path) -> None:
         assert events[0]["name"] == ASSET_NAME
 
         # extra_env reaches the task; task logs are readable through the API.
-        xcom = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/produce/xcomEntries/return_value")
+        xcom = af.get(
+            f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances/produce/xcomEntries/return_value"
+        )
         assert "marker-from-extra-env" in str(xcom["value"])
         assert "e2e-harness-intentional-failure" in af.task_log(DAG_ID, run_id, "consume_then_fail", 1)
 

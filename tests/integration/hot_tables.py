@@ -26,7 +26,7 @@ def make_rows(start: int, count: int) -> list[tuple[Any, ...]]:
             rng.choice(REGIONS),
             f"{rng.randint(0, 10**6) / 100:.2f}",
             (BASE_TIME + timedelta(seconds=i)).strftime("%Y-%m-%d %H:%M:%S"),
-            None if i % 11 == 0 else f"row {i} ' with \"quotes\"",
+            None if i % 11 == 0 else f'row {i} \' with "quotes"',
         )
         for i in range(start, start + count)
     ]

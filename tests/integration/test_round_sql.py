@@ -48,7 +48,9 @@ def assert_lake_equals_hot(hot, table, catalog_properties):
 
 
 @pytest.mark.parametrize("partition_by", [(), ("region",)], ids=["plain", "identity-partitioned"])
-def test_lake_equals_hot_store_after_three_rounds_with_inserts(hot, partition_by, catalog_properties, spark_writer, tmp_path):
+def test_lake_equals_hot_store_after_three_rounds_with_inserts(
+    hot, partition_by, catalog_properties, spark_writer, tmp_path
+):
     table = f"orders_{hot.kind}_{len(partition_by)}"
     spec = make_spec(table, partition_by)
     hot.create(table)

@@ -1,0 +1,101 @@
+"""Under a real scheduler and LocalExecutor: one broken table fails alone, its state says why, without secrets."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.airflow_cluster import AirflowCluster
+from tests.integration.hot_tables import COLUMNS, PostgresHot
+from tests.lake_check import digest, lake_rows
+
+DAG_ID = "tiering_isolation"
+HEALTHY = ("alpha", "beta", "gamma")
+WRONG_PASSWORD = "wrong-Secret-pw-8c1f"
+
+DAG_FILE = textwrap.dedent(
+    f'''
+    """Four PostgreSQL tables, one of them behind a connection with a wrong password."""
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    def table(name, conn_id):
+        return {{
+            "name": name,
+            "source": {{"conn_id": conn_id, "table": name, "cursor_column": "id"}},
+            "lake": {{"namespace": "e2e", "table": name}},
+            "retries": 0,
+            "target_rows_per_split": 2000,
+        }}
+
+    dag = build_tiering_dag(
+        "{DAG_ID}",
+        [table(n, "hot_pg") for n in {HEALTHY!r}] + [table("broken", "hot_broken")],
+    )
+    '''
+)
+
+
+def pg_conn(server, password: str) -> str:
+    return json.dumps(
+        {
+            "conn_type": "postgres",
+            "host": "127.0.0.1",
+            "port": server.port,
+            "login": server.user,
+            "password": password,
+            "schema": server.dbname,
+        }
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: Path) -> None:
+    hot = PostgresHot(pg_server.dsn)
+    for offset, name in enumerate((*HEALTHY, "broken")):
+        hot.create(name)
+        hot.insert(name, 1, 3000 + 1000 * offset)
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "isolation_dag.py").write_text(DAG_FILE)
+    env = {
+        "AIRFLOW_CONN_HOT_PG": pg_conn(pg_server, pg_server.password),
+        "AIRFLOW_CONN_HOT_BROKEN": pg_conn(pg_server, WRONG_PASSWORD),
+        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
+    }
+    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env) as af:
+        run_id = af.trigger_dag(DAG_ID)
+        assert af.wait_for_run(DAG_ID, run_id, timeout=480) == "failed"
+        states = af.task_instances(DAG_ID, run_id)
+        assert states == {
+            "alpha": "success",
+            "beta": "success",
+            "gamma": "success",
+            "broken": "failed",
+            "tiering_summary": "failed",
+        }
+
+        broken = af.asset_state_store("tiering/e2e/broken")["tiering_state"]
+        assert broken["status"] == "FAILED"
+        assert broken["consecutive_failures"] == 1 and broken["last_error_time"]
+        assert "password authentication failed" in broken["last_error"]
+        assert len(broken["last_error"].encode()) <= 2048
+        log = af.task_log(DAG_ID, run_id, "broken", 1)
+        summary_log = af.task_log(DAG_ID, run_id, "tiering_summary", 1)
+        assert "1 of 4 table(s) failed: broken" in summary_log
+        for secret in (WRONG_PASSWORD, pg_server.password):
+            assert secret not in json.dumps(broken)
+            assert secret not in log
+
+        for name in HEALTHY:
+            state = af.asset_state_store(f"tiering/e2e/{name}")["tiering_state"]
+            assert state["status"] == "TIERED" and state["epoch"] == 1 and state["last_error"] is None
+            events = af.asset_events(f"tiering/e2e/{name}", source_run_id=run_id)
+            assert len(events) == 1 and events[0]["extra"]["rows"] == len(hot.rows(name))
+            assert events[0]["extra"]["snapshot_id"] == state["committed"]["snapshot_id"]
+            assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))

@@ -1,0 +1,74 @@
+"""A stale attempt resumed after a newer one committed is fenced and commits nothing."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from airflow_provider_tiering.core.errors import FencedError
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state import TableStatus
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.iceberg import IcebergLake
+from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
+from tests.integration.hot_tables import COLUMNS, SqliteHot
+from tests.lake_check import digest, lake_rows, unreferenced_data_files
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SPEC = TableSpec.parse(
+    {
+        "name": "fenced",
+        "source": {"conn_id": "unused", "table": "fenced", "cursor_column": "id"},
+        "lake": {"namespace": "it", "table": "fenced"},
+        "target_rows_per_split": 500,
+    }
+)
+
+
+def test_stale_attempt_is_fenced_and_commits_nothing(tmp_path, catalog_properties, spark_writer):
+    hot = SqliteHot(tmp_path / "hot.db")
+    hot.create("fenced")
+    hot.insert("fenced", 1, 2000)
+    state_store = JsonFileStateStore(tmp_path / "state.json")
+
+    def lake() -> IcebergLake:
+        return IcebergLake(load_lake_catalog("default", catalog_properties), "it", "fenced")
+
+    newer: dict[str, object] = {}
+
+    def pause_stale_attempt(phase: str) -> None:
+        # The stale attempt has written its files; before it commits, a newer attempt runs a whole round.
+        if phase == "written" and not newer:
+            hot.insert("fenced", 2001, 300)
+            newer["result"] = run_round(SPEC, hot.source(SPEC.source), lake(), spark_writer, state_store)
+
+    with pytest.raises(FencedError, match="fenced") as err:
+        run_round(SPEC, hot.source(SPEC.source), lake(), spark_writer, state_store, observe=pause_stale_attempt)
+    assert "epoch 1" in str(err.value) and "nothing was committed" in str(err.value)
+
+    winner = newer["result"]
+    assert winner.outcome == "tiered" and winner.epoch == 2 and winner.metrics.rows == 2300
+    table = load_catalog("default", **catalog_properties).load_table(("it", "fenced"))
+    assert len(table.snapshots()) == 1 and table.current_snapshot().snapshot_id == winner.snapshot_id
+    assert digest(lake_rows(catalog_properties, ("it", "fenced"), COLUMNS)) == digest(hot.rows("fenced"))
+    # The fenced attempt deleted its own files and left the winner's state document alone.
+    assert unreferenced_data_files(catalog_properties, ("it", "fenced")) == []
+    state = state_store.load()
+    assert state.status is TableStatus.TIERED and state.epoch == 2 and state.committed.snapshot_id == winner.snapshot_id
+
+
+def test_commit_refuses_a_lower_epoch_even_with_matching_offsets(tmp_path, catalog_properties, spark_writer):
+    hot = SqliteHot(tmp_path / "hot.db")
+    hot.create("fenced")
+    hot.insert("fenced", 1, 100)
+    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", "fenced")
+    first = run_round(SPEC, hot.source(SPEC.source), lake, spark_writer, JsonFileStateStore(tmp_path / "s.json"))
+    with pytest.raises(FencedError):
+        lake.commit(
+            [], epoch=first.epoch, start=first.end_offsets, end={"cursor": 200}, table_name="fenced", attempt="x"
+        )
+    assert load_catalog("default", **catalog_properties).load_table(
+        ("it", "fenced")
+    ).current_snapshot().snapshot_id == (first.snapshot_id)
