@@ -39,6 +39,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -183,6 +184,7 @@ class PostgresServer:
         self._as_root = os.geteuid() == 0
         self._running = False
         self._atexit_registered = False
+        self._watchdog: subprocess.Popen[bytes] | None = None
         #: seconds spent in the last start(): initdb (if any) + pg_ctl start + createdb
         self.startup_seconds: float | None = None
 
@@ -225,9 +227,7 @@ class PostgresServer:
     def running(self) -> bool:
         return self._running
 
-    def connect(
-        self, dbname: str | None = None, **kwargs: Any
-    ) -> psycopg.Connection[Any]:
+    def connect(self, dbname: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
         """A new psycopg connection over TCP with the password (caller closes it)."""
         return psycopg.connect(self.dsn_for(dbname or self._dbname), **kwargs)
 
@@ -265,6 +265,7 @@ class PostgresServer:
         if not self._atexit_registered:
             atexit.register(self._stop_at_exit)
             self._atexit_registered = True
+        self._start_watchdog()
         self._create_database()
         self.startup_seconds = time.perf_counter() - began
         return self
@@ -280,6 +281,7 @@ class PostgresServer:
             # (someone reset an ancestor's mode): signal the postmaster directly.
             self._signal_postmaster(signal.SIGINT)
         self._running = False
+        self._stop_watchdog()
         if self._atexit_registered:
             atexit.unregister(self._stop_at_exit)
             self._atexit_registered = False
@@ -349,9 +351,7 @@ class PostgresServer:
 
     def _initdb(self) -> None:
         if any(self.datadir.iterdir()):
-            raise PostgresServerError(
-                f"{self.datadir} is not empty and holds no PostgreSQL cluster (no PG_VERSION)"
-            )
+            raise PostgresServerError(f"{self.datadir} is not empty and holds no PostgreSQL cluster (no PG_VERSION)")
         pwfile = self._write_pwfile()
         try:
             args = [
@@ -376,14 +376,10 @@ class PostgresServer:
             with contextlib.suppress(OSError):
                 pwfile.parent.rmdir()
         if result.returncode != 0:
-            raise PostgresServerError(
-                f"initdb failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-            )
+            raise PostgresServerError(f"initdb failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")
         conf = self.datadir / "postgresql.conf"
         with conf.open("a", encoding="utf-8") as fh:
-            fh.write(
-                f"\n# added by tests/pg_server.py\ninclude_if_exists = '{SETTINGS_FILE}'\n"
-            )
+            fh.write(f"\n# added by tests/pg_server.py\ninclude_if_exists = '{SETTINGS_FILE}'\n")
 
     def _write_pwfile(self) -> Path:
         tmpdir = Path(tempfile.mkdtemp(prefix="pgpw-"))
@@ -399,9 +395,7 @@ class PostgresServer:
     def settings(self) -> dict[str, object]:
         """The settings written to the included config file on start."""
         socket_path = self.datadir / f".s.PGSQL.{self._port}"
-        socket_dir = (
-            str(self.datadir) if len(str(socket_path)) <= _MAX_SOCKET_PATH else ""
-        )
+        socket_dir = str(self.datadir) if len(str(socket_path)) <= _MAX_SOCKET_PATH else ""
         values: dict[str, object] = {
             "listen_addresses": self.host,
             "port": self._port,
@@ -429,9 +423,7 @@ class PostgresServer:
 
     def _write_settings(self) -> None:
         lines = ["# written by tests/pg_server.py on every start; do not edit"]
-        lines += [
-            f"{key} = {_quote_conf(value)}" for key, value in self.settings().items()
-        ]
+        lines += [f"{key} = {_quote_conf(value)}" for key, value in self.settings().items()]
         path = self.datadir / SETTINGS_FILE
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         if self._as_root:
@@ -462,27 +454,52 @@ class PostgresServer:
 
     def _create_database(self) -> None:
         with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as conn:
-            exists = conn.execute(
-                "select 1 from pg_database where datname = %s", (self._dbname,)
-            ).fetchone()
+            exists = conn.execute("select 1 from pg_database where datname = %s", (self._dbname,)).fetchone()
             if not exists:
-                conn.execute(
-                    sql.SQL("create database {}").format(sql.Identifier(self._dbname))
-                )
+                conn.execute(sql.SQL("create database {}").format(sql.Identifier(self._dbname)))
+
+    def _postmaster_pid(self) -> int | None:
+        """The live postmaster's pid from postmaster.pid, else ``None``."""
+        try:
+            pid = int((self.datadir / "postmaster.pid").read_text().split("\n", 1)[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None  # no pid file, or a stale one
+        return pid if b"postgres" in cmdline else None
+
+    def _start_watchdog(self) -> None:
+        """Fast-stop the server if this process dies without calling stop().
+
+        atexit does not run on SIGTERM/SIGKILL (e.g. CI's ``timeout``), and
+        the postmaster is its own session leader, so it would outlive us.
+        """
+        self._stop_watchdog()
+        pid = self._postmaster_pid()
+        if pid is None:
+            return
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pid)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # survive the terminal's Ctrl-C with us
+        )
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
 
     def _signal_postmaster(self, sig: signal.Signals, timeout: float = 60) -> None:
-        pidfile = self.datadir / "postmaster.pid"
-        try:
-            pid = int(pidfile.read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
+        pid = self._postmaster_pid()
+        if pid is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not _pid_alive(pid):
                 return
             time.sleep(0.05)
         raise PostgresServerError(f"postmaster {pid} did not exit after {sig.name}")
@@ -490,6 +507,34 @@ class PostgresServer:
     def _stop_at_exit(self) -> None:
         with contextlib.suppress(Exception):
             self.stop()
+
+
+# Runs as ``python -c _WATCHDOG OWNER_PID POSTMASTER_PID``: polls until the
+# owner is gone (we get reparented), then asks the postmaster for a fast
+# shutdown (SIGINT); exits when the postmaster is gone.
+_WATCHDOG = """
+import os, signal, sys, time
+owner, postmaster = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    try:  # gone, or a zombie nobody reaps (not every container init does)
+        with open(f"/proc/{postmaster}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                break
+    except (OSError, IndexError):
+        break
+    if os.getppid() != owner:
+        os.kill(postmaster, signal.SIGINT)
+    time.sleep(0.5)
+"""
+
+
+def _pid_alive(pid: int) -> bool:
+    """True unless ``pid`` is gone or a zombie."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def _ensure_os_user(name: str) -> pwd.struct_passwd:
@@ -517,8 +562,7 @@ def _ensure_os_user(name: str) -> pwd.struct_passwd:
     result = subprocess.run([*args, name], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise PostgresServerError(
-            f"cannot create OS user {name!r} to run PostgreSQL as (initdb refuses root): "
-            f"{result.stderr.strip()}"
+            f"cannot create OS user {name!r} to run PostgreSQL as (initdb refuses root): {result.stderr.strip()}"
         )
     return pwd.getpwnam(name)
 

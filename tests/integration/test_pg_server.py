@@ -7,15 +7,16 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.fixtures_pg import pg_server  # noqa: F401
 from tests.pg_server import PostgresServer
 
+# pg_server comes from tests/conftest.py (tests.fixtures_pg)
+pytestmark = pytest.mark.integration
 
-def test_password_login_over_tcp(pg_server: PostgresServer) -> None:  # noqa: F811
+
+def test_password_login_over_tcp(pg_server: PostgresServer) -> None:
     assert pg_server.host == "127.0.0.1"
     assert pg_server.dsn == (
-        f"postgresql://{pg_server.user}:{pg_server.password}"
-        f"@127.0.0.1:{pg_server.port}/{pg_server.dbname}"
+        f"postgresql://{pg_server.user}:{pg_server.password}@127.0.0.1:{pg_server.port}/{pg_server.dbname}"
     )
     with psycopg.connect(pg_server.dsn) as conn:
         row = conn.execute(
@@ -34,7 +35,7 @@ def test_password_login_over_tcp(pg_server: PostgresServer) -> None:  # noqa: F8
     assert version >= 150000
 
 
-def test_settings_are_applied(pg_server: PostgresServer) -> None:  # noqa: F811
+def test_settings_are_applied(pg_server: PostgresServer) -> None:
     with pg_server.connect() as conn:
         values = dict(
             conn.execute(
@@ -61,10 +62,8 @@ def test_settings_are_applied(pg_server: PostgresServer) -> None:  # noqa: F811
     }
 
 
-def test_wrong_password_is_rejected(pg_server: PostgresServer) -> None:  # noqa: F811
-    with pytest.raises(
-        psycopg.OperationalError, match="password authentication failed"
-    ):
+def test_wrong_password_is_rejected(pg_server: PostgresServer) -> None:
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(
             host=pg_server.host,
             port=pg_server.port,
@@ -75,7 +74,7 @@ def test_wrong_password_is_rejected(pg_server: PostgresServer) -> None:  # noqa:
         )
 
 
-def test_no_password_is_rejected(pg_server: PostgresServer) -> None:  # noqa: F811
+def test_no_password_is_rejected(pg_server: PostgresServer) -> None:
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(
             host=pg_server.host,

@@ -1,0 +1,240 @@
+"""Benchmark: one full tiering round of TPC-H ``lineitem`` from PostgreSQL into Iceberg, side by side with
+its baselines, in the same run on the same data:
+
+* ``copy-binary``  the read limit: ``COPY lineitem TO STDOUT (FORMAT binary)`` drained to nowhere;
+* ``bare-spark``   the same Spark job as a round (same splits, same ADBC reader, same Parquet writer),
+                   without Iceberg commit, state or planning of offsets;
+* ``adbc-append``  one process: ADBC reads the table into Arrow, pyiceberg ``append`` writes and commits;
+* ``round``        ``run_round`` exactly as the operator runs it (plan, epoch, write, fenced commit, record, clean);
+* ``idle-round``   the next round, with nothing to tier.
+
+Each variant runs in its own Python process (its own Spark JVM where it uses Spark: every variant pays
+its own start-up), ``--repeat`` times; the table shows the median. Run with ``make bench`` or
+``python -m benchmarks.bench_round --sf 1``; ``--sf 0.01`` is a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+VARIANTS = ("copy-binary", "bare-spark", "adbc-append", "round", "idle-round")
+
+
+def _spec() -> Any:
+    from airflow_provider_tiering.core.spec import TableSpec
+
+    return TableSpec.parse(
+        {
+            "name": "lineitem",
+            "source": {"conn_id": "bench", "table": "lineitem", "cursor_column": "l_id"},
+            "lake": {"namespace": "bench", "table": "lineitem"},
+        }
+    )
+
+
+def _catalog(workdir: Path, name: str) -> dict[str, str]:
+    root = workdir / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
+
+
+# -- variants (each runs in a child process) -------------------------------------------------------
+def run_copy_binary(dsn: str, workdir: Path) -> dict[str, Any]:
+    from benchmarks.tpch_data import drain_copy_binary
+
+    result = drain_copy_binary(dsn, "lineitem")
+    return {"bytes": result.nbytes, "seconds": result.seconds}
+
+
+def run_bare_spark(dsn: str, workdir: Path) -> dict[str, Any]:
+    from airflow_provider_tiering.sources.postgres import PostgresSource
+    from airflow_provider_tiering.spark.session import SparkSettings
+    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+
+    spec = _spec()
+    out = workdir / "bare-spark"
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    source = PostgresSource(spec.source, dsn)
+    schema = source.schema()
+    end = source.safe_watermark(None, None).end
+    plan = source.plan_range(None, end, spec.max_rows_per_round)
+    writer = SparkSplitWriter(SparkSettings())
+    splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
+    files = writer.write(source, splits, schema, f"file://{out}", (), spec.target_file_size_mb * 1024 * 1024)
+    seconds = time.perf_counter() - started
+    writer.stop()
+    return {"rows": sum(f.rows for f in files), "seconds": seconds, "files": len(files), "splits": len(splits)}
+
+
+def run_adbc_append(dsn: str, workdir: Path) -> dict[str, Any]:
+    import adbc_driver_postgresql.dbapi as pg
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+
+    from airflow_provider_tiering.sources.postgres import PostgresSource
+    from airflow_provider_tiering.sources.sql import conform_batch
+
+    catalog = load_catalog("default", **_catalog(workdir, "adbc-append"))
+    started = time.perf_counter()
+    schema = PostgresSource(_spec().source, dsn).schema()
+    with pg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT * FROM lineitem")
+        reader = cur.fetch_record_batch()
+        table = pa.Table.from_batches([conform_batch(b, schema) for b in reader], schema=schema)
+    catalog.create_namespace("bench")
+    iceberg = catalog.create_table(("bench", "lineitem"), schema=schema)
+    iceberg.append(table)
+    seconds = time.perf_counter() - started
+    return {"rows": table.num_rows, "seconds": seconds}
+
+
+def _round(dsn: str, workdir: Path, fresh: bool) -> dict[str, Any]:
+    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.core.state_store import JsonFileStateStore
+    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
+    from airflow_provider_tiering.sources.postgres import PostgresSource
+    from airflow_provider_tiering.spark.session import SparkSettings
+    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+
+    spec = _spec()
+    properties = _catalog(workdir, "round") if fresh else json.loads((workdir / "round.json").read_text())
+    (workdir / "round.json").write_text(json.dumps(properties))
+    state = JsonFileStateStore(workdir / "round" / "state.json")
+    started = time.perf_counter()
+    writer = SparkSplitWriter(SparkSettings())
+    lake = IcebergLake(load_catalog("default", properties), "bench", "lineitem")
+    result = run_round(spec, PostgresSource(spec.source, dsn), lake, writer, state)
+    seconds = time.perf_counter() - started
+    writer.stop()
+    rows = result.metrics.rows if result.metrics else 0
+    return {
+        "rows": rows,
+        "seconds": seconds,
+        "outcome": result.outcome,
+        "files": result.metrics.files if result.metrics else 0,
+    }
+
+
+def run_round_variant(dsn: str, workdir: Path) -> dict[str, Any]:
+    return _round(dsn, workdir, fresh=True)
+
+
+def run_idle_round(dsn: str, workdir: Path) -> dict[str, Any]:
+    return _round(dsn, workdir, fresh=False)
+
+
+RUNNERS = {
+    "copy-binary": run_copy_binary,
+    "bare-spark": run_bare_spark,
+    "adbc-append": run_adbc_append,
+    "round": run_round_variant,
+    "idle-round": run_idle_round,
+}
+
+
+def _child(variant: str, dsn: str, workdir: str) -> None:
+    print("RESULT " + json.dumps(RUNNERS[variant](dsn, Path(workdir))), flush=True)
+
+
+def run_variant(variant: str, dsn: str, workdir: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_round", "--child", variant, "--dsn", dsn, "--workdir", str(workdir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{variant} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (1 = 6M lineitem rows)")
+    parser.add_argument("--dsn", help="PostgreSQL DSN; default: a throw-away server on 127.0.0.1")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
+    parser.add_argument("--output", type=Path, help="write the results as JSON here")
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child, args.dsn, args.workdir)
+        return 0
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.tpch_data import load_lineitem
+    from tests.pg_server import PostgresServer
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tiering-bench-"))
+    server = None
+    dsn = args.dsn
+    if dsn is None:
+        server = PostgresServer(workdir / "pg").start()
+        dsn = server.dsn
+    try:
+        load_started = time.perf_counter()
+        rows = load_lineitem(dsn, args.sf, workdir)
+        print(f"lineitem: {rows:,} rows at SF {args.sf} (ready in {time.perf_counter() - load_started:.1f}s)")
+        samples: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+        for repeat in range(args.repeat):
+            for variant in VARIANTS:  # interleaved, so drifting machine load hits every variant alike
+                result = run_variant(variant, dsn, workdir)
+                samples[variant].append(result)
+                print(f"  run {repeat + 1} {variant:<12} {result['seconds']:8.2f}s", flush=True)
+        report = summarize(rows, samples)
+        print_report(report, args.sf)
+        if args.output:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps({"sf": args.sf, "rows": rows, "results": report}, indent=2))
+    finally:
+        if server is not None:
+            server.stop()
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def summarize(rows: int, samples: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    report = {}
+    for variant, runs in samples.items():
+        seconds = statistics.median(r["seconds"] for r in runs)
+        report[variant] = {
+            "median_seconds": seconds,
+            "all_seconds": [r["seconds"] for r in runs],
+            "rows_per_second": rows / seconds if variant != "idle-round" else None,
+            "last": runs[-1],
+        }
+    round_rate = report["round"]["rows_per_second"]
+    for variant in ("copy-binary", "bare-spark", "adbc-append"):
+        report[variant]["round_ratio"] = round_rate / report[variant]["rows_per_second"]
+    return report
+
+
+def print_report(report: dict[str, dict[str, Any]], sf: float) -> None:
+    print(f"\nTPC-H lineitem SF {sf}: median of runs (each variant in its own process)")
+    print(f"{'variant':<13} {'seconds':>9} {'rows/s':>12} {'round / variant':>16}")
+    for variant, r in report.items():
+        rate = f"{r['rows_per_second']:,.0f}" if r["rows_per_second"] else "-"
+        ratio = f"{r['round_ratio']:.2f}x" if "round_ratio" in r else "-"
+        print(f"{variant:<13} {r['median_seconds']:>9.2f} {rate:>12} {ratio:>16}")
+    print("targets: round >= 0.9x bare-spark, round >= 1.0x adbc-append")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
