@@ -19,7 +19,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DEMO = Path(os.environ.get("TIERING_DEMO_HOME", REPO / ".demo")).resolve()
 HOT_DB = DEMO / "hot.db"
-CATALOG = {"name": "demo", "type": "sql", "uri": f"sqlite:///{DEMO}/catalog.db", "warehouse": f"file://{DEMO}/warehouse"}
+CATALOG = {
+    "name": "demo",
+    "type": "sql",
+    "uri": f"sqlite:///{DEMO}/catalog.db",
+    "warehouse": f"file://{DEMO}/warehouse",
+}
 REGIONS = ("eu", "us", "apac")
 
 

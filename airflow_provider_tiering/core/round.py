@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from airflow_provider_tiering.core.error_text import describe_error
@@ -118,6 +118,20 @@ def _reconcile_with_lake(state: TableState, lake: LakeCommitView | None, now: da
             "killed); the round is planned again from the lake's committed offsets",
             now,
         )
+
+
+def cursor_lag_seconds(end: dict[str, Any] | None, now: datetime) -> float | None:
+    """How far the lake is behind now, for a time cursor (ISO text); None for other cursors."""
+    cursor = None if end is None else end.get("cursor")
+    if not isinstance(cursor, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(cursor)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:  # naive times are taken as UTC
+        moment = moment.replace(tzinfo=UTC)
+    return round(max(0.0, (now - moment).total_seconds()), 3)
 
 
 def _fail(state: TableState, exc: BaseException, secrets: Sequence[str], now: datetime) -> None:
@@ -235,6 +249,7 @@ def run_round(
         files=len(files),
         splits=len(splits),
         duration_seconds=round(time.monotonic() - started, 3),
+        lag_seconds=cursor_lag_seconds(end, now),
     )
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)

@@ -62,3 +62,12 @@ def test_json_round_trip():
         watermark_blockers=[{"pid": 1, "transaction_start": "x", "age_seconds": 3.0}],
     )
     assert TableState.from_json(state.to_json()) == state
+
+
+def test_lag_is_measured_for_time_cursors_only():
+    from airflow_provider_tiering.core.round import cursor_lag_seconds
+
+    now = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
+    assert cursor_lag_seconds({"cursor": "2026-01-01 00:00:00"}, now) == 60.0
+    assert cursor_lag_seconds({"cursor": "2026-01-01T00:00:30.000000+00:00"}, now) == 30.0
+    assert cursor_lag_seconds({"cursor": 42}, now) is None

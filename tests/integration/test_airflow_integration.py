@@ -1,0 +1,69 @@
+"""The provider as Airflow sees it: registered through its entry point, and DAG files validated at parse time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration]
+
+BAD_DAG = textwrap.dedent(
+    """
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    dag = build_tiering_dag(
+        "bad_spec",
+        [{"name": "orders", "source": {"conn_id": "hot", "table": "orders"}, "lake": {"namespace": "s", "table": "o"}}],
+    )
+    """
+)
+
+
+def airflow_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST"))}
+    env.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
+            "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+        }
+    )
+    return env
+
+
+def test_provider_is_listed_by_airflow(tmp_path):
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "providers", "list", "-o", "json"],
+        env=airflow_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    packages = {p["package_name"]: p for p in json.loads(out[out.index("[") :])}
+    assert "airflow-provider-tiering" in packages
+
+
+def test_bad_table_spec_fails_dag_parsing_naming_the_field(tmp_path):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "bad_spec.py").write_text(BAD_DAG)
+    code = (
+        "from airflow.dag_processing.dagbag import DagBag; import json; "
+        f"bag = DagBag({str(dags)!r}); print(json.dumps(bag.import_errors))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=airflow_env(tmp_path), capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    errors = json.loads(out.strip().splitlines()[-1])
+    assert len(errors) == 1
+    message = next(iter(errors.values()))
+    assert "InvalidTableSpec" in message
+    assert "table 'orders': field 'source.cursor_column': Field required" in message
