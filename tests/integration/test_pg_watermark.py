@@ -36,30 +36,36 @@ def open_insert(dsn: str, table: str, row_id: int) -> psycopg.Connection:
     return conn
 
 
-def test_row_committed_out_of_order_is_not_lost(pg_server, catalog_properties, spark_writer, tmp_path):
-    table = "out_of_order"
+def rounds_of(table: str, wait: float, pg_server, catalog_properties, spark_writer, state_path):
+    """A fresh hot table with rows 1..10, and a function that runs one round of it."""
     hot = PostgresHot(pg_server.dsn)
     hot.create(table)
-    hot.insert(table, 1, 100)
-    spec = spec_for(table, wait=1.0)
-    state = JsonFileStateStore(tmp_path / "state.json")
+    hot.insert(table, 1, 10)
+    spec = spec_for(table, wait)
+    state = JsonFileStateStore(state_path)
 
     def round_():
         lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table)
         return run_round(spec, hot.source(spec.source), lake, spark_writer, state)
 
-    assert round_().end_offsets == {"cursor": 100}
-    slow = open_insert(pg_server.dsn, table, 101)  # takes cursor 101, commits late
-    hot.insert(table, 102, 1)  # cursor 102 commits first
+    return hot, state, round_
+
+
+def test_row_committed_out_of_order_is_not_lost(pg_server, catalog_properties, spark_writer, tmp_path):
+    table = "out_of_order"
+    hot, state, round_ = rounds_of(table, 1.0, pg_server, catalog_properties, spark_writer, tmp_path / "s.json")
+    assert round_().end_offsets == {"cursor": 10}
+    slow = open_insert(pg_server.dsn, table, 11)  # takes cursor 11, commits late
+    hot.insert(table, 12, 1)  # cursor 12 commits first
     blocked = round_()
-    # A naive max(cursor) round would tier up to 102 now and never see 101.
+    # A naive max(cursor) round would tier up to 12 now and never see 11.
     assert blocked.outcome == "nothing_to_tier"
     assert blocked.blockers and blocked.blockers[0]["pid"] == slow.info.backend_pid
     assert state.load().watermark_blockers[0]["age_seconds"] >= 0
     slow.commit()
     slow.close()
     caught_up = round_()
-    assert caught_up.outcome == "tiered" and caught_up.end_offsets == {"cursor": 102}
+    assert caught_up.outcome == "tiered" and caught_up.end_offsets == {"cursor": 12}
     assert caught_up.metrics.rows == 2
     assert digest(lake_rows(catalog_properties, ("it", table), COLUMNS)) == digest(hot.rows(table))
     assert state.load().watermark_blockers == []
@@ -86,15 +92,8 @@ def test_long_transaction_lets_the_round_tier_up_to_the_last_safe_point(
     pg_server, catalog_properties, spark_writer, tmp_path
 ):
     table = "last_safe_point"
-    hot = PostgresHot(pg_server.dsn)
-    hot.create(table)
-    hot.insert(table, 1, 10)
-    spec = spec_for(table, wait=0.5)
-    state = JsonFileStateStore(tmp_path / "state.json")
-
-    def round_():
-        lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table)
-        return run_round(spec, hot.source(spec.source), lake, spark_writer, state)
+    hot, state, round_ = rounds_of(table, 0.5, pg_server, catalog_properties, spark_writer, tmp_path / "s.json")
+    assert round_().end_offsets == {"cursor": 10}
 
     first_blocker = open_insert(pg_server.dsn, table, 11)
     hot.insert(table, 12, 3)
