@@ -132,8 +132,12 @@ class SqlSource(Source):
             parts.append(f"{self.cursor_ref} <= {self._cursor_literal(upper)}")
         return " AND ".join(parts) if parts else "TRUE"
 
+    def select_expression(self, field: pa.Field) -> str:
+        """How a column is selected for reading; dialects may cast to a cheaper wire type."""
+        return quote_identifier(field.name)
+
     def select_split_sql(self, split: Split, schema: pa.Schema) -> str:
-        columns = ", ".join(quote_identifier(name) for name in schema.names)
+        columns = ", ".join(self.select_expression(field) for field in schema)
         return f"SELECT {columns} FROM {self.table_ref} WHERE {self.range_predicate(split.lower, split.upper)}"
 
     def plan_range(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:

@@ -19,6 +19,9 @@ _LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.python.worker.reuse": "true",
+    # In local mode the JVM only schedules (rows flow through Arrow in Python workers): C1-only JIT and
+    # the serial GC halve its CPU cost (measured: 13.6 vs 25.5 CPU-s for start-up plus the first job).
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 
