@@ -79,15 +79,17 @@ def plan_range(distribution: CursorDistribution, max_rows_per_round: int) -> Ran
     return RangePlan(distribution.lower, capped_upper, max_rows_per_round, True, kept)
 
 
-def cut_splits(plan: RangePlan, target_rows_per_split: int, min_splits: int = 1) -> list[Split]:
+def cut_splits(plan: RangePlan, target_rows_per_split: int, parallelism: int = 1) -> list[Split]:
     """Cut ``plan`` into contiguous splits of about equal estimated rows.
 
-    There are ``max(min_splits, ceil(rows / target_rows_per_split))`` splits, fewer when the
-    cursor has fewer distinct quantiles than that (a split cannot cut between equal values).
+    The count is a multiple of ``parallelism`` (the Spark task slots), so no wave of tasks runs
+    half-empty: ``parallelism * ceil(rows / (target_rows_per_split * parallelism))``. There are
+    fewer when the cursor has fewer distinct quantiles than that (equal values are never cut apart).
     """
     if plan.is_empty:
         return []
-    wanted = max(min_splits, math.ceil(plan.estimated_rows / target_rows_per_split))
+    slots = max(1, parallelism)
+    wanted = slots * math.ceil(plan.estimated_rows / (target_rows_per_split * slots))
     boundaries: list[CursorValue] = []
     for k in range(1, wanted):
         value = _quantile(plan.quantiles, k / wanted)

@@ -71,7 +71,7 @@ class Source(ABC):
         """Measure ``(start, end]`` and cap it at about ``max_rows`` rows."""
 
     @abstractmethod
-    def cut_splits(self, plan: RangePlan, target_rows_per_split: int, min_splits: int) -> list[Split]:
+    def cut_splits(self, plan: RangePlan, target_rows_per_split: int, parallelism: int) -> list[Split]:
         """Cut a planned range into splits of balanced estimated size; deterministic for equal input."""
 
     @abstractmethod

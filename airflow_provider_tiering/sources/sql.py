@@ -147,8 +147,8 @@ class SqlSource(Source):
             return RangePlan(lower, lower, 0, capped=False)
         return plan_range(self._distribution(lower, upper), max_rows)
 
-    def cut_splits(self, plan: RangePlan, target_rows_per_split: int, min_splits: int) -> list[Split]:
-        return cut_splits(plan, target_rows_per_split, min_splits)
+    def cut_splits(self, plan: RangePlan, target_rows_per_split: int, parallelism: int) -> list[Split]:
+        return cut_splits(plan, target_rows_per_split, parallelism)
 
     def end_offsets(self, plan: RangePlan) -> Offsets:
         return {"cursor": plan.upper}

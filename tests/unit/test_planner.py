@@ -30,7 +30,7 @@ def test_skewed_cursor_gives_balanced_splits():
 def test_splits_are_contiguous_and_cover_the_range():
     values = list(range(1, 1001))
     distribution = CursorDistribution(0, 1000, 1000, stride_quantiles(values))
-    splits = cut_splits(plan_range(distribution, 10**9), target_rows_per_split=100, min_splits=4)
+    splits = cut_splits(plan_range(distribution, 10**9), target_rows_per_split=100, parallelism=4)
     assert splits[0].lower == 0 and splits[-1].upper == 1000
     assert all(a.upper == b.lower for a, b in zip(splits, splits[1:]))
     assert [s.index for s in splits] == list(range(len(splits)))
@@ -58,3 +58,13 @@ def test_equal_cursor_values_are_never_cut_apart():
 def test_empty_range_has_no_splits():
     plan = plan_range(CursorDistribution(10, 10, 0), 100)
     assert plan.is_empty and cut_splits(plan, 10) == []
+
+
+def test_split_count_is_a_multiple_of_the_parallelism():
+    values = list(range(1, 6_001))
+    distribution = CursorDistribution(None, 6_000, len(values), stride_quantiles(values))
+    splits = cut_splits(plan_range(distribution, 10**9), target_rows_per_split=850, parallelism=2)
+    assert len(splits) == 8  # ceil(6000 / 850) = 8 is even already
+    splits = cut_splits(plan_range(distribution, 10**9), target_rows_per_split=1_000, parallelism=4)
+    assert len(splits) == 8  # 6 rounded up to a multiple of 4
+    assert sum(rows_per_split(values, splits)) == 6_000
