@@ -1,0 +1,95 @@
+"""Connections -> source, catalog and Spark settings, resolved by Airflow from AIRFLOW_CONN_* variables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.spec import SparkSpec, SqlSourceSpec
+from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, spark_settings
+from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.sources.sqlite import SqliteSource
+
+SOURCE = SqlSourceSpec(conn_id="hot", table="orders", cursor_column="id")
+
+
+def set_conn(monkeypatch, conn_id: str, **fields) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+
+def test_postgres_connection_becomes_a_dsn_with_quoted_credentials(monkeypatch):
+    set_conn(
+        monkeypatch,
+        "hot",
+        conn_type="postgres",
+        host="db.internal",
+        port=5433,
+        login="tier er",
+        password="p@ss:w/rd",
+        schema="sales",
+        extra={"sslmode": "require"},
+    )
+    source = SqlSourceHook(SOURCE).get_source()
+    assert isinstance(source, PostgresSource)
+    assert source.dsn == "postgresql://tier%20er:p%40ss%3Aw%2Frd@db.internal:5433/sales?sslmode=require"
+    assert "p@ss:w/rd" in source.secrets()
+
+
+def test_sqlite_connection_gives_the_database_path(monkeypatch, tmp_path):
+    set_conn(monkeypatch, "hot", conn_type="sqlite", host=str(tmp_path / "hot.db"))
+    source = SqlSourceHook(SOURCE).get_source()
+    assert isinstance(source, SqliteSource) and source.path == str(tmp_path / "hot.db")
+
+
+def test_unsupported_connection_type_is_a_clear_error(monkeypatch):
+    set_conn(monkeypatch, "hot", conn_type="mysql", host="x")
+    with pytest.raises(SourceError, match="connection 'hot' has type 'mysql'; supported: postgres, postgresql, sqlite"):
+        SqlSourceHook(SOURCE).get_source()
+
+
+def test_spark_defaults_to_local_mode_without_a_connection():
+    settings = spark_settings(SparkSpec(conn_id="no_such_spark_conn", conf={"spark.x": "1"}))
+    assert settings.master == "local[*]" and settings.remote is None and settings.conf == {"spark.x": "1"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "master"),
+    [
+        ({"conn_type": "spark", "host": "spark://m1", "port": 7077}, "spark://m1:7077"),
+        ({"conn_type": "spark", "host": "m1", "port": 7077}, "spark://m1:7077"),
+        ({"conn_type": "spark", "host": "local[2]"}, "local[2]"),
+        ({"conn_type": "spark", "host": "yarn"}, "yarn"),
+    ],
+)
+def test_spark_connection_gives_the_master(monkeypatch, fields, master):
+    set_conn(monkeypatch, "spark_default", **fields)
+    assert spark_settings(SparkSpec()).master == master
+
+
+def test_spark_connect_connection_gives_a_remote_url(monkeypatch):
+    set_conn(
+        monkeypatch, "spark_default", conn_type="spark_connect", host="connect.internal", port=15002, password="tok123"
+    )
+    settings = spark_settings(SparkSpec())
+    assert settings.remote.startswith("sc://connect.internal:15002/") and "token=tok123" in settings.remote
+
+
+def test_catalog_properties_come_from_the_extra_and_secrets_are_collected(monkeypatch):
+    set_conn(
+        monkeypatch,
+        "iceberg_default",
+        conn_type="iceberg",
+        password="rest-token",
+        extra={"type": "rest", "uri": "http://127.0.0.1:8181", "s3.secret-access-key": "s3-secret"},
+    )
+    hook = IcebergCatalogHook()
+    properties = hook.catalog_properties()
+    assert properties == {
+        "type": "rest",
+        "uri": "http://127.0.0.1:8181",
+        "s3.secret-access-key": "s3-secret",
+        "token": "rest-token",
+    }
+    assert {"rest-token", "s3-secret"} <= set(hook.secrets())
