@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG
 
-from airflow_provider_tiering.core.spec import TableSpec, parse_table_specs
+from airflow_provider_tiering.core.spec import TableSpec, load_table_specs, parse_table_specs
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
 
@@ -17,7 +18,7 @@ SUMMARY_TASK_ID = "tiering_summary"
 
 def build_tiering_dag(
     dag_id: str,
-    tables: Iterable[TableSpec | Mapping[str, Any]],
+    tables: Iterable[TableSpec | Mapping[str, Any]] | str | Path,
     *,
     schedule: Any = None,
     start_date: datetime | None = None,
@@ -31,9 +32,9 @@ def build_tiering_dag(
     run independently (a failing table fails only its own task). A final ``tiering_summary`` task
     runs whatever happened (``trigger_rule="all_done"``), lists each table's outcome and fails the
     DAG run if any table failed. Specs are validated here, so a bad spec fails at DAG parse time
-    with the table and the field named.
+    with the table and the field named. ``tables`` may also be the path of a YAML file listing them.
     """
-    specs = parse_table_specs(tables)
+    specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
     if SUMMARY_TASK_ID in {s.name for s in specs}:
         raise ValueError(f"{SUMMARY_TASK_ID!r} is reserved for the summary task")
     dag = DAG(

@@ -29,3 +29,7 @@ class CommitConflict(TieringError):
 
 class LakeError(TieringError):
     """The lake (catalog or warehouse) refused an operation."""
+
+
+class QuarantinedError(TieringError):
+    """The table failed too many rounds in a row; it is not tiered again until it is reset."""

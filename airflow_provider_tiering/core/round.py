@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.errors import FencedError
+from airflow_provider_tiering.core.errors import FencedError, QuarantinedError
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import CommittedSnapshot, RoundMetrics, TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import StateStore
@@ -134,10 +134,11 @@ def cursor_lag_seconds(end: dict[str, Any] | None, now: datetime) -> float | Non
     return round(max(0.0, (now - moment).total_seconds()), 3)
 
 
-def _fail(state: TableState, exc: BaseException, secrets: Sequence[str], now: datetime) -> None:
+def _fail(state: TableState, spec: TableSpec, exc: BaseException, secrets: Sequence[str], now: datetime) -> None:
     if state.status is not TableStatus.TIERING:
         state.walk_to_pending()
     state.record_failure(describe_error(exc, secrets), now)
+    state.quarantine_if_exhausted(spec.max_consecutive_failures, now)
 
 
 def run_round(
@@ -153,6 +154,8 @@ def run_round(
 ) -> RoundResult:
     """Run one exactly-once round of ``spec`` and return what it did.
 
+    Raises :class:`QuarantinedError`, touching nothing, when the table has failed
+    ``spec.max_consecutive_failures`` rounds in a row and has not been reset since.
     Raises the round's error after recording it as the table's ``last_error`` (state FAILED):
     :class:`SourceError` (hot store), :class:`LakeError` / :class:`CommitConflict` (lake),
     or any error of the Spark job. :class:`FencedError` means a newer attempt committed first;
@@ -167,6 +170,12 @@ def run_round(
     attempt = uuid.uuid4().hex[:16]
     state = state_store.load() or TableState(table=spec.name)
     secrets = [*secrets, *source.secrets()]
+    if state.quarantined_since is not None:
+        raise QuarantinedError(
+            f"table {spec.name!r} is quarantined since {state.quarantined_since.isoformat()} after "
+            f"{state.consecutive_failures} consecutive failed rounds (last error: {state.last_error}); "
+            "reset it to tier it again"
+        )
 
     # 1. Plan, from the lake's committed offsets.
     try:
@@ -182,7 +191,7 @@ def run_round(
         if watermark.end is not None and watermark.end != start:
             plan = source.plan_range(start, watermark.end, spec.max_rows_per_round)
     except Exception as exc:
-        _fail(state, exc, secrets, clock())
+        _fail(state, spec, exc, secrets, clock())
         state_store.save(state)
         raise
     notify("planned")
@@ -236,7 +245,7 @@ def run_round(
         lake.clean_attempt(epoch, attempt, keep=())
         raise
     except Exception as exc:
-        _fail(state, exc, secrets, clock())
+        _fail(state, spec, exc, secrets, clock())
         state_store.save(state)
         raise
     notify("committed")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -185,3 +186,21 @@ def parse_table_specs(tables: Iterable[TableSpec | Mapping[str, Any]]) -> list[T
             )
         seen_targets[target] = spec.name
     return specs
+
+
+def load_table_specs(path: str | Path) -> list[TableSpec]:
+    """Read and validate a YAML file of tables: a list, or a mapping with a ``tables`` list."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InvalidTableSpec(f"{path}: cannot read the table list: {exc}") from None
+    tables = data.get("tables") if isinstance(data, Mapping) else data
+    if not isinstance(tables, list):
+        raise InvalidTableSpec(f"{path}: expected a list of tables (or a mapping with a 'tables' list)")
+    try:
+        return parse_table_specs(tables)
+    except InvalidTableSpec as exc:
+        raise InvalidTableSpec(f"{path}: {exc}") from None

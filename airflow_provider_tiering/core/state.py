@@ -85,6 +85,7 @@ class TableState:
     watermark_candidate: dict[str, Any] | None = None
     attempt: str | None = None
     cleaned_through_epoch: int = 0
+    quarantined_since: datetime | None = None
     note: str | None = None
 
     def transition(self, target: TableStatus) -> None:
@@ -126,10 +127,26 @@ class TableState:
         self.last_error_time = now
         self.consecutive_failures += 1
 
+    def quarantine_if_exhausted(self, max_consecutive_failures: int, now: datetime) -> None:
+        """After ``max_consecutive_failures`` failed rounds in a row, stop tiering until a reset."""
+        if self.consecutive_failures >= max_consecutive_failures and self.quarantined_since is None:
+            self.quarantined_since = now
+            self.note = (
+                f"quarantined after {self.consecutive_failures} consecutive failed rounds; "
+                "reset the table to tier it again"
+            )
+
+    def reset(self, now: datetime) -> None:
+        """Lift a quarantine (an operator's decision): the next round is tried again."""
+        self.quarantined_since = None
+        self.consecutive_failures = 0
+        self.next_retry_at = None
+        self.note = f"reset at {now.isoformat()}"
+
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["status"] = self.status.value
-        for key in ("last_tiered_time", "last_checked_time", "last_error_time", "next_retry_at"):
+        for key in ("last_tiered_time", "last_checked_time", "last_error_time", "next_retry_at", "quarantined_since"):
             doc[key] = _iso(getattr(self, key))
         if self.committed is not None:
             doc["committed"]["committed_at"] = _iso(self.committed.committed_at)
@@ -162,5 +179,6 @@ class TableState:
             watermark_candidate=doc.get("watermark_candidate"),
             attempt=doc.get("attempt"),
             cleaned_through_epoch=int(doc.get("cleaned_through_epoch", 0)),
+            quarantined_since=_parse_time(doc.get("quarantined_since")),
             note=doc.get("note"),
         )

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_provider_tiering.core.errors import QuarantinedError
 from airflow_provider_tiering.core.round import RoundResult, run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
@@ -36,7 +37,10 @@ class TierTableOperator(BaseOperator):
     state document is kept in Airflow's asset state store under the table's asset; a round that
     tiers rows emits an asset event whose ``extra`` holds rows, snapshot id, epoch and offsets.
     A round with nothing to tier is skipped (no Spark session, no asset event). A failing round
-    records its error in the state (FAILED, ``last_error``) and fails this task only.
+    records its error in the state (FAILED, ``last_error``) and fails this task only; after
+    ``max_consecutive_failures`` failed rounds the table is quarantined and its task skips, with
+    the reason, until the table is reset (:func:`airflow_provider_tiering.status.reset_table`).
+    A DAG run started with ``conf={"tables": [...]}`` tiers only the named tables; the others skip.
 
     Hazard: two runs of the same table at once are safe (one is fenced and fails) but waste work;
     limit them with ``max_active_tis_per_dag=1`` (the DAG factory does).
@@ -61,6 +65,9 @@ class TierTableOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         spec = self.table_spec
+        selected = self._selected_tables(context)
+        if selected is not None and spec.name not in selected:
+            raise AirflowSkipException(f"{spec.name}: not among the tables this run tiers ({', '.join(selected)})")
         state_store = AssetStateStore(context["asset_state_store"][self.table_asset])
         catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
         source = SqlSourceHook(spec.source).get_source()
@@ -76,9 +83,23 @@ class TierTableOperator(BaseOperator):
                 secrets=catalog_hook.secrets(),
                 observe=lambda phase: self.log.info("%s: %s", spec.name, phase),
             )
+        except QuarantinedError as exc:
+            raise AirflowSkipException(str(exc)) from None
         finally:
             writer.stop()
         return self._report(result, context)
+
+    @staticmethod
+    def _selected_tables(context: Any) -> list[str] | None:
+        """``conf["tables"]`` of the DAG run: the only tables to tier (None: all of them)."""
+        dag_run = context.get("dag_run")
+        conf = (getattr(dag_run, "conf", None) or {}) if dag_run is not None else {}
+        tables = conf.get("tables")
+        if tables is None:
+            return None
+        if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+            raise ValueError(f'dag run conf "tables" must be a list of table names, got {tables!r}')
+        return tables
 
     def _report(self, result: RoundResult, context: Any) -> dict[str, Any]:
         extra = result.event_extra()

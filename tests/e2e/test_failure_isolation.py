@@ -1,8 +1,10 @@
-"""Under a real scheduler and LocalExecutor: one broken table fails alone, its state says why, without secrets."""
+"""Under a real scheduler and LocalExecutor: one broken table fails alone, its state says why, without secrets;
+a run can tier a subset of the tables; a table that keeps failing is quarantined until it is reset."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -28,6 +30,7 @@ DAG_FILE = textwrap.dedent(
             "lake": {{"namespace": "e2e", "table": name}},
             "retries": 0,
             "target_rows_per_split": 2000,
+            "max_consecutive_failures": 1,
         }}
 
     dag = build_tiering_dag(
@@ -53,7 +56,7 @@ def pg_conn(server, password: str) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)
     for offset, name in enumerate((*HEALTHY, "broken")):
@@ -99,3 +102,54 @@ def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: 
             assert len(events) == 1 and events[0]["extra"]["rows"] == len(hot.rows(name))
             assert events[0]["extra"]["snapshot_id"] == state["committed"]["snapshot_id"]
             assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
+
+        assert broken["quarantined_since"] is not None
+
+        # A run for a subset of the tables tiers only those.
+        hot.insert("alpha", 10_001, 500)
+        hot.insert("beta", 10_001, 700)
+        run_id = af.trigger_dag(DAG_ID, conf={"tables": ["alpha"]})
+        assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "success"
+        assert af.task_instances(DAG_ID, run_id) == {
+            "alpha": "success",
+            "beta": "skipped",
+            "gamma": "skipped",
+            "broken": "skipped",
+            "tiering_summary": "success",
+        }
+        assert af.asset_state_store("tiering/e2e/alpha")["tiering_state"]["last_round"]["rows"] == 500
+        assert af.asset_state_store("tiering/e2e/beta")["tiering_state"]["epoch"] == 1
+
+        # A full run: beta catches up, idle tables skip, the quarantined table skips with the reason.
+        run_id = af.trigger_dag(DAG_ID)
+        assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "success"
+        assert af.task_instances(DAG_ID, run_id) == {
+            "alpha": "skipped",
+            "beta": "success",
+            "gamma": "skipped",
+            "broken": "skipped",
+            "tiering_summary": "success",
+        }
+        assert "is quarantined since" in af.task_log(DAG_ID, run_id, "broken", 1)
+        assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["status"] == "FAILED"
+        for name in HEALTHY:
+            assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
+
+        # A reset (from a process with database access, as the CLI will be) lets it run again.
+        reset = subprocess.run(
+            [
+                str(af.python_bin),
+                "-c",
+                "from airflow_provider_tiering.status import reset_table; print(reset_table('broken').note)",
+            ],
+            env=af.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert "reset at" in reset.stdout
+        assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["quarantined_since"] is None
+        run_id = af.trigger_dag(DAG_ID, conf={"tables": ["broken"]})
+        assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "failed"
+        assert af.task_instances(DAG_ID, run_id)["broken"] == "failed"  # it ran again (and still fails)

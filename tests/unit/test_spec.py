@@ -58,3 +58,41 @@ def test_duplicate_table_names_are_rejected():
 def test_two_tables_into_one_lake_table_are_rejected():
     with pytest.raises(InvalidTableSpec, match="already the target of table 'orders'"):
         parse_table_specs([spec(), spec(name="orders_copy")])
+
+
+def test_tables_load_from_yaml_and_errors_name_the_file(tmp_path):
+    from airflow_provider_tiering.core.spec import load_table_specs
+
+    good = tmp_path / "tables.yaml"
+    good.write_text(
+        "tables:\n"
+        "  - name: orders\n"
+        "    source: {conn_id: hot, table: orders, cursor_column: id}\n"
+        "    lake: {namespace: sales, table: orders}\n"
+    )
+    assert [s.name for s in load_table_specs(good)] == ["orders"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- name: orders\n  source: {conn_id: hot, table: orders}\n  lake: {namespace: s, table: o}\n")
+    with pytest.raises(InvalidTableSpec, match=r"bad.yaml: table 'orders': field 'source.cursor_column'"):
+        load_table_specs(bad)
+
+
+def test_a_dag_of_200_tables_from_yaml_parses_quickly(tmp_path):
+    import time
+
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    lines = ["tables:"]
+    for i in range(200):
+        lines += [
+            f"  - name: t{i:03d}",
+            f"    source: {{conn_id: hot, table: t{i:03d}, cursor_column: id}}",
+            f"    lake: {{namespace: many, table: t{i:03d}}}",
+        ]
+    path = tmp_path / "tables.yaml"
+    path.write_text("\n".join(lines))
+    started = time.perf_counter()
+    dag = build_tiering_dag("many", path)
+    elapsed = time.perf_counter() - started
+    assert len(dag.tasks) == 201 and dag.get_task("t199").downstream_task_ids == {"tiering_summary"}
+    assert elapsed < 10, f"building a 200-table DAG took {elapsed:.1f}s"
