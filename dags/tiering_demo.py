@@ -17,16 +17,19 @@ TABLES = [
         "source": {"conn_id": HOT, "table": "orders", "cursor_column": "order_id"},
         "lake": {"namespace": "demo", "table": "orders", "partition_by": ["region"]},
         "target_rows_per_split": 5_000,
+        "freshness_seconds": 10,
     },
     {
         "name": "customers",
         "source": {"conn_id": HOT, "table": "customers", "cursor_column": "customer_id"},
         "lake": {"namespace": "demo", "table": "customers"},
+        "freshness_seconds": 10,
     },
     {
         "name": "page_views",
         "source": {"conn_id": HOT, "table": "page_views", "cursor_column": "viewed_at"},
         "lake": {"namespace": "demo", "table": "page_views"},
+        "freshness_seconds": 10,
     },
 ]
 

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from airflow_provider_tiering.core.error_text import describe_error
@@ -134,11 +134,21 @@ def cursor_lag_seconds(end: dict[str, Any] | None, now: datetime) -> float | Non
     return round(max(0.0, (now - moment).total_seconds()), 3)
 
 
-def _fail(state: TableState, spec: TableSpec, exc: BaseException, secrets: Sequence[str], now: datetime) -> None:
+def _fail(
+    state: TableState,
+    spec: TableSpec,
+    exc: BaseException,
+    secrets: Sequence[str],
+    now: datetime,
+    retry_delay: timedelta | None,
+) -> None:
     if state.status is not TableStatus.TIERING:
         state.walk_to_pending()
     state.record_failure(describe_error(exc, secrets), now)
+    state.next_retry_at = None if retry_delay is None else now + retry_delay
     state.quarantine_if_exhausted(spec.max_consecutive_failures, now)
+    if state.quarantined_since is not None:
+        state.next_retry_at = None
 
 
 def run_round(
@@ -149,11 +159,14 @@ def run_round(
     state_store: StateStore,
     *,
     secrets: Sequence[str] = (),
+    retry_delay: timedelta | None = None,
     observe: Callable[[str], None] | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> RoundResult:
     """Run one exactly-once round of ``spec`` and return what it did.
 
+    ``retry_delay`` is how long the scheduler waits before it retries this round if it fails
+    (None: no retry left); a failure records ``next_retry_at`` from it.
     Raises :class:`QuarantinedError`, touching nothing, when the table has failed
     ``spec.max_consecutive_failures`` rounds in a row and has not been reset since.
     Raises the round's error after recording it as the table's ``last_error`` (state FAILED):
@@ -191,7 +204,7 @@ def run_round(
         if watermark.end is not None and watermark.end != start:
             plan = source.plan_range(start, watermark.end, spec.max_rows_per_round)
     except Exception as exc:
-        _fail(state, spec, exc, secrets, clock())
+        _fail(state, spec, exc, secrets, clock(), retry_delay)
         state_store.save(state)
         raise
     notify("planned")
@@ -245,7 +258,7 @@ def run_round(
         lake.clean_attempt(epoch, attempt, keep=())
         raise
     except Exception as exc:
-        _fail(state, spec, exc, secrets, clock())
+        _fail(state, spec, exc, secrets, clock(), retry_delay)
         state_store.save(state)
         raise
     notify("committed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -11,7 +12,9 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_tiering.core.errors import QuarantinedError
 from airflow_provider_tiering.core.round import RoundResult, run_round
+from airflow_provider_tiering.core.schedule import due_at, is_due, record_not_due
 from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
 from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, spark_settings
 from airflow_provider_tiering.lake.iceberg import IcebergLake
@@ -29,6 +32,20 @@ def table_asset(spec: TableSpec) -> Asset:
     )
 
 
+def earliest_retry_delay(
+    try_number: int, retries: int, retry_delay: timedelta, multiplier: float, max_retry_delay: timedelta | None
+) -> timedelta | None:
+    """The shortest wait Airflow takes before retrying a failed try (its back-off adds up to as much again
+    as deterministic jitter); None when no retry is left."""
+    if try_number > retries:
+        return None
+    if multiplier and multiplier != 1.0:
+        delay = timedelta(seconds=max(1, math.ceil(retry_delay.total_seconds() * multiplier ** (try_number - 1))))
+    else:
+        delay = retry_delay
+    return min(delay, max_retry_delay) if max_retry_delay else delay
+
+
 class TierTableOperator(BaseOperator):
     """Tier one hot table into its Iceberg table: one round of plan, write, fenced commit, record.
 
@@ -40,7 +57,9 @@ class TierTableOperator(BaseOperator):
     records its error in the state (FAILED, ``last_error``) and fails this task only; after
     ``max_consecutive_failures`` failed rounds the table is quarantined and its task skips, with
     the reason, until the table is reset (:func:`airflow_provider_tiering.status.reset_table`).
-    A DAG run started with ``conf={"tables": [...]}`` tiers only the named tables; the others skip.
+    A table is tiered once ``freshness_seconds`` have passed since its last tiered round; before that
+    its task skips at once (status SCHEDULED), touching neither the hot store nor Spark. A DAG run
+    started with ``conf={"tables": [...]}`` tiers only the named tables, due or not; the others skip.
 
     Hazard: two runs of the same table at once are safe (one is fenced and fails) but waste work;
     limit them with ``max_active_tis_per_dag=1`` (the DAG factory does).
@@ -69,6 +88,8 @@ class TierTableOperator(BaseOperator):
         if selected is not None and spec.name not in selected:
             raise AirflowSkipException(f"{spec.name}: not among the tables this run tiers ({', '.join(selected)})")
         state_store = AssetStateStore(context["asset_state_store"][self.table_asset])
+        if selected is None:
+            self._skip_unless_due(state_store)
         catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
         source = SqlSourceHook(spec.source).get_source()
         lake = IcebergLake(catalog_hook.get_conn(), spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
@@ -81,6 +102,13 @@ class TierTableOperator(BaseOperator):
                 writer,
                 state_store,
                 secrets=catalog_hook.secrets(),
+                retry_delay=earliest_retry_delay(
+                    context["ti"].try_number,
+                    self.retries or 0,
+                    self.retry_delay,
+                    float(self.retry_exponential_backoff or 0),
+                    self.max_retry_delay,
+                ),
                 observe=lambda phase: self.log.info("%s: %s", spec.name, phase),
             )
         except QuarantinedError as exc:
@@ -88,6 +116,18 @@ class TierTableOperator(BaseOperator):
         finally:
             writer.stop()
         return self._report(result, context)
+
+    def _skip_unless_due(self, state_store: AssetStateStore) -> None:
+        state, now = state_store.load(), utcnow()
+        if state is None or is_due(state, self.table_spec.freshness_seconds, now):
+            return
+        record_not_due(state, now)
+        state_store.save(state)
+        when = due_at(state, self.table_spec.freshness_seconds)
+        raise AirflowSkipException(
+            f"{self.table_spec.name}: not due until {when.isoformat() if when else 'now'} "
+            f"(freshness {self.table_spec.freshness_seconds:g}s since the last tiered round)"
+        )
 
     @staticmethod
     def _selected_tables(context: Any) -> list[str] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -39,6 +40,8 @@ def create_spark_session(settings: SparkSettings) -> Any:
     """Start (or attach to) a Spark session. Python workers run this interpreter."""
     from pyspark.sql import SparkSession
 
+    # py4j logs every connection at INFO, even from __del__ at interpreter exit (after streams close).
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.app_name)

@@ -23,7 +23,7 @@ DAG_FILE = textwrap.dedent(
     """Four PostgreSQL tables, one of them behind a connection with a wrong password."""
     from airflow_provider_tiering.dag_factory import build_tiering_dag
 
-    def table(name, conn_id):
+    def table(name, conn_id, freshness=1):
         return {{
             "name": name,
             "source": {{"conn_id": conn_id, "table": name, "cursor_column": "id"}},
@@ -31,11 +31,13 @@ DAG_FILE = textwrap.dedent(
             "retries": 0,
             "target_rows_per_split": 2000,
             "max_consecutive_failures": 1,
+            "freshness_seconds": freshness,
         }}
 
     dag = build_tiering_dag(
         "{DAG_ID}",
-        [table(n, "hot_pg") for n in {HEALTHY!r}] + [table("broken", "hot_broken")],
+        [table("alpha", "hot_pg"), table("beta", "hot_pg"), table("gamma", "hot_pg", freshness=3600),
+         table("broken", "hot_broken")],
     )
     '''
 )
@@ -120,7 +122,9 @@ def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: 
         assert af.asset_state_store("tiering/e2e/alpha")["tiering_state"]["last_round"]["rows"] == 500
         assert af.asset_state_store("tiering/e2e/beta")["tiering_state"]["epoch"] == 1
 
-        # A full run: beta catches up, idle tables skip, the quarantined table skips with the reason.
+        # A full run: beta catches up, idle tables skip, gamma is not due (rows wait for its freshness
+        # interval of an hour), the quarantined table skips with the reason.
+        hot.insert("gamma", 10_001, 300)
         run_id = af.trigger_dag(DAG_ID)
         assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "success"
         assert af.task_instances(DAG_ID, run_id) == {
@@ -132,8 +136,9 @@ def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: 
         }
         assert "is quarantined since" in af.task_log(DAG_ID, run_id, "broken", 1)
         assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["status"] == "FAILED"
-        for name in HEALTHY:
-            assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
+        assert "not due until" in af.task_log(DAG_ID, run_id, "gamma", 1)
+        assert af.asset_state_store("tiering/e2e/gamma")["tiering_state"]["status"] == "SCHEDULED"
+        assert len(lake_rows(catalog, ("e2e", "gamma"), COLUMNS)) == len(hot.rows("gamma")) - 300
 
         # A reset (from a process with database access, as the CLI will be) lets it run again.
         reset = subprocess.run(
@@ -150,6 +155,10 @@ def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: 
         )
         assert "reset at" in reset.stdout
         assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["quarantined_since"] is None
-        run_id = af.trigger_dag(DAG_ID, conf={"tables": ["broken"]})
+        run_id = af.trigger_dag(DAG_ID, conf={"tables": ["broken", "gamma"]})  # named tables run, due or not
         assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "failed"
-        assert af.task_instances(DAG_ID, run_id)["broken"] == "failed"  # it ran again (and still fails)
+        states = af.task_instances(DAG_ID, run_id)
+        assert states["broken"] == "failed"  # it ran again (and still fails)
+        assert states["gamma"] == "success"
+        for name in HEALTHY:
+            assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from airflow_provider_tiering.core.errors import QuarantinedError, SourceError
@@ -34,14 +36,17 @@ def test_table_is_quarantined_after_consecutive_failures_and_reset_brings_it_bac
 
     def round_():
         lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", "flaky")
-        return run_round(spec, hot.source(spec.source), lake, spark_writer, store)
+        return run_round(spec, hot.source(spec.source), lake, spark_writer, store, retry_delay=timedelta(seconds=30))
 
     for attempt in range(1, 4):  # the hot table does not exist yet
         with pytest.raises(SourceError, match="does not exist"):
             round_()
         state = store.load()
         assert state.status is TableStatus.FAILED and state.consecutive_failures == attempt
+        if attempt < 3:
+            assert state.next_retry_at - state.last_error_time == timedelta(seconds=30)
     assert state.quarantined_since is not None and "quarantined after 3" in state.note
+    assert state.next_retry_at is None  # quarantined: nothing will retry it
 
     hot.create("flaky")  # fixed, but quarantined: nothing runs until a reset
     hot.insert("flaky", 1, 100)
