@@ -213,6 +213,7 @@ def run_round(
     if plan is None or plan.is_empty:
         state.walk_to_idle()
         state.consecutive_failures = 0
+        state.next_retry_at = None
         state.last_checked_time = clock()
         state_store.save(state)
         log.info("%s: nothing to tier (lake at epoch %s, offsets %s)", spec.name, lake_epoch, start)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 
@@ -22,13 +22,17 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 
 
-def _check_identifier(value: str, what: str) -> str:
+def _check_identifier(value: str) -> str:
     if not _IDENTIFIER.match(value):
         raise ValueError(
-            f"{what} {value!r} is not a plain identifier (letters, digits, underscore; "
+            f"{value!r} is not a plain identifier (letters, digits, underscore; "
             "starts with a letter or underscore; at most 63 characters)"
         )
     return value
+
+
+#: A table, schema or column name: validated here, and still quoted wherever it is used.
+Identifier = Annotated[str, AfterValidator(_check_identifier)]
 
 
 class _Strict(BaseModel):
@@ -40,10 +44,10 @@ class SqlSourceSpec(_Strict):
 
     kind: Literal["sql"] = "sql"
     conn_id: str = Field(min_length=1, description="Airflow connection of the hot database")
-    table: str
-    db_schema: str | None = Field(default=None, description="schema of the table (PostgreSQL)")
-    cursor_column: str = Field(description="monotonic column (integer or timestamp) that orders new rows")
-    columns: tuple[str, ...] | None = Field(default=None, description="columns to tier; all when unset")
+    table: Identifier
+    db_schema: Identifier | None = Field(default=None, description="schema of the table (PostgreSQL)")
+    cursor_column: Identifier = Field(description="monotonic column (integer or timestamp) that orders new rows")
+    columns: tuple[Identifier, ...] | None = Field(default=None, description="columns to tier; all when unset")
     settle_lag_seconds: float = Field(
         default=0.0,
         ge=0,
@@ -55,25 +59,13 @@ class SqlSourceSpec(_Strict):
         description="how long a round waits for in-flight transactions before tiering up to the last safe point",
     )
 
-    @field_validator("table", "cursor_column")
-    @classmethod
-    def _identifier(cls, value: str, info: Any) -> str:
-        return _check_identifier(value, info.field_name)
-
-    @field_validator("db_schema")
-    @classmethod
-    def _schema_identifier(cls, value: str | None) -> str | None:
-        return None if value is None else _check_identifier(value, "db_schema")
-
     @field_validator("columns")
     @classmethod
-    def _column_identifiers(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if value is None:
             return None
         if not value:
             raise ValueError("columns must not be empty; leave it unset to tier every column")
-        for column in value:
-            _check_identifier(column, "column")
         if len(set(value)) != len(value):
             raise ValueError("columns must not repeat")
         return value
@@ -89,21 +81,9 @@ class LakeSpec(_Strict):
     """The Iceberg table a hot table is tiered into."""
 
     catalog_conn_id: str = Field(default="iceberg_default", min_length=1)
-    namespace: str
-    table: str
-    partition_by: tuple[str, ...] = Field(default=(), description="identity partition columns")
-
-    @field_validator("namespace", "table")
-    @classmethod
-    def _identifier(cls, value: str, info: Any) -> str:
-        return _check_identifier(value, info.field_name)
-
-    @field_validator("partition_by")
-    @classmethod
-    def _partition_identifiers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for column in value:
-            _check_identifier(column, "partition column")
-        return value
+    namespace: Identifier
+    table: Identifier
+    partition_by: tuple[Identifier, ...] = Field(default=(), description="identity partition columns")
 
 
 class SparkSpec(_Strict):

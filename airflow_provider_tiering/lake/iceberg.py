@@ -223,21 +223,10 @@ class IcebergLake:
                     continue
                 seen_manifests.add(manifest.manifest_path)
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                    path = entry.data_file.file_path
-                    if path.startswith(prefixes) or _strip_scheme(path).startswith(prefixes):
-                        referenced.add(_strip_scheme(path))
+                    path = _strip_scheme(entry.data_file.file_path)
+                    if path.startswith(prefixes):
+                        referenced.add(path)
         return referenced
-
-    def delete_files(self, uris: Iterable[str]) -> int:
-        removed = 0
-        for uri in uris:
-            filesystem, path = filesystem_and_path(uri)
-            try:
-                filesystem.delete_file(path)
-                removed += 1
-            except FileNotFoundError:
-                pass
-        return removed
 
     def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:
         """Delete staged files of epochs in ``(since_epoch, committed_epoch)`` that no snapshot references.

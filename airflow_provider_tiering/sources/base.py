@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -40,12 +40,6 @@ class SafeWatermark:
     observed: Offsets | None
     blockers: Sequence[WatermarkBlocker] = ()
     candidate: dict[str, Any] | None = None
-
-
-@dataclass
-class SourceStats:
-    rows_estimated: int = 0
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 class Source(ABC):
