@@ -99,23 +99,31 @@ class IcebergLake:
         return self._table
 
     def ensure_table(self, schema: pa.Schema) -> Any:
-        """Create the table from the source schema on the first round; load it afterwards."""
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+        """Create the table from the source schema on the first round; load it afterwards.
 
+        Sibling tasks create tables in one namespace at the same time, and catalogs check-then-insert
+        (pyiceberg's SQL catalog raises an IntegrityError to the loser): a failed create is fine when the
+        object exists afterwards.
+        """
         if self._table is not None or self.load_table() is not None:
             return self._table
+        namespace = self.identifier[0]
         try:
-            self.catalog.create_namespace(self.identifier[0])
-        except NamespaceAlreadyExistsError:
-            pass
+            self.catalog.create_namespace(namespace)
+        except Exception:
+            if not self.catalog.namespace_exists(namespace):
+                raise
         try:
             table = self.catalog.create_table(self.identifier, schema=schema)
+        except Exception:
+            if not self.catalog.table_exists(self.identifier):
+                raise
+            table = self.catalog.load_table(self.identifier)
+        else:
             if self.partition_by:
                 with table.update_spec() as update:
                     for column in self.partition_by:
                         update.add_identity(column)
-        except TableAlreadyExistsError:
-            table = self.catalog.load_table(self.identifier)
         self._table = table
         return table
 
