@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_tiering.core.errors import QuarantinedError
 from airflow_provider_tiering.core.round import RoundResult, run_round
@@ -55,8 +55,9 @@ class TierTableOperator(BaseOperator):
     tiers rows emits an asset event whose ``extra`` holds rows, snapshot id, epoch and offsets.
     A round with nothing to tier is skipped (no Spark session, no asset event). A failing round
     records its error in the state (FAILED, ``last_error``) and fails this task only; after
-    ``max_consecutive_failures`` failed rounds the table is quarantined and its task skips, with
-    the reason, until the table is reset (:func:`airflow_provider_tiering.status.reset_table`).
+    ``max_consecutive_failures`` failed rounds the table is quarantined: a task that finds it so skips,
+    with the reason (or fails without retrying, when its own earlier tries caused it), until the table
+    is reset (:func:`airflow_provider_tiering.status.reset_table`).
     A table is tiered once ``freshness_seconds`` have passed since its last tiered round; before that
     its task skips at once (status SCHEDULED), touching neither the hot store nor Spark. A DAG run
     started with ``conf={"tables": [...]}`` tiers only the named tables, due or not; the others skip.
@@ -112,6 +113,10 @@ class TierTableOperator(BaseOperator):
                 observe=lambda phase: self.log.info("%s: %s", spec.name, phase),
             )
         except QuarantinedError as exc:
+            if context["ti"].try_number > 1:
+                # This task's own failed tries quarantined the table: fail loudly (so the run fails and
+                # alerts fire) and stop retrying, rather than end "skipped".
+                raise AirflowFailException(str(exc)) from None
             raise AirflowSkipException(str(exc)) from None
         finally:
             writer.stop()
