@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
+from tests.e2e.tiering_env import tiering_setup
 from tests.integration.hot_tables import COLUMNS, PostgresHot
 from tests.lake_check import digest, lake_rows
 
@@ -43,19 +44,6 @@ DAG_FILE = textwrap.dedent(
 )
 
 
-def pg_conn(server, password: str) -> str:
-    return json.dumps(
-        {
-            "conn_type": "postgres",
-            "host": "127.0.0.1",
-            "port": server.port,
-            "login": server.user,
-            "password": password,
-            "schema": server.dbname,
-        }
-    )
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(900)
@@ -64,15 +52,7 @@ def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: 
     for offset, name in enumerate((*HEALTHY, "broken")):
         hot.create(name)
         hot.insert(name, 1, 3000 + 1000 * offset)
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "isolation_dag.py").write_text(DAG_FILE)
-    env = {
-        "AIRFLOW_CONN_HOT_PG": pg_conn(pg_server, pg_server.password),
-        "AIRFLOW_CONN_HOT_BROKEN": pg_conn(pg_server, WRONG_PASSWORD),
-        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
-    }
+    dags, catalog, env = tiering_setup(tmp_path, pg_server, DAG_FILE, WRONG_PASSWORD)
     with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env) as af:
         run_id = af.trigger_dag(DAG_ID)
         assert af.wait_for_run(DAG_ID, run_id, timeout=480) == "failed"

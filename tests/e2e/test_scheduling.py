@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.test_failure_isolation import pg_conn
+from tests.e2e.tiering_env import tiering_setup
 from tests.integration.hot_tables import PostgresHot
 
 DAG_ID = "tiering_scheduling"
@@ -80,15 +80,7 @@ def test_retries_quarantine_overlapping_runs_and_downstream_asset(pg_server, tmp
     for name in ("s_alpha", "s_beta", "s_flaky"):
         hot.create(name)
         hot.insert(name, 1, 4000)
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "scheduling_dags.py").write_text(DAGS)
-    env = {
-        "AIRFLOW_CONN_HOT_PG": pg_conn(pg_server, pg_server.password),
-        "AIRFLOW_CONN_HOT_BROKEN": pg_conn(pg_server, "not-the-password-5d2e"),
-        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
-    }
+    dags, catalog, env = tiering_setup(tmp_path, pg_server, DAGS, "not-the-password-5d2e")
     with AirflowCluster(
         home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID, CONSUMER]
     ) as af:

@@ -1,0 +1,38 @@
+"""What a tiering DAG needs around a real Airflow: a dags folder, an Iceberg catalog and the connections."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def pg_conn(server: Any, password: str) -> str:
+    """An ``AIRFLOW_CONN_*`` value for the test PostgreSQL server, with the given password."""
+    return json.dumps(
+        {
+            "conn_type": "postgres",
+            "host": "127.0.0.1",
+            "port": server.port,
+            "login": server.user,
+            "password": password,
+            "schema": server.dbname,
+        }
+    )
+
+
+def tiering_setup(
+    tmp_path: Path, pg_server: Any, dag_file: str, wrong_password: str
+) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """A dags folder holding ``dag_file``, an embedded catalog, and the env with connections ``hot_pg``,
+    ``hot_broken`` (same server, ``wrong_password``) and ``iceberg_default``."""
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "tiering_dags.py").write_text(dag_file)
+    env = {
+        "AIRFLOW_CONN_HOT_PG": pg_conn(pg_server, pg_server.password),
+        "AIRFLOW_CONN_HOT_BROKEN": pg_conn(pg_server, wrong_password),
+        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
+    }
+    return dags, catalog, env
