@@ -72,7 +72,7 @@ class SqliteSource(SqlSource):
             conn.close()
 
     def _load_schema(self) -> pa.Schema:
-        rows = self._query(f"PRAGMA table_info({quote_identifier(self.spec.table)})")
+        rows = self._query(f"PRAGMA table_info({self.table_ref})")
         if not rows:
             raise SourceError(f"{self.display_name} does not exist in {self.path}")
         return pa.schema(
@@ -91,7 +91,6 @@ class SqliteSource(SqlSource):
         return str(value) if isinstance(value, int) else quote_string(value)
 
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
-        self.schema()
         lower = None if committed is None else committed["cursor"]
         predicate = self.range_predicate(lower, None)
         lag = self.spec.settle_lag_seconds
@@ -99,9 +98,7 @@ class SqliteSource(SqlSource):
         if lag and pa.types.is_timestamp(cursor_type):
             settled = (datetime.now(UTC) - timedelta(seconds=lag)).strftime("%Y-%m-%d %H:%M:%S.%f")
             predicate += f" AND {self.cursor_ref} <= {quote_string(settled)}"
-        (high,) = self._query(
-            f"SELECT max({self.cursor_ref}) FROM {quote_identifier(self.spec.table)} WHERE {predicate}"
-        )[0]
+        (high,) = self._query(f"SELECT max({self.cursor_ref}) FROM {self.table_ref} WHERE {predicate}")[0]
         if high is None:
             return SafeWatermark(end=None, observed=None)
         observed = {"cursor": high}
@@ -113,7 +110,7 @@ class SqliteSource(SqlSource):
             values = [
                 row[0]
                 for row in conn.execute(
-                    f"SELECT {self.cursor_ref} FROM {quote_identifier(self.spec.table)} "
+                    f"SELECT {self.cursor_ref} FROM {self.table_ref} "
                     f"WHERE {self.range_predicate(lower, upper)} ORDER BY {self.cursor_ref}"
                 )
             ]
