@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, TaskGroup
 
 from airflow_provider_tiering.core.spec import TableSpec, load_table_specs, parse_table_specs
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
+from airflow_provider_tiering.sensors.table_due import TableDueSensor
 
 SUMMARY_TASK_ID = "tiering_summary"
 
@@ -24,6 +25,9 @@ def build_tiering_dag(
     start_date: datetime | None = None,
     max_active_tasks: int | None = None,
     tags: Iterable[str] = ("tiering",),
+    wait_until_due: bool = False,
+    due_timeout: timedelta | float | None = None,
+    due_poke_interval: timedelta | float = 60,
     **dag_kwargs: Any,
 ) -> DAG:
     """Tables in, DAG out.
@@ -33,6 +37,13 @@ def build_tiering_dag(
     runs whatever happened (``trigger_rule="all_done"``), lists each table's outcome and fails the
     DAG run if any table failed. Specs are validated here, so a bad spec fails at DAG parse time
     with the table and the field named. ``tables`` may also be the path of a YAML file listing them.
+
+    With ``wait_until_due=True`` each table becomes a task group named after it: a deferrable
+    :class:`TableDueSensor` (``<table>.due``) that waits in the triggerer, holding no worker slot, until
+    the table is due and has new rows, then its tier task (``<table>.tier``). ``due_timeout`` bounds the
+    wait (a table not due by then skips this run; Airflow's sensor default when None); the hot store is
+    probed every ``due_poke_interval`` seconds once the freshness interval has passed. Without it, a table
+    that is not due skips at once and the next scheduled run looks again.
     """
     specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
     if SUMMARY_TASK_ID in {s.name for s in specs}:
@@ -47,8 +58,23 @@ def build_tiering_dag(
         **dag_kwargs,
     )
     with dag:
-        table_tasks = [TierTableOperator(table=spec) for spec in specs]
+        table_tasks = [
+            _waiting_tier_task(spec, due_timeout, due_poke_interval)
+            if wait_until_due
+            else TierTableOperator(table=spec)
+            for spec in specs
+        ]
         summary = TieringSummaryOperator(task_id=SUMMARY_TASK_ID, table_task_ids=[t.task_id for t in table_tasks])
         for task in table_tasks:
             task >> summary
     return dag
+
+
+def _waiting_tier_task(
+    spec: TableSpec, timeout: timedelta | float | None, poke_interval: timedelta | float
+) -> TierTableOperator:
+    with TaskGroup(group_id=spec.name, tooltip=f"tier {spec.name} when due"):
+        sensor = TableDueSensor(task_id="due", table=spec, timeout=timeout, poke_interval=poke_interval)
+        tier = TierTableOperator(task_id="tier", table=spec)
+        sensor >> tier
+    return tier

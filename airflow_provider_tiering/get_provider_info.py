@@ -15,8 +15,33 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "hooks": [{"integration-name": "Tiering", "python-modules": ["airflow_provider_tiering.hooks.tiering"]}],
         "operators": [
-            {"integration-name": "Tiering", "python-modules": ["airflow_provider_tiering.operators.tier_table"]}
+            {
+                "integration-name": "Tiering",
+                "python-modules": [
+                    "airflow_provider_tiering.operators.tier_table",
+                    "airflow_provider_tiering.operators.summary",
+                ],
+            }
         ],
+        "sensors": [
+            {
+                "integration-name": "Tiering",
+                "python-modules": [
+                    "airflow_provider_tiering.sensors.table_due",
+                    "airflow_provider_tiering.sensors.table_tiered",
+                ],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Tiering",
+                "python-modules": [
+                    "airflow_provider_tiering.triggers.table_due",
+                    "airflow_provider_tiering.triggers.table_tiered",
+                ],
+            }
+        ],
+        "cli": ["airflow_provider_tiering.cli.definition.get_tiering_cli_commands"],
         "connection-types": [
             {
                 "connection-type": "iceberg",

@@ -1,80 +1,241 @@
-"""Read every tiered table's state document from Airflow's metadata database.
+"""Every tiered table's status and history, read from Airflow's metadata database; and a quarantine reset.
 
-For processes that may use the database: the CLI, the API server's plugin, scripts. Task code
-reads state through the execution API instead (``context["asset_state_store"]``).
+For processes that may use the database: the CLI, the API server's plugin, scripts. Task code reads
+state through the execution API instead (``context["asset_state_store"]``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from airflow_provider_tiering.core.state import TableState, utcnow
+from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.hooks.asset_state import STATE_KEY
 
 ASSET_GROUP = "tiering"
 
 
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
 @dataclass(frozen=True)
 class TieringStatus:
-    """One tiered table as the status surfaces show it."""
+    """One tiered table as the status surfaces show it; ``state`` is its whole state document."""
 
+    asset_id: int
     asset_name: str
     asset_uri: str
     namespace: str
     lake_table: str
+    dag_id: str | None
+    task_id: str | None
     state: TableState
 
     @property
     def table(self) -> str:
         return self.state.table
 
+    @property
+    def status(self) -> TableStatus:
+        return self.state.status
 
-def _state_rows(session: Any) -> list[tuple[int, str, str, str]]:
-    from airflow.models.asset import AssetModel
+    @property
+    def quarantined(self) -> bool:
+        return self.state.quarantined_since is not None
+
+    @property
+    def last_round_rows(self) -> int | None:
+        return None if self.state.last_round is None else self.state.last_round.rows
+
+    @property
+    def lag_seconds(self) -> float | None:
+        """How far the lake's newest row is behind its round's end, for time cursors (from the last round)."""
+        return None if self.state.last_round is None else self.state.last_round.lag_seconds
+
+    @property
+    def backlog_rows(self) -> int | None:
+        """Rows the last round saw in the hot store beyond what it tiered (the per-round cap), where known."""
+        return None if self.state.last_round is None else self.state.last_round.backlog_rows
+
+    def staleness_seconds(self, now: datetime | None = None) -> float | None:
+        """Seconds since the table was last tiered."""
+        last = self.state.last_tiered_time
+        return None if last is None else round(((now or utcnow()) - last).total_seconds(), 1)
+
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        """The flat record of the REST API and the CLI."""
+        state = self.state
+        return {
+            "table": self.table,
+            "namespace": self.namespace,
+            "lake_table": self.lake_table,
+            "asset": self.asset_name,
+            "asset_id": self.asset_id,
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "status": state.status.value,
+            "epoch": state.epoch,
+            "last_tiered_time": _iso(state.last_tiered_time),
+            "last_checked_time": _iso(state.last_checked_time),
+            "staleness_seconds": self.staleness_seconds(now),
+            "lag_seconds": self.lag_seconds,
+            "backlog_rows": self.backlog_rows,
+            "last_round_rows": self.last_round_rows,
+            "committed_offsets": None if state.committed is None else state.committed.end_offsets,
+            "snapshot_id": None if state.committed is None else state.committed.snapshot_id,
+            "consecutive_failures": state.consecutive_failures,
+            "next_retry_at": _iso(state.next_retry_at),
+            "quarantined": self.quarantined,
+            "quarantined_since": _iso(state.quarantined_since),
+            "last_error": state.last_error,
+            "last_error_time": _iso(state.last_error_time),
+            "watermark_blockers": state.watermark_blockers,
+            "note": state.note,
+        }
+
+
+@dataclass(frozen=True)
+class TieringRound:
+    """One successful round of a table, from its asset event."""
+
+    timestamp: datetime
+    epoch: int | None
+    snapshot_id: int | None
+    rows: int
+    bytes: int
+    files: int
+    duration_seconds: float | None
+    lag_seconds: float | None
+    start_offsets: dict[str, Any] | None
+    end_offsets: dict[str, Any] | None
+    dag_id: str | None
+    run_id: str | None
+    task_id: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "timestamp": self.timestamp.isoformat()}
+
+
+@contextmanager
+def session_scope(session: Any | None) -> Iterator[Any]:
+    if session is not None:
+        yield session
+        return
+    from airflow.utils.session import create_session
+
+    with create_session() as new:
+        yield new
+
+
+def _split_uri(uri: str) -> tuple[str, str]:
+    _, namespace, table = uri.rstrip("/").rsplit("/", 2)
+    return namespace, table
+
+
+def _load(session: Any) -> list[TieringStatus]:
+    from airflow.models.asset import AssetModel, TaskOutletAssetReference
     from airflow.models.asset_state_store import AssetStateStoreModel
     from sqlalchemy import select
 
-    query = (
+    rows = session.execute(
         select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetStateStoreModel.value)
         .join(AssetStateStoreModel, AssetStateStoreModel.asset_id == AssetModel.id)
         .where(AssetStateStoreModel.key == STATE_KEY, AssetModel.group == ASSET_GROUP)
-    )
-    return [tuple(row) for row in session.execute(query)]
-
-
-def list_tiering_statuses(namespace: str | None = None) -> list[TieringStatus]:
-    """Every tiered table that has a state document, sorted by namespace and table."""
-    from airflow.utils.session import create_session
-
+    ).all()
+    producers: dict[int, tuple[str, str]] = {}
+    if rows:
+        refs = session.execute(
+            select(TaskOutletAssetReference.asset_id, TaskOutletAssetReference.dag_id, TaskOutletAssetReference.task_id)
+            .where(TaskOutletAssetReference.asset_id.in_([r[0] for r in rows]))
+            .order_by(TaskOutletAssetReference.updated_at)
+        ).all()
+        producers = {asset_id: (dag_id, task_id) for asset_id, dag_id, task_id in refs}  # the newest wins
     statuses = []
-    with create_session() as session:
-        for _asset_id, name, uri, value in _state_rows(session):
-            _, ns, table = uri.rstrip("/").rsplit("/", 2)
-            if namespace is not None and ns != namespace:
+    for asset_id, name, uri, value in rows:
+        namespace, lake_table = _split_uri(uri)
+        dag_id, task_id = producers.get(asset_id, (None, None))
+        state = TableState.from_json(json.loads(value) if isinstance(value, str) else value)
+        statuses.append(TieringStatus(asset_id, name, uri, namespace, lake_table, dag_id, task_id, state))
+    return sorted(statuses, key=lambda s: (s.namespace, s.lake_table, s.table))
+
+
+def list_tiering_statuses(
+    namespace: str | None = None, status: str | TableStatus | None = None, *, session: Any | None = None
+) -> list[TieringStatus]:
+    """Every tiered table that has a state document, sorted by namespace and table; optionally filtered."""
+    with session_scope(session) as s:
+        found = _load(s)
+    if namespace is not None:
+        found = [t for t in found if t.namespace == namespace]
+    if status is not None:
+        wanted = TableStatus(str(status).upper())
+        found = [t for t in found if t.status is wanted]
+    return found
+
+
+def get_tiering_status(table: str, *, session: Any | None = None) -> TieringStatus:
+    """The status of the tiered table named ``table`` (its name in the DAG); KeyError when unknown."""
+    for found in list_tiering_statuses(session=session):
+        if found.table == table:
+            return found
+    raise KeyError(f"no tiered table named {table!r} has a state document")
+
+
+def tiering_history(table: str, limit: int = 50, *, session: Any | None = None) -> list[TieringRound]:
+    """The table's most recent successful rounds (its asset events), newest first."""
+    from airflow.models.asset import AssetEvent
+    from sqlalchemy import select
+
+    with session_scope(session) as s:
+        asset_id = get_tiering_status(table, session=s).asset_id
+        events = s.scalars(
+            select(AssetEvent)
+            .where(AssetEvent.asset_id == asset_id)
+            .order_by(AssetEvent.timestamp.desc(), AssetEvent.id.desc())
+            .limit(limit)
+        ).all()
+        rounds = []
+        for event in events:
+            extra = event.extra or {}
+            if "epoch" not in extra:  # an event some other producer emitted on the asset
                 continue
-            statuses.append(TieringStatus(name, uri, ns, table, TableState.from_json(json.loads(value))))
-    return sorted(statuses, key=lambda s: (s.namespace, s.lake_table))
+            rounds.append(
+                TieringRound(
+                    timestamp=event.timestamp,
+                    epoch=extra.get("epoch"),
+                    snapshot_id=extra.get("snapshot_id"),
+                    rows=int(extra.get("rows") or 0),
+                    bytes=int(extra.get("bytes") or 0),
+                    files=int(extra.get("files") or 0),
+                    duration_seconds=extra.get("duration_seconds"),
+                    lag_seconds=extra.get("lag_seconds"),
+                    start_offsets=extra.get("start_offsets"),
+                    end_offsets=extra.get("end_offsets"),
+                    dag_id=event.source_dag_id,
+                    run_id=event.source_run_id,
+                    task_id=event.source_task_id,
+                )
+            )
+    return rounds
 
 
-def reset_table(table: str) -> TableState:
+def reset_table(table: str, *, session: Any | None = None) -> TableState:
     """Lift the quarantine of a tiered table (by its name in the DAG) so its next round runs again.
 
-    Writes the state document through Airflow's state backend, as the CLI and UI will.
-    Raises KeyError when no tiered table of that name has a state document.
+    Writes the state document through Airflow's state backend. Raises KeyError when no tiered table of
+    that name has a state document.
     """
     from airflow._shared.state import AssetScope
     from airflow.state import get_state_backend
-    from airflow.utils.session import create_session
 
-    with create_session() as session:
-        for asset_id, _name, _uri, value in _state_rows(session):
-            state = TableState.from_json(json.loads(value))
-            if state.table == table:
-                state.reset(utcnow())
-                get_state_backend().set(
-                    AssetScope(asset_id=asset_id), STATE_KEY, json.dumps(state.to_json()), session=session
-                )
-                return state
-    raise KeyError(f"no tiered table named {table!r} has a state document")
+    with session_scope(session) as s:
+        found = get_tiering_status(table, session=s)
+        state = found.state
+        state.reset(utcnow())
+        get_state_backend().set(AssetScope(asset_id=found.asset_id), STATE_KEY, json.dumps(state.to_json()), session=s)
+    return state

@@ -20,7 +20,7 @@ TIERING_DAG = textwrap.dedent(
     """
     from pathlib import Path
     from airflow_provider_tiering.dag_factory import build_tiering_dag
-    dag = build_tiering_dag("many_tables", Path(__file__).with_name("tables.yaml"))
+    dag = build_tiering_dag("many_tables", Path(__file__).with_name("tables.yaml"), wait_until_due={wait})
     """
 )
 EMPTY_DAG = textwrap.dedent(
@@ -59,13 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    print(f"{'tables':>7} {'tiering DAG s':>14} {'empty-task DAG s':>17} {'ratio':>7}")
+    print(
+        f"{'tables':>7} {'tiering DAG s':>14} {'+ due sensors s':>16} {'empty-task DAG s':>17} {'ratio':>7} "
+        f"{'ratio w/ sensors':>17}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for n in args.tables:
-            tiering, empty = root / f"tiering{n}", root / f"empty{n}"
-            tiering.mkdir()
-            empty.mkdir()
+            tiering, waiting, empty = root / f"tiering{n}", root / f"waiting{n}", root / f"empty{n}"
+            for folder in (tiering, waiting, empty):
+                folder.mkdir()
             lines = ["tables:"]
             for i in range(n):
                 lines += [
@@ -73,15 +76,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"    source: {{conn_id: hot, table: t{i:04d}, cursor_column: id}}",
                     f"    lake: {{namespace: many, table: t{i:04d}}}",
                 ]
-            (tiering / "tables.yaml").write_text("\n".join(lines))
-            (tiering / "dag.py").write_text(TIERING_DAG)
+            for folder, wait in ((tiering, False), (waiting, True)):
+                (folder / "tables.yaml").write_text("\n".join(lines))
+                (folder / "dag.py").write_text(TIERING_DAG.format(wait=wait))
             (empty / "dag.py").write_text(EMPTY_DAG.format(n=n))
             t_runs = [parse_seconds(tiering, root / "home") for _ in range(args.repeat)]
+            w_runs = [parse_seconds(waiting, root / "home") for _ in range(args.repeat)]
             e_runs = [parse_seconds(empty, root / "home") for _ in range(args.repeat)]
-            assert t_runs[0]["tasks"] == n + 1 and e_runs[0]["tasks"] == n
-            t = statistics.median(r["seconds"] for r in t_runs)
-            e = statistics.median(r["seconds"] for r in e_runs)
-            print(f"{n:>7} {t:>14.2f} {e:>17.2f} {t / e:>6.2f}x")
+            assert t_runs[0]["tasks"] == n + 1 and w_runs[0]["tasks"] == 2 * n + 1 and e_runs[0]["tasks"] == n
+            t, w, e = (statistics.median(r["seconds"] for r in runs) for runs in (t_runs, w_runs, e_runs))
+            print(f"{n:>7} {t:>14.2f} {w:>16.2f} {e:>17.2f} {t / e:>6.2f}x {w / e:>16.2f}x")
     return 0
 
 

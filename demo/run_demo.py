@@ -106,6 +106,7 @@ def print_statuses(env: dict[str, str]) -> bool:
     properties = dict(CATALOG)
     catalog = load_catalog(properties.pop("name"), **properties)
     statuses = list_tiering_statuses()
+    print("\n== the lake, read back with pyiceberg, next to the hot store")
     header = (
         f"{'table':<12} {'status':<8} {'epoch':>5} {'last rows':>9} {'lake rows':>9} {'hot rows':>9}  "
         f"{'snapshot':<20} offsets"
@@ -143,6 +144,8 @@ def main() -> int:
     airflow(env, "dags", "test", "tiering_demo")
     ok = print_statuses(env)
     print("\nall tables TIERED and the lake matches the hot store" if ok else "\nSOME TABLES ARE NOT TIERED")
+    print("\n== the statuses, as `airflow tiering status` shows them")
+    airflow(env, "tiering", "status")
     return 0 if ok else 1
 
 

@@ -49,6 +49,8 @@ class RangePlan:
     estimated_rows: int
     capped: bool
     quantiles: Sequence[CursorValue] = ()
+    #: Estimated rows beyond ``upper`` that the cap left for later rounds (0 when not capped).
+    remaining_rows: int = 0
 
     @property
     def is_empty(self) -> bool:
@@ -76,7 +78,7 @@ def plan_range(distribution: CursorDistribution, max_rows_per_round: int) -> Ran
         return RangePlan(distribution.lower, distribution.upper, rows, False, tuple(distribution.quantiles))
     # The quantiles below the cap stay evenly spaced in rows, so they serve to cut the capped range.
     kept = tuple(q for q in distribution.quantiles if q < capped_upper)
-    return RangePlan(distribution.lower, capped_upper, max_rows_per_round, True, kept)
+    return RangePlan(distribution.lower, capped_upper, max_rows_per_round, True, kept, rows - max_rows_per_round)
 
 
 def cut_splits(plan: RangePlan, target_rows_per_split: int, parallelism: int = 1) -> list[Split]:

@@ -92,6 +92,8 @@ class RoundResult:
             "bytes": self.metrics.bytes if self.metrics else 0,
             "files": self.metrics.files if self.metrics else 0,
             "duration_seconds": self.metrics.duration_seconds if self.metrics else 0.0,
+            "lag_seconds": self.metrics.lag_seconds if self.metrics else None,
+            "backlog_rows": self.metrics.backlog_rows if self.metrics else None,
         }
 
 
@@ -273,6 +275,7 @@ def run_round(
         splits=len(splits),
         duration_seconds=round(time.monotonic() - started, 3),
         lag_seconds=cursor_lag_seconds(end, now),
+        backlog_rows=plan.remaining_rows,
     )
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)

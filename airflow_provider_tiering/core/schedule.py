@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow_provider_tiering.core.state import TableState, TableStatus
 
@@ -30,3 +31,18 @@ def record_not_due(state: TableState, now: datetime) -> None:
     if state.status is TableStatus.TIERED:
         state.transition(TableStatus.SCHEDULED)
     state.last_checked_time = now
+
+
+def settled_offsets(state: TableState | None) -> dict[str, Any] | None:
+    """The committed offsets of a table at rest after a good round, none pending (no failure, quarantine or
+    unconfirmed watermark): if the hot store has no row beyond them, a round has nothing to do."""
+    if (
+        state is None
+        or state.status not in _RESTING
+        or state.committed is None
+        or state.consecutive_failures
+        or state.quarantined_since is not None
+        or state.watermark_candidate is not None
+    ):
+        return None
+    return state.committed.end_offsets

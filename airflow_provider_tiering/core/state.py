@@ -64,6 +64,8 @@ class RoundMetrics:
     splits: int
     duration_seconds: float
     lag_seconds: float | None = None
+    #: Estimated rows the hot store held beyond this round's end (left by the per-round cap).
+    backlog_rows: int | None = None
 
 
 @dataclass

@@ -6,6 +6,7 @@ returned so that errors stored in the state document can be masked.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -50,25 +51,32 @@ class SqlSourceHook(BaseHook):
         self.spec = spec
 
     def get_source(self) -> Source:
-        conn = self.get_connection(self.spec.conn_id)
-        conn_type = (conn.conn_type or "").lower()
-        if conn_type in POSTGRES_CONN_TYPES:
-            from airflow_provider_tiering.sources.postgres import PostgresSource
+        return source_from_connection(self.spec, self.get_connection(self.spec.conn_id))
 
-            return PostgresSource(self.spec, postgres_dsn(conn))
-        if conn_type in SQLITE_CONN_TYPES:
-            from airflow_provider_tiering.sources.sqlite import SqliteSource
+    async def aget_source(self) -> Source:
+        """:meth:`get_source` for triggers, which run in the triggerer's event loop."""
+        conn = await self.aget_connection(self.spec.conn_id)
+        return await asyncio.to_thread(source_from_connection, self.spec, conn)
 
-            path = conn.host or conn.schema
-            if not path:
-                raise SourceError(
-                    f"connection {self.spec.conn_id!r}: a sqlite connection needs the database path as host"
-                )
-            return SqliteSource(self.spec, path)
-        raise SourceError(
-            f"connection {self.spec.conn_id!r} has type {conn.conn_type!r}; "
-            f"supported: {', '.join(sorted(POSTGRES_CONN_TYPES | SQLITE_CONN_TYPES))}"
-        )
+
+def source_from_connection(spec: SqlSourceSpec, conn: Any) -> Source:
+    """The :class:`Source` of a SQL hot table, given its (already resolved) Airflow connection."""
+    conn_type = (conn.conn_type or "").lower()
+    if conn_type in POSTGRES_CONN_TYPES:
+        from airflow_provider_tiering.sources.postgres import PostgresSource
+
+        return PostgresSource(spec, postgres_dsn(conn))
+    if conn_type in SQLITE_CONN_TYPES:
+        from airflow_provider_tiering.sources.sqlite import SqliteSource
+
+        path = conn.host or conn.schema
+        if not path:
+            raise SourceError(f"connection {spec.conn_id!r}: a sqlite connection needs the database path as host")
+        return SqliteSource(spec, path)
+    raise SourceError(
+        f"connection {spec.conn_id!r} has type {conn.conn_type!r}; "
+        f"supported: {', '.join(sorted(POSTGRES_CONN_TYPES | SQLITE_CONN_TYPES))}"
+    )
 
 
 class IcebergCatalogHook(BaseHook):
@@ -95,23 +103,34 @@ class IcebergCatalogHook(BaseHook):
         self._secrets: list[str] = []
 
     def catalog_properties(self) -> dict[str, str]:
-        conn = self.get_connection(self.iceberg_conn_id)
-        properties = {k: str(v) for k, v in (conn.extra_dejson or {}).items()}
-        if conn.host and "uri" not in properties:
-            properties["uri"] = conn.host
-        if conn.password:
-            properties.setdefault("token", conn.password)
-        self._secrets = [v for k, v in properties.items() if _SECRET_KEY.search(k)]
-        if conn.password:
-            self._secrets.append(conn.password)
+        properties, self._secrets = catalog_properties_from_connection(self.get_connection(self.iceberg_conn_id))
         return properties
 
     def get_conn(self) -> Any:
         properties = self.catalog_properties()
         return load_catalog(properties.pop("name", self.iceberg_conn_id), properties)
 
+    async def aget_conn(self) -> Any:
+        """:meth:`get_conn` for triggers: the connection is looked up without blocking the event loop."""
+        properties, self._secrets = catalog_properties_from_connection(await self.aget_connection(self.iceberg_conn_id))
+        name = properties.pop("name", self.iceberg_conn_id)
+        return await asyncio.to_thread(load_catalog, name, properties)
+
     def secrets(self) -> list[str]:
         return list(self._secrets)
+
+
+def catalog_properties_from_connection(conn: Any) -> tuple[dict[str, str], list[str]]:
+    """pyiceberg catalog properties from an Airflow connection, and the secrets among them."""
+    properties = {k: str(v) for k, v in (conn.extra_dejson or {}).items()}
+    if conn.host and "uri" not in properties:
+        properties["uri"] = conn.host
+    if conn.password:
+        properties.setdefault("token", conn.password)
+    secrets = [v for k, v in properties.items() if _SECRET_KEY.search(k)]
+    if conn.password:
+        secrets.append(conn.password)
+    return properties, secrets
 
 
 def spark_settings(spec: SparkSpec) -> SparkSettings:

@@ -61,6 +61,10 @@ class Source(ABC):
         """The end offset this round may safely tier up to (DESIGN §4, safe high watermark)."""
 
     @abstractmethod
+    def has_rows_after(self, committed: Offsets | None) -> bool:
+        """Whether the hot store holds any row beyond ``committed`` (a cheap probe, safe or not)."""
+
+    @abstractmethod
     def plan_range(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
         """Measure ``(start, end]`` and cap it at about ``max_rows`` rows."""
 

@@ -87,6 +87,10 @@ class SqlSource(Source):
         """Render a JSON-native cursor value as an SQL literal of the cursor column's type."""
 
     @abstractmethod
+    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run a small query and return all its rows."""
+
+    @abstractmethod
     def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
         """Row count and cursor quantiles in ``(lower, upper]``."""
 
@@ -139,6 +143,10 @@ class SqlSource(Source):
     def select_split_sql(self, split: Split, schema: pa.Schema) -> str:
         columns = ", ".join(self.select_expression(field) for field in schema)
         return f"SELECT {columns} FROM {self.table_ref} WHERE {self.range_predicate(split.lower, split.upper)}"
+
+    def has_rows_after(self, committed: Offsets | None) -> bool:
+        lower = None if committed is None else committed["cursor"]
+        return bool(self._query(f"SELECT 1 FROM {self.table_ref} WHERE {self.range_predicate(lower, None)} LIMIT 1"))
 
     def plan_range(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
         lower = None if start is None else start["cursor"]

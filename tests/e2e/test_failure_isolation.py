@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.tiering_env import tiering_setup
+from tests.e2e.tiering_env import table_function, tiering_setup
 from tests.integration.hot_tables import COLUMNS, PostgresHot
 from tests.lake_check import digest, lake_rows
 
@@ -19,25 +19,16 @@ DAG_ID = "tiering_isolation"
 HEALTHY = ("alpha", "beta", "gamma")
 WRONG_PASSWORD = "wrong-Secret-pw-8c1f"
 
-DAG_FILE = textwrap.dedent(
+DAG_FILE = table_function(
+    "e2e", retries=0, target_rows_per_split=2000, max_consecutive_failures=1, freshness_seconds=1
+) + textwrap.dedent(
     f'''
     """Four PostgreSQL tables, one of them behind a connection with a wrong password."""
     from airflow_provider_tiering.dag_factory import build_tiering_dag
 
-    def table(name, conn_id, freshness=1):
-        return {{
-            "name": name,
-            "source": {{"conn_id": conn_id, "table": name, "cursor_column": "id"}},
-            "lake": {{"namespace": "e2e", "table": name}},
-            "retries": 0,
-            "target_rows_per_split": 2000,
-            "max_consecutive_failures": 1,
-            "freshness_seconds": freshness,
-        }}
-
     dag = build_tiering_dag(
         "{DAG_ID}",
-        [table("alpha", "hot_pg"), table("beta", "hot_pg"), table("gamma", "hot_pg", freshness=3600),
+        [table("alpha", "hot_pg"), table("beta", "hot_pg"), table("gamma", "hot_pg", freshness_seconds=3600),
          table("broken", "hot_broken")],
     )
     '''

@@ -14,29 +14,20 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.tiering_env import tiering_setup
+from tests.e2e.tiering_env import table_function, tiering_setup
 from tests.integration.hot_tables import PostgresHot
 
 DAG_ID = "tiering_scheduling"
 CONSUMER = "tiering_consumer"
 
-DAGS = textwrap.dedent(
+DAGS = table_function("sched", freshness_seconds=1) + textwrap.dedent(
     f'''
     """Two healthy tables and one that keeps failing with back-off; a consumer of one table's asset."""
     from airflow.sdk import DAG, task
 
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.dag_factory import build_tiering_dag
-    from airflow_provider_tiering.operators.tier_table import table_asset
-
-    def table(name, conn_id, **options):
-        return {{
-            "name": name,
-            "source": {{"conn_id": conn_id, "table": name, "cursor_column": "id"}},
-            "lake": {{"namespace": "sched", "table": name}},
-            "freshness_seconds": 1,
-            **options,
-        }}
+    from airflow_provider_tiering.assets import table_asset
 
     TABLES = [
         table("s_alpha", "hot_pg", retries=0),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +37,20 @@ def tiering_setup(
         "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
     }
     return dags, catalog, env
+
+
+def table_function(namespace: str, **defaults: Any) -> str:
+    """Source code of ``table(name, conn_id="hot_pg", **options)`` for a test DAG file: the spec of the PostgreSQL
+    table ``name`` (cursor ``id``) tiered into ``<namespace>.<name>``, with ``defaults`` under ``options``."""
+    return textwrap.dedent(
+        f"""
+        def table(name, conn_id="hot_pg", **options):
+            return {{
+                "name": name,
+                "source": {{"conn_id": conn_id, "table": name, "cursor_column": "id"}},
+                "lake": {{"namespace": {namespace!r}, "table": name}},
+                **{defaults!r},
+                **options,
+            }}
+        """
+    )

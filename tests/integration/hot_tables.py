@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 from datetime import datetime, timedelta
@@ -87,3 +88,12 @@ class PostgresHot:
         from tests.lake_check import postgres_rows
 
         return postgres_rows(self.dsn, table, COLUMNS)
+
+
+def sqlite_events_table(tmp_path: Path, monkeypatch: Any, rows: int) -> SqliteHot:
+    """A SQLite hot table ``events`` of ``rows`` rows, reachable through the Airflow connection ``hot_sqlite``."""
+    hot = SqliteHot(tmp_path / "hot.db")
+    hot.create("events")
+    hot.insert("events", 1, rows)
+    monkeypatch.setenv("AIRFLOW_CONN_HOT_SQLITE", json.dumps({"conn_type": "sqlite", "host": str(hot.path)}))
+    return hot

@@ -40,8 +40,9 @@ def test_round_is_capped_by_rows():
     values = list(range(1, 100_001))
     distribution = CursorDistribution(None, 100_000, len(values), stride_quantiles(values))
     plan = plan_range(distribution, max_rows_per_round=25_000)
-    assert plan.capped
+    assert plan.capped and plan.remaining_rows == 75_000
     assert 23_000 <= plan.upper <= 27_000
+    assert plan_range(distribution, max_rows_per_round=200_000).remaining_rows == 0
     counts = rows_per_split(values, cut_splits(plan, 5_000))
     assert abs(sum(counts) - plan.upper) == 0
     assert max(counts) <= 1.3 * 5_000

@@ -1,0 +1,133 @@
+"""What ``airflow tiering …`` does; the arguments are declared in :mod:`airflow_provider_tiering.cli.definition`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from argparse import Namespace
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from airflow.utils.cli import suppress_logs_and_warning
+from airflow.utils.providers_configuration_loader import providers_configuration_loaded
+
+from airflow_provider_tiering.control import FINISHED_STATES, OK_STATES, trigger_tables, wait_for_tables
+from airflow_provider_tiering.status import get_tiering_status, list_tiering_statuses, reset_table, tiering_history
+
+#: The columns of ``status`` as a table; json and yaml carry every field.
+STATUS_COLUMNS = (
+    "namespace",
+    "table",
+    "status",
+    "epoch",
+    "last_tiered_time",
+    "lag_seconds",
+    "backlog_rows",
+    "last_round_rows",
+    "consecutive_failures",
+    "quarantined",
+    "last_error",
+)
+HISTORY_COLUMNS = ("timestamp", "epoch", "rows", "files", "duration_seconds", "end_offsets", "run_id")
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = "" if value is None else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def emit(records: Sequence[dict[str, Any]] | dict[str, Any], output: str, columns: Sequence[str] = ()) -> None:
+    """Print records: json and yaml whole and typed (for scripts), table and plain as chosen columns."""
+    if output == "json":
+        print(json.dumps(records, indent=2, default=str))
+        return
+    if output == "yaml":
+        print(yaml.safe_dump(json.loads(json.dumps(records, default=str)), sort_keys=False), end="")
+        return
+    from airflow.cli.simple_table import AirflowConsole
+
+    rows = [records] if isinstance(records, dict) else list(records)
+    shown = [{c: _short(r.get(c)) for c in (columns or r.keys())} for r in rows]
+    if output == "plain":
+        AirflowConsole().print_as_plain_table(shown)
+    else:
+        AirflowConsole().print_as_table(shown)
+
+
+def _fail(message: str) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(1)
+
+
+@suppress_logs_and_warning
+@providers_configuration_loaded
+def status(args: Namespace) -> None:
+    if args.table:
+        try:
+            found = [get_tiering_status(args.table)]
+        except KeyError as exc:
+            _fail(str(exc.args[0]))
+    else:
+        found = list_tiering_statuses(namespace=args.namespace, status=args.status)
+    records = [s.to_json() for s in found]
+    if args.table and args.output in ("json", "yaml"):
+        emit(records[0], args.output)
+    else:
+        emit(records, args.output, STATUS_COLUMNS)
+
+
+@suppress_logs_and_warning
+@providers_configuration_loaded
+def history(args: Namespace) -> None:
+    try:
+        rounds = tiering_history(args.table, limit=args.limit)
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+    emit([r.to_json() for r in rounds], args.output, HISTORY_COLUMNS)
+
+
+@suppress_logs_and_warning
+@providers_configuration_loaded
+def trigger(args: Namespace) -> None:
+    try:
+        runs = trigger_tables(args.tables, triggered_by="cli")
+    except (KeyError, ValueError) as exc:
+        _fail(str(exc.args[0]))
+    for run in runs:
+        print(f"{run.dag_id}: started run {run.run_id} for {', '.join(run.tasks)}", file=sys.stderr)
+        if run.paused:
+            print(f"{run.dag_id}: the DAG is paused; the run waits until it is unpaused", file=sys.stderr)
+    if not args.wait:
+        emit([{"dag_id": r.dag_id, "run_id": r.run_id, "tables": list(r.tasks)} for r in runs], args.output)
+        return
+    states = wait_for_tables(
+        runs,
+        timeout=args.timeout,
+        on_change=lambda table, state: print(f"{table}: {state or 'not scheduled yet'}", file=sys.stderr),
+    )
+    emit([{"table": t, "state": s} for t, s in states.items()], args.output)
+    unfinished = [t for t, s in states.items() if s not in FINISHED_STATES]
+    failed = [t for t, s in states.items() if s in FINISHED_STATES and s not in OK_STATES]
+    if unfinished:
+        print(f"timed out waiting for {', '.join(unfinished)}", file=sys.stderr)
+        raise SystemExit(2)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+@suppress_logs_and_warning
+@providers_configuration_loaded
+def reset(args: Namespace) -> None:
+    try:
+        state = reset_table(args.table)
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+    print(f"{args.table}: quarantine lifted; the next round runs", file=sys.stderr)
+    emit(
+        {"table": state.table, "status": state.status.value, "note": state.note},
+        args.output,
+        ("table", "status", "note"),
+    )

@@ -1,0 +1,142 @@
+"""Start tiering rounds on demand: find the DAG that tiers each named table, start one run per DAG that tiers
+only those tables (``conf={"tables": [...]}``), and follow their task instances. Used by the CLI and the plugin.
+
+Needs the metadata database (CLI, API server), like :mod:`airflow_provider_tiering.status`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_tiering.status import ASSET_GROUP, session_scope
+
+#: Task instance states after which a table's task will not run again in that DAG run.
+FINISHED_STATES = frozenset({"success", "skipped", "failed", "upstream_failed", "removed"})
+OK_STATES = frozenset({"success", "skipped"})
+
+
+@dataclass(frozen=True)
+class TableTask:
+    """Where a tiered table is tiered: the DAG and the task that emit its asset."""
+
+    table: str
+    dag_id: str
+    task_id: str
+
+
+@dataclass
+class TriggeredRun:
+    """A DAG run started for some of the DAG's tables; ``tasks`` maps each table to its tier task id."""
+
+    dag_id: str
+    run_id: str
+    tasks: dict[str, str] = field(default_factory=dict)
+    paused: bool = False
+
+
+def table_tasks(*, session: Any | None = None) -> dict[str, list[TableTask]]:
+    """Every tiered table by name, with the DAG(s) and task(s) that tier it, from the parsed DAGs' outlets."""
+    from airflow.models.asset import AssetModel, TaskOutletAssetReference
+    from sqlalchemy import select
+
+    with session_scope(session) as s:
+        rows = s.execute(
+            select(AssetModel.extra, TaskOutletAssetReference.dag_id, TaskOutletAssetReference.task_id)
+            .join(TaskOutletAssetReference, TaskOutletAssetReference.asset_id == AssetModel.id)
+            .where(AssetModel.group == ASSET_GROUP)
+        ).all()
+    found: dict[str, list[TableTask]] = {}
+    for extra, dag_id, task_id in rows:
+        name = (extra or {}).get("tiered_table")
+        if name:
+            found.setdefault(name, []).append(TableTask(name, dag_id, task_id))
+    return found
+
+
+def trigger_tables(
+    tables: Iterable[str], *, triggered_by: str = "cli", user: str | None = None, session: Any | None = None
+) -> list[TriggeredRun]:
+    """Start, for each DAG involved, one run that tiers only the named tables. Raises KeyError for a table no
+    DAG tiers, and ValueError when a table is tiered by several DAGs (name the DAG's tables separately)."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.models.dag import DagModel
+    from airflow.utils.types import DagRunTriggeredByType
+
+    wanted = list(dict.fromkeys(tables))
+    if not wanted:
+        raise ValueError("name at least one table")
+    with session_scope(session) as s:
+        known = table_tasks(session=s)
+        by_dag: dict[str, dict[str, str]] = {}
+        for table in wanted:
+            places = known.get(table)
+            if not places:
+                raise KeyError(f"no DAG tiers a table named {table!r} (known: {', '.join(sorted(known)) or 'none'})")
+            dags = sorted({p.dag_id for p in places})
+            if len(dags) > 1:
+                raise ValueError(f"table {table!r} is tiered by several DAGs: {', '.join(dags)}")
+            by_dag.setdefault(places[0].dag_id, {})[table] = places[0].task_id
+        runs = []
+        for dag_id, tasks in by_dag.items():
+            dag_run = trigger_dag(
+                dag_id,
+                triggered_by=DagRunTriggeredByType(triggered_by),
+                triggering_user_name=user,
+                conf={"tables": sorted(tasks)},
+                note=f"tiering {', '.join(sorted(tasks))} on demand",
+                session=s,
+            )
+            if dag_run is None:
+                raise RuntimeError(f"DAG {dag_id!r} did not start a run")
+            paused = bool(s.get(DagModel, dag_id) and s.get(DagModel, dag_id).is_paused)
+            runs.append(TriggeredRun(dag_id, dag_run.run_id, dict(tasks), paused))
+    return runs
+
+
+def task_states(runs: Iterable[TriggeredRun], *, session: Any | None = None) -> dict[str, str | None]:
+    """The state of each triggered table's task instance (None while not yet scheduled)."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    states: dict[str, str | None] = {}
+    with session_scope(session) as s:
+        for run in runs:
+            found = dict(
+                s.execute(
+                    select(TaskInstance.task_id, TaskInstance.state).where(
+                        TaskInstance.dag_id == run.dag_id,
+                        TaskInstance.run_id == run.run_id,
+                        TaskInstance.task_id.in_(list(run.tasks.values())),
+                    )
+                ).all()
+            )
+            for table, task_id in run.tasks.items():
+                state = found.get(task_id)
+                states[table] = None if state is None else str(getattr(state, "value", state))
+    return states
+
+
+def wait_for_tables(
+    runs: list[TriggeredRun],
+    *,
+    timeout: float | None = None,
+    poll_interval: float = 2.0,
+    on_change: Callable[[str, str | None], None] | None = None,
+) -> dict[str, str | None]:
+    """Poll until every triggered table's task has finished (or ``timeout`` seconds passed); the final states."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    seen: dict[str, str | None] = {}
+    while True:
+        states = task_states(runs)
+        for table, state in states.items():
+            if on_change is not None and seen.get(table, "<none>") != state:
+                on_change(table, state)
+        seen = states
+        if all(state in FINISHED_STATES for state in states.values()):
+            return states
+        if deadline is not None and time.monotonic() >= deadline:
+            return states
+        time.sleep(poll_interval)

@@ -1,0 +1,96 @@
+"""``TableDueTrigger``: waits in the triggerer until a table is due and its hot store has new rows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
+from importlib import import_module
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_tiering.core.error_text import describe_error
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state import utcnow
+
+
+async def sleep_until(moment: datetime | None) -> None:
+    if moment is not None:
+        await asyncio.sleep(max(0.0, (moment - utcnow()).total_seconds()))
+
+
+class TableDueTrigger(BaseTrigger):
+    """Sleeps until ``due_at``, then probes the hot store every ``poke_interval`` seconds for rows beyond
+    ``committed`` until there are some or ``deadline`` passes.
+
+    Triggers have no access to the metadata database (so none to the table's state document): the
+    sensor reads the state on the worker and hands over what the wait needs, the due time and the
+    committed offsets. Its kwargs hold the table spec, which names connections but never holds
+    credentials; the source's credentials are looked up here, through the triggerer.
+    Events: ``{"status": "due"}`` (rows are waiting, or the probe failed: the round will then record
+    the error), or ``{"status": "deadline"}``.
+    """
+
+    def __init__(
+        self,
+        table: dict[str, Any],
+        due_at: str | None,
+        committed: dict[str, Any] | None,
+        poke_interval: float,
+        deadline: str | None,
+    ) -> None:
+        super().__init__()
+        self.table = table
+        self.due_at = due_at
+        self.committed = committed
+        self.poke_interval = poke_interval
+        self.deadline = deadline
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table": self.table,
+                "due_at": self.due_at,
+                "committed": self.committed,
+                "poke_interval": self.poke_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        # Imported off the event loop: the hook pulls in pyarrow, whose import blocks for a second.
+        hooks = await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.tiering")
+        spec = TableSpec.parse(self.table)
+        deadline = datetime.fromisoformat(self.deadline) if self.deadline else None
+        due_at = datetime.fromisoformat(self.due_at) if self.due_at else None
+        if deadline is not None and due_at is not None and due_at > deadline:
+            await sleep_until(deadline)
+            yield TriggerEvent({"status": "deadline", "table": spec.name})
+            return
+        await sleep_until(due_at)
+        probes, secrets = 0, []
+        try:
+            source = await hooks.SqlSourceHook(spec.source).aget_source()
+            secrets = source.secrets()
+            while not await asyncio.to_thread(source.has_rows_after, self.committed):
+                probes += 1
+                now = utcnow()
+                if deadline is not None and now >= deadline:
+                    yield TriggerEvent({"status": "deadline", "table": spec.name, "probes": probes})
+                    return
+                self.log.info(
+                    "%s: due, but no rows beyond %s yet; next probe in %ss",
+                    spec.name,
+                    self.committed,
+                    self.poke_interval,
+                )
+                pause = self.poke_interval
+                if deadline is not None:
+                    pause = min(pause, (deadline - now).total_seconds())
+                await asyncio.sleep(max(0.0, pause))
+        except Exception as exc:  # the round itself records and retries source errors: hand over, don't hide
+            yield TriggerEvent({"status": "due", "table": spec.name, "probe_error": describe_error(exc, secrets)})
+            return
+        yield TriggerEvent({"status": "due", "table": spec.name, "probes": probes + 1})

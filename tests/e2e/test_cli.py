@@ -1,0 +1,113 @@
+"""``airflow tiering status|history|trigger|reset`` run as a user would, against a real api-server, scheduler
+and LocalExecutor: status agrees with the REST API, json and yaml parse, ``trigger --wait`` tiers only the
+named table and its exit code tells the outcome, ``reset`` lifts a quarantine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.airflow_cluster import AirflowCluster
+from tests.e2e.tiering_env import table_function, tiering_setup
+from tests.integration.hot_tables import COLUMNS, PostgresHot
+from tests.lake_check import digest, lake_rows
+
+DAG_ID = "tiering_cli"
+
+DAGS = table_function("cli", freshness_seconds=3600, retries=0) + textwrap.dedent(
+    f'''
+    """Two healthy tables and a broken one (wrong password) that is quarantined after one failed round."""
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    tiering = build_tiering_dag(
+        "{DAG_ID}",
+        [
+            table("c_alpha", "hot_pg"),
+            table("c_beta", "hot_pg"),
+            table("c_bad", "hot_broken", max_consecutive_failures=1),
+        ],
+    )
+    '''
+)
+
+
+def cli(af: AirflowCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(af.airflow_bin), "tiering", *args], env=af.env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None:
+    hot = PostgresHot(pg_server.dsn)
+    for name in ("c_alpha", "c_beta", "c_bad"):
+        hot.create(name)
+        hot.insert(name, 1, 1500)
+    password = "not-the-password-8c3b"
+    dags, catalog, env = tiering_setup(tmp_path, pg_server, DAGS, password)
+    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID]) as af:
+        first = af.trigger_dag(DAG_ID)
+        assert af.wait_for_run(DAG_ID, first, timeout=400) == "failed"  # c_bad fails, the others tier
+
+        # status: the same records as the state documents behind the REST API, in every format.
+        done = cli(af, "status", "-o", "json")
+        assert done.returncode == 0, done.stderr
+        records = {r["table"]: r for r in json.loads(done.stdout)}
+        assert set(records) == {"c_alpha", "c_beta", "c_bad"}
+        for table, record in records.items():
+            state = af.asset_state_store(f"tiering/cli/{table}")["tiering_state"]
+            assert (record["status"], record["epoch"], record["consecutive_failures"]) == (
+                state["status"],
+                state["epoch"],
+                state["consecutive_failures"],
+            )
+            assert record["last_error"] == state["last_error"]
+            assert record["dag_id"] == DAG_ID and record["task_id"] == table
+        assert records["c_alpha"]["status"] == "TIERED" and records["c_alpha"]["last_round_rows"] == 1500
+        assert records["c_bad"]["status"] == "FAILED" and records["c_bad"]["quarantined"] is True
+        assert "password authentication failed" in records["c_bad"]["last_error"]
+        assert password not in done.stdout
+        as_yaml = yaml.safe_load(cli(af, "status", "--status", "failed", "-o", "yaml").stdout)
+        assert [r["table"] for r in as_yaml] == ["c_bad"]
+        one = json.loads(cli(af, "status", "c_alpha", "-o", "json").stdout)
+        assert one["committed_offsets"] == {"cursor": 1500}
+        table_view = cli(af, "status")
+        assert table_view.returncode == 0 and "c_alpha" in table_view.stdout and "TIERED" in table_view.stdout
+        unknown = cli(af, "status", "c_nope")
+        assert unknown.returncode == 1 and "no tiered table named 'c_nope'" in unknown.stderr
+
+        # trigger --wait: only c_alpha is tiered (not due by freshness, but named), c_beta skips.
+        hot.insert("c_alpha", 1501, 700)
+        hot.insert("c_beta", 1501, 700)
+        done = cli(af, "trigger", "c_alpha", "--wait", "--timeout", "400", "-o", "json", timeout=500)
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert json.loads(done.stdout) == [{"table": "c_alpha", "state": "success"}]
+        run_id = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns", params={"order_by": "-run_after", "limit": 1})["dag_runs"][0][
+            "dag_run_id"
+        ]
+        assert af.dag_run(DAG_ID, run_id)["conf"] == {"tables": ["c_alpha"]}
+        assert af.wait_for_run(DAG_ID, run_id, timeout=120) == "success"
+        assert af.task_instances(DAG_ID, run_id)["c_beta"] == "skipped"
+        assert digest(lake_rows(catalog, ("cli", "c_alpha"), COLUMNS)) == digest(hot.rows("c_alpha"))
+        assert len(lake_rows(catalog, ("cli", "c_beta"), COLUMNS)) == 1500
+
+        history = json.loads(cli(af, "history", "c_alpha", "-o", "json").stdout)
+        assert [(h["epoch"], h["rows"]) for h in history] == [(2, 700), (1, 1500)]
+        assert history[0]["run_id"] == run_id and history[0]["end_offsets"] == {"cursor": 2200}
+
+        # A quarantined table: trigger --wait reports its skipped task as no failure, reset lifts it,
+        # then (its connection still broken) a triggered round fails and the exit code says so.
+        reset = cli(af, "reset", "c_bad", "-o", "json")
+        assert reset.returncode == 0, reset.stderr
+        assert json.loads(cli(af, "status", "c_bad", "-o", "json").stdout)["quarantined"] is False
+        failed = cli(af, "trigger", "c_bad", "--wait", "--timeout", "400", timeout=500)
+        assert failed.returncode == 1 and "failed: c_bad" in failed.stderr
+        assert json.loads(cli(af, "status", "c_bad", "-o", "json").stdout)["quarantined"] is True
+        assert cli(af, "trigger", "c_nope").returncode == 1
