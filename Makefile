@@ -2,7 +2,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench bench-dag-run spark-connect clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,14 @@ lint: setup
 ## Benchmark a full round of TPC-H lineitem (SF=1 by default) against its baselines.
 bench: setup
 	$(BIN)/python benchmarks/bench_round.py --sf $${SF:-1}
+
+## One DAG run of a 200-table tiering DAG with nothing to tier vs 200 empty tasks, under a real Airflow scheduler.
+bench-dag-run: setup
+	$(BIN)/python -m benchmarks.bench_dag_run --tables $${TABLES:-200}
+
+## A Spark Connect server (the venv's pyspark) on 127.0.0.1, port SPARK_CONNECT_PORT (15002); scripts/spark_connect_server.sh stop.
+spark-connect: setup
+	VENV=$(VENV) bash scripts/spark_connect_server.sh start
 
 clean:
 	rm -rf .demo tests/artifacts benchmarks/results

@@ -38,18 +38,22 @@ class SparkSettings:
 
 def create_spark_session(settings: SparkSettings) -> Any:
     """Start (or attach to) a Spark session. Python workers run this interpreter."""
-    from pyspark.sql import SparkSession
-
     # py4j logs every connection at INFO, even from __del__ at interpreter exit (after streams close).
     logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(settings.app_name)
     if settings.remote:
-        builder = builder.remote(settings.remote)
+        # Spark Connect's own builder: the classic one refuses a remote session while a local one runs in this
+        # process (SESSION_ALREADY_EXIST), and it sets SPARK_CONNECT_MODE_ENABLED in os.environ for good, after
+        # which every classic session of this process or its child processes fails (CONNECT_URL_NOT_SET).
+        from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
+
+        builder = ConnectSparkSession.builder.appName(settings.app_name).remote(settings.remote)
         conf: dict[str, str] = {}
     else:
-        builder = builder.master(settings.master)
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
         conf = (
             dict(_LOCAL_DEFAULTS)
             if settings.master.startswith("local")

@@ -113,6 +113,10 @@ class SparkSplitWriter:
         return [WrittenFile(r["path"], int(r["rows"]), int(r["bytes"]), int(r["split_index"])) for r in rows]
 
     def stop(self) -> None:
-        if self._spark is not None and not self.settings.remote:
+        """Stop a local or cluster session; for Spark Connect, release this client's server session only.
+
+        A Connect server keeps an unreleased session (its state and artifacts) until its idle timeout.
+        """
+        if self._spark is not None:
             self._spark.stop()
         self._spark = None

@@ -39,3 +39,18 @@ def test_benchmark_runs_every_variant_at_small_scale(pg_server, tmp_path, capsys
     assert results["adbc-append"]["last"]["rows"] == rows
     assert results["idle-round"]["last"]["outcome"] == "nothing_to_tier"
     assert "round / variant" in capsys.readouterr().out
+
+
+def test_spark_connect_benchmark_runs_both_modes_at_small_size(tmp_path, capsys):
+    from benchmarks.bench_spark_connect import main as connect_main
+
+    output = tmp_path / "connect.json"
+    argv = ["--tables", "2", "--rows", "300", "--workdir", str(tmp_path / "w"), "--output", str(output)]
+    assert connect_main(argv) == 0
+    report = json.loads(output.read_text())
+    assert set(report["report"]) == {"per-task", "connect", "connect+start"}
+    for mode in ("per-task", "connect"):
+        run = report["runs"][mode]
+        assert run["lake_checked"] and [t["rows"] for t in run["tasks"]] == [300, 300]
+    assert report["report"]["connect"]["server_start_seconds"] > 0
+    assert "shared Spark Connect" in capsys.readouterr().out

@@ -1,0 +1,130 @@
+"""Rounds through a real Spark Connect server (scripts/spark_connect_server.sh, 127.0.0.1 only).
+
+The split tasks (mapInArrow over split ids) run in the server's Python workers, which import this package
+and unpickle the Source; this process starts no JVM of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.iceberg import IcebergLake
+from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
+from airflow_provider_tiering.spark.session import SparkSettings
+from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+from tests.integration.hot_tables import COLUMNS, SqliteHot
+from tests.lake_check import digest, lake_rows, unreferenced_data_files
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "spark_connect_server.sh"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def spark_connect(tmp_path_factory) -> Iterator[str]:
+    """A Spark Connect server for this module, started by the project's script; stopped at teardown."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "VENV": str(Path(sys.executable).parent.parent),
+        "SPARK_CONNECT_PORT": str(port),
+        "SPARK_CONNECT_MASTER": "local[2]",
+        "SPARK_CONNECT_DIR": str(tmp_path_factory.mktemp("spark-connect")),
+    }
+    env.pop("SPARK_CONNECT_TOKEN", None)  # the writer below sends no token
+    started = subprocess.run(["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        log = (Path(env["SPARK_CONNECT_DIR"]) / "server.log").read_text()
+        assert f"Spark Connect server started at: 127.0.0.1:{port}" in log
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("partition_by", [(), ("region",)], ids=["plain", "identity-partitioned"])
+def test_rounds_through_spark_connect_tier_the_table_row_for_row(
+    spark_connect, partition_by, catalog_properties, tmp_path
+):
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    table = f"orders_connect_{len(partition_by)}"
+    spec = TableSpec.parse(
+        {
+            "name": table,
+            "source": {"conn_id": "unused", "table": table, "cursor_column": "id"},
+            "lake": {"namespace": "it", "table": table, "partition_by": list(partition_by)},
+            "target_rows_per_split": 700,
+        }
+    )
+    hot = SqliteHot(tmp_path / "hot.db")
+    hot.create(table)
+    writer = SparkSplitWriter(SparkSettings(remote=spark_connect))
+    state_path = tmp_path / "state.json"
+    try:
+        for start, count in [(1, 3000), (3001, 1500)]:
+            hot.insert(table, start, count)
+            lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table, spec.lake.partition_by)
+            result = run_round(spec, hot.source(spec.source), lake, writer, JsonFileStateStore(state_path))
+            assert result.outcome == "tiered"
+            assert result.metrics.rows == count and result.metrics.splits > 1
+            assert result.end_offsets == {"cursor": start + count - 1}
+            assert digest(lake_rows(catalog_properties, ("it", table), COLUMNS)) == digest(hot.rows(table))
+        assert isinstance(writer.spark, ConnectSession)  # the split tasks ran on the server, not in a local JVM
+    finally:
+        writer.stop()
+    assert unreferenced_data_files(catalog_properties, ("it", table)) == []
+    idle = run_round(
+        spec,
+        hot.source(spec.source),
+        IcebergLake(load_lake_catalog("default", catalog_properties), "it", table, spec.lake.partition_by),
+        SparkSplitWriter(SparkSettings(remote=spark_connect)),
+        JsonFileStateStore(state_path),
+    )
+    assert idle.outcome == "nothing_to_tier"
+
+
+def test_a_process_may_use_a_local_session_and_spark_connect_in_turn(
+    spark_connect, spark_writer, catalog_properties, tmp_path
+):
+    """pyspark's classic builder refuses Connect next to a local session and leaves Connect mode set in the
+    environment (breaking later local sessions and child processes); the writer's sessions must not."""
+    hot = SqliteHot(tmp_path / "hot.db")
+    for table, writer in [
+        ("mixed_local", spark_writer),
+        ("mixed_connect", SparkSplitWriter(SparkSettings(remote=spark_connect))),
+        ("mixed_local_again", spark_writer),
+    ]:
+        spec = TableSpec.parse(
+            {
+                "name": table,
+                "source": {"conn_id": "unused", "table": table, "cursor_column": "id"},
+                "lake": {"namespace": "it", "table": table},
+            }
+        )
+        hot.create(table)
+        hot.insert(table, 1, 500)
+        lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table)
+        result = run_round(spec, hot.source(spec.source), lake, writer, JsonFileStateStore(tmp_path / f"{table}.json"))
+        if writer is not spark_writer:
+            writer.stop()
+        assert result.metrics.rows == 500
+        assert digest(lake_rows(catalog_properties, ("it", table), COLUMNS)) == digest(hot.rows(table))
+        assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
