@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from airflow.sdk import BaseHook
 
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.spec import SparkSpec, SqlSourceSpec
-from airflow_provider_tiering.lake.iceberg import load_catalog
-from airflow_provider_tiering.sources.base import Source
 from airflow_provider_tiering.spark.session import DEFAULT_MASTER, SparkSettings
+
+if TYPE_CHECKING:
+    from airflow_provider_tiering.sources.base import Source
 
 _SECRET_KEY = re.compile(r"pass|secret|token|credential|key", re.IGNORECASE)
 POSTGRES_CONN_TYPES = frozenset({"postgres", "postgresql"})
@@ -107,6 +108,8 @@ class IcebergCatalogHook(BaseHook):
         return properties
 
     def get_conn(self) -> Any:
+        from airflow_provider_tiering.lake.iceberg import load_catalog
+
         properties = self.catalog_properties()
         return load_catalog(properties.pop("name", self.iceberg_conn_id), properties)
 
@@ -114,6 +117,8 @@ class IcebergCatalogHook(BaseHook):
         """:meth:`get_conn` for triggers: the connection is looked up without blocking the event loop."""
         properties, self._secrets = catalog_properties_from_connection(await self.aget_connection(self.iceberg_conn_id))
         name = properties.pop("name", self.iceberg_conn_id)
+        from airflow_provider_tiering.lake.iceberg import load_catalog
+
         return await asyncio.to_thread(load_catalog, name, properties)
 
     def secrets(self) -> list[str]:

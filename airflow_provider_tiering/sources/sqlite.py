@@ -6,9 +6,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.planner import CursorDistribution
@@ -16,12 +14,17 @@ from airflow_provider_tiering.core.spec import SqlSourceSpec
 from airflow_provider_tiering.sources.base import Offsets, SafeWatermark
 from airflow_provider_tiering.sources.sql import SqlSource, quote_identifier, quote_string, stride_quantiles
 
+if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs none of it (0.26 s of 0.28 s)
+    import pyarrow as pa
+
 BATCH_ROWS = 65_536
 _DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 
 
 def arrow_type_for_declared(declared: str) -> pa.DataType:
     """Map a declared SQLite column type to Arrow, following SQLite's affinity rules where they apply."""
+    import pyarrow as pa
+
     upper = declared.upper()
     if "TIMESTAMP" in upper or "DATETIME" in upper:
         return pa.timestamp("us")
@@ -72,6 +75,8 @@ class SqliteSource(SqlSource):
             conn.close()
 
     def _load_schema(self) -> pa.Schema:
+        import pyarrow as pa
+
         rows = self._query(f"PRAGMA table_info({self.table_ref})")
         if not rows:
             raise SourceError(f"{self.display_name} does not exist in {self.path}")
@@ -91,6 +96,8 @@ class SqliteSource(SqlSource):
         return str(value) if isinstance(value, int) else quote_string(value)
 
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+        import pyarrow as pa
+
         lower = None if committed is None else committed["cursor"]
         predicate = self.range_predicate(lower, None)
         lag = self.spec.settle_lag_seconds
@@ -125,6 +132,8 @@ class SqliteSource(SqlSource):
         return quote_identifier(self.spec.table)
 
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
         conn = self._connect()
         try:
             cur = conn.execute(sql)
@@ -141,6 +150,8 @@ class SqliteSource(SqlSource):
 
     @staticmethod
     def _to_arrow(values: tuple[Any, ...], field: pa.Field) -> pa.Array:
+        import pyarrow as pa
+
         target = field.type
         try:
             if pa.types.is_timestamp(target) or pa.types.is_date(target):
