@@ -2,7 +2,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast lint bench bench-dag-run spark-connect clean
+.PHONY: setup demo test test-fast lint bench bench-dag-run bench-status-page spark-connect clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: setup
 ## One DAG run of a 200-table tiering DAG with nothing to tier vs 200 empty tasks, under a real Airflow scheduler.
 bench-dag-run: setup
 	$(BIN)/python -m benchmarks.bench_dag_run --tables $${TABLES:-200}
+
+## The Tiering page and its list endpoint with 500 tables, in headless Chromium against a real api-server.
+bench-status-page: setup
+	$(BIN)/python -m benchmarks.bench_status_page
 
 ## A Spark Connect server (the venv's pyspark) on 127.0.0.1, port SPARK_CONNECT_PORT (15002); scripts/spark_connect_server.sh stop.
 spark-connect: setup

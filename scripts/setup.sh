@@ -9,6 +9,9 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
+# headless browser for the UI e2e tests and benchmarks/bench_status_page.py (same Debian version for both)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing system packages: ${need_apt[*]} (run as root or install them with apt-get)" >&2

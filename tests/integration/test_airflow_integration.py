@@ -38,17 +38,31 @@ def airflow_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def test_provider_is_listed_by_airflow(tmp_path):
+def airflow_json(tmp_path: Path, *args: str) -> list[dict]:
+    """Run ``airflow <args> -o json`` in a fresh Airflow home and parse its output."""
     out = subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "providers", "list", "-o", "json"],
+        [str(Path(sys.executable).parent / "airflow"), *args, "-o", "json"],
         env=airflow_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     ).stdout
-    packages = {p["package_name"]: p for p in json.loads(out[out.index("[") :])}
+    return json.loads(out[out.index("[") :])
+
+
+def test_provider_is_listed_by_airflow(tmp_path):
+    packages = {p["package_name"]: p for p in airflow_json(tmp_path, "providers", "list")}
     assert "airflow-provider-tiering" in packages
+
+
+def test_airflow_finds_the_tiering_plugin_with_default_settings(tmp_path: Path) -> None:
+    """Through the package's ``airflow.plugins`` entry point: a provider's own "plugins" list is read only with
+    ``[core] lazy_discover_providers = False``."""
+    plugin = {p["name"]: p for p in airflow_json(tmp_path, "plugins")}["tiering"]
+    assert "airflow.plugins" in plugin["source"]
+    assert "/tiering" in str(plugin["fastapi_apps"])
+    assert "'url_route': 'tiering'" in str(plugin["external_views"])
 
 
 def test_bad_table_spec_fails_dag_parsing_naming_the_field(tmp_path):

@@ -1,0 +1,165 @@
+"""The tiering REST API (JSON, described by the app's OpenAPI document): statuses, history, reset, trigger.
+
+Every route reads or writes Airflow's metadata database through :mod:`airflow_provider_tiering.status` and
+:mod:`airflow_provider_tiering.control`; the routes are plain functions, so FastAPI runs them in its thread pool.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from pydantic import BaseModel, Field
+
+from airflow_provider_tiering.control import table_tasks, trigger_tables
+from airflow_provider_tiering.core.state import TableStatus
+from airflow_provider_tiering.plugins.access import GetUserDep, authorize_reset, authorize_trigger, can_read
+from airflow_provider_tiering.status import (
+    TieringRound,
+    TieringStatus,
+    get_tiering_status,
+    list_tiering_statuses,
+    reset_table,
+    session_scope,
+    tiering_history,
+)
+
+router = APIRouter(prefix="/api", tags=["tiering"], dependencies=[can_read])
+
+TablePath = Annotated[str, Path(description="The tiered table's name in its DAG (its task id)")]
+
+
+class TableStatusResponse(BaseModel):
+    """One tiered table: its status, position, last round and last error (the state document, flattened)."""
+
+    table: str = Field(description="Name of the table in its DAG spec (the task id)")
+    namespace: str
+    lake_table: str
+    asset: str = Field(description="The Airflow asset of the table, tiering/<namespace>/<table>")
+    asset_id: int
+    dag_id: str | None = Field(description="DAG that tiers the table (the newest one emitting its asset)")
+    task_id: str | None
+    status: TableStatus
+    epoch: int
+    last_tiered_time: datetime | None
+    last_checked_time: datetime | None
+    staleness_seconds: float | None = Field(description="Seconds since the table was last tiered")
+    lag_seconds: float | None = Field(description="For time cursors: how far the last round's newest row lagged")
+    backlog_rows: int | None = Field(description="Rows the last round left in the hot store (its row cap)")
+    last_round_rows: int | None
+    committed_offsets: dict[str, Any] | None
+    snapshot_id: int | None
+    consecutive_failures: int
+    next_retry_at: datetime | None
+    quarantined: bool
+    quarantined_since: datetime | None
+    last_error: str | None = Field(description="Last error, masked and truncated to 2 KiB; kept after a success")
+    last_error_time: datetime | None
+    watermark_blockers: list[dict[str, Any]] = Field(description="Open transactions holding the safe watermark")
+    note: str | None
+
+
+class TableListResponse(BaseModel):
+    tables: list[TableStatusResponse]
+    total_entries: int
+
+
+class HistoryResponse(BaseModel):
+    table: str
+    rounds: list[TieringRound] = Field(description="Newest first; each round as its asset event recorded it")
+
+
+class TriggerRequest(BaseModel):
+    tables: list[str] = Field(min_length=1, description="Tables to tier now, due or not")
+
+
+class TriggeredRunResponse(BaseModel):
+    dag_id: str
+    run_id: str
+    tasks: dict[str, str] = Field(description="Each triggered table and its task id")
+    paused: bool = Field(description="The DAG is paused: the run waits until it is unpaused")
+
+
+class TriggerResponse(BaseModel):
+    runs: list[TriggeredRunResponse]
+
+
+def _response(found: TieringStatus) -> TableStatusResponse:
+    return TableStatusResponse.model_validate(found.to_json())
+
+
+def _not_found(err: KeyError) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, str(err.args[0]) if err.args else "no such table")
+
+
+@router.get("/tables", response_model=TableListResponse, summary="Every tiered table's status")
+def list_tables(
+    namespace: Annotated[str | None, Query(description="Only tables of this lake namespace")] = None,
+    table_status: Annotated[TableStatus | None, Query(alias="status", description="Only tables in this status")] = None,
+) -> TableListResponse:
+    tables = [_response(found) for found in list_tiering_statuses(namespace=namespace, status=table_status)]
+    return TableListResponse(tables=tables, total_entries=len(tables))
+
+
+@router.get("/tables/{table}", response_model=TableStatusResponse, summary="One table's status", responses={404: {}})
+def get_table(table: TablePath) -> TableStatusResponse:
+    try:
+        return _response(get_tiering_status(table))
+    except KeyError as err:
+        raise _not_found(err) from None
+
+
+@router.get(
+    "/tables/{table}/history",
+    response_model=HistoryResponse,
+    summary="A table's recent successful rounds",
+    responses={404: {}},
+)
+def get_history(
+    table: TablePath, limit: Annotated[int, Query(ge=1, le=1000, description="Most recent rounds to return")] = 50
+) -> HistoryResponse:
+    try:
+        rounds = tiering_history(table, limit)
+    except KeyError as err:
+        raise _not_found(err) from None
+    return HistoryResponse(table=table, rounds=rounds)
+
+
+@router.post(
+    "/tables/{table}/reset",
+    response_model=TableStatusResponse,
+    summary="Lift a table's quarantine so its next round runs",
+    responses={403: {}, 404: {}},
+)
+def reset(table: TablePath, user: GetUserDep) -> TableStatusResponse:
+    with session_scope(None) as session:
+        try:
+            found = get_tiering_status(table, session=session)
+        except KeyError as err:
+            raise _not_found(err) from None
+        authorize_reset(user, found.asset_id, table)
+        reset_table(table, session=session)
+        session.flush()
+        return _response(get_tiering_status(table, session=session))
+
+
+@router.post(
+    "/trigger",
+    response_model=TriggerResponse,
+    summary="Start a run of each DAG involved that tiers only the named tables",
+    responses={400: {}, 403: {}, 404: {}},
+)
+def trigger(body: TriggerRequest, user: GetUserDep) -> TriggerResponse:
+    known = table_tasks()
+    unknown = [name for name in body.tables if name not in known]
+    if unknown:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no DAG tiers table(s) {', '.join(sorted(unknown))}")
+    authorize_trigger(user, {place.dag_id for name in body.tables for place in known[name]})
+    try:
+        runs = trigger_tables(body.tables, triggered_by="rest_api", user=user.get_name())
+    except KeyError as err:
+        raise _not_found(err) from None
+    except ValueError as err:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(err)) from None
+    return TriggerResponse(runs=[TriggeredRunResponse(**run.__dict__) for run in runs])

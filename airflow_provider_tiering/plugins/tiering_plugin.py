@@ -1,0 +1,59 @@
+"""The Airflow plugin: mounts the tiering app at ``/tiering`` and adds a "Tiering" entry to the UI navigation.
+
+Airflow imports plugins in every process, task processes included (for macros and listeners), so this module
+stays light: the FastAPI app, which needs the API server's security module and the ORM, is built on the first
+request the API server sends it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+
+URL_PREFIX = "/tiering"
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class LazyTieringApp:
+    """An ASGI app that builds :func:`airflow_provider_tiering.plugins.app.create_app` when first called."""
+
+    def __init__(self) -> None:
+        self._app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
+        self._lock = threading.Lock()
+
+    def get_app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    from airflow_provider_tiering.plugins.app import create_app
+
+                    self._app = create_app()
+        return self._app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.get_app()(scope, receive, send)
+
+    def __repr__(self) -> str:
+        return "airflow_provider_tiering.plugins.app:create_app"
+
+
+class TieringPlugin(AirflowPlugin):
+    """Every tiered table's status in the Airflow UI (menu "Tiering") and as JSON under ``/tiering/api``."""
+
+    name = "tiering"
+    fastapi_apps = [{"name": "tiering", "app": LazyTieringApp(), "url_prefix": URL_PREFIX}]
+    external_views = [
+        {
+            "name": "Tiering",
+            "href": f"{URL_PREFIX}/",
+            "destination": "nav",
+            "url_route": "tiering",
+            "category": "browse",
+        }
+    ]

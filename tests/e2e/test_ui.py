@@ -1,0 +1,318 @@
+"""The Tiering page and REST API under a real Airflow (api-server, scheduler, LocalExecutor): a person signed in
+through the login form sees every table with its status and the failed one's error, a table's rounds as a chart,
+and the page inside the Airflow UI; nobody signed out gets anything; a viewer reads but can neither reset nor
+trigger; the REST list says what the asset state store says."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+import httpx
+import pytest
+
+from tests.e2e.airflow_cluster import AirflowCluster
+from tests.e2e.browser import chromium, log_in, wait_for
+from tests.e2e.state_documents import assets_dag_file, state_document, write_in_cluster
+from tests.e2e.tiering_env import tiering_setup
+from tests.integration.hot_tables import PostgresHot
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+DAG_ID = "tiering_ui"
+WRONG_PASSWORD = "wrong-Secret-pw-71ad"
+VIEWER = "viewer"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "ui"
+# Shown as text, never run: an error text is user data.
+HOSTILE_ERROR = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script> & "quoted" </td></tr>'
+
+DAG_FILE = textwrap.dedent(
+    f'''
+    """Three PostgreSQL tables in two namespaces; ui_broken's connection has a wrong password."""
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    def table(name, conn_id, namespace):
+        return {{
+            "name": name,
+            "source": {{"conn_id": conn_id, "table": name, "cursor_column": "id"}},
+            "lake": {{"namespace": namespace, "table": name}},
+            "retries": 0,
+            "max_consecutive_failures": 1,
+            "freshness_seconds": 1,
+        }}
+
+    dag = build_tiering_dag(
+        "{DAG_ID}",
+        [table("ui_alpha", "hot_pg", "ui"), table("ui_beta", "hot_pg", "ui_other"),
+         table("ui_broken", "hot_broken", "ui")],
+    )
+    '''
+)
+
+
+@dataclass
+class TieredUI:
+    af: AirflowCluster
+    viewer_password: str
+    first_run: str
+    second_run: str
+
+
+@pytest.fixture(scope="module")
+def ui(pg_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredUI]:
+    """One cluster for the module: a failed run tiering all three tables, then a run of ui_alpha alone (its
+    second round), plus a fourth table's state document whose error text is hostile HTML."""
+    tmp_path = tmp_path_factory.mktemp("ui")
+    hot = PostgresHot(pg_server.dsn)
+    for offset, name in enumerate(("ui_alpha", "ui_beta", "ui_broken")):
+        hot.create(name)
+        hot.insert(name, 1, 1500 + 500 * offset)
+    dags, _, env = tiering_setup(tmp_path, pg_server, DAG_FILE, WRONG_PASSWORD)
+    hostile = state_document("ui_hostile", "FAILED", rows=5000, consecutive_failures=2, namespace="ui_other")
+    hostile.update(last_error=HOSTILE_ERROR, last_error_time=datetime.now().astimezone().isoformat())
+    (dags / "hostile_assets.py").write_text(assets_dag_file("tiering_ui_assets", [hostile]))
+    users = {"core": {"simple_auth_manager_users": f"admin:admin,{VIEWER}:viewer"}}
+    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, config_overrides=users) as af:
+        write_in_cluster(af, [hostile], tmp_path)
+        first = af.trigger_dag(DAG_ID)
+        assert af.wait_for_run(DAG_ID, first, timeout=480) == "failed"
+        hot.insert("ui_alpha", 10_001, 700)
+        second = af.trigger_dag(DAG_ID, conf={"tables": ["ui_alpha"]})
+        assert af.wait_for_run(DAG_ID, second, timeout=300) == "success"
+        viewer_password = json.loads(af.passwords_file.read_text())[VIEWER]
+        yield TieredUI(af, viewer_password, first, second)
+
+
+def token(af: AirflowCluster, username: str, password: str) -> str:
+    resp = af.client.post("/auth/token", json={"username": username, "password": password})
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["access_token"])
+
+
+def rest(
+    af: AirflowCluster,
+    method: str,
+    path: str,
+    bearer: str | None = None,
+    cookies: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    with httpx.Client(base_url=af.base_url, timeout=60, trust_env=False, cookies=cookies) as client:
+        return client.request(method, path, headers=headers, **kwargs)
+
+
+def rows_by_table(driver: Any) -> dict[str, dict[str, str]]:
+    """The list view's rows in their order: table -> {namespace, status, epoch, rows, quarantined, error}."""
+    rows = driver.execute_script(
+        """
+        return [...document.querySelectorAll('#tables tbody tr')].map((tr) => {
+          const cells = tr.querySelectorAll('td');
+          return [tr.dataset.table, {
+            namespace: cells[0].textContent, status: tr.querySelector('.badge').textContent,
+            epoch: cells[3].textContent, rows: cells[7].textContent, quarantined: cells[9].textContent,
+            error: cells[10].textContent,
+          }];
+        });
+        """
+    )
+    return {table: info for table, info in rows}  # a list, not an object: WebDriver sorts an object's keys
+
+
+def test_page_shows_every_table_and_a_tables_rounds_in_chromium(ui: TieredUI) -> None:
+    from selenium.webdriver.common.by import By
+
+    af = ui.af
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with chromium(failure_screenshot=ARTIFACTS / "failure.png") as driver:
+        log_in(driver, af.base_url, "admin", "admin")
+
+        # The page on its own, at /tiering/.
+        driver.get(f"{af.base_url}/tiering/")
+        wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables tbody tr")) == 4, 60, "4 rows")
+        rows = rows_by_table(driver)
+        assert {t: r["status"] for t, r in rows.items()} == {
+            "ui_alpha": "TIERED",
+            "ui_beta": "TIERED",
+            "ui_broken": "FAILED",
+            "ui_hostile": "FAILED",
+        }
+        assert "ui_broken: cannot connect" in rows["ui_broken"]["error"]  # the first line, shortened
+        assert rows["ui_broken"]["quarantined"] == "yes" and rows["ui_alpha"]["quarantined"] == "no"
+        assert rows["ui_alpha"]["epoch"] == "2" and rows["ui_alpha"]["rows"] == "700"
+        # Hostile error text is shown as text: no element it describes exists, no script of it ran.
+        assert "<img src=x" in rows["ui_hostile"]["error"]
+        assert driver.execute_script("return document.querySelectorAll('#tables img, #tables script').length") == 0
+        assert driver.execute_script("return window.__xss === undefined")
+        driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_broken] .error-toggle").click()
+        full = driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_broken] .error-full").text
+        assert "password authentication failed" in full
+        assert WRONG_PASSWORD not in driver.page_source
+        driver.save_screenshot(str(ARTIFACTS / "tiering_list.png"))
+
+        # Filters and sorting (a click's handler may run after the click command returns: wait for the rows).
+        def shows(tables: list[str]) -> bool:
+            return list(rows_by_table(driver)) == tables
+
+        driver.find_element(By.CSS_SELECTOR, "#filter-status option[value=FAILED]").click()
+        wait_for(driver, lambda d: shows(["ui_broken", "ui_hostile"]), 10, "status filter")
+        driver.find_element(By.CSS_SELECTOR, "#filter-status option[value='']").click()
+        driver.find_element(By.CSS_SELECTOR, "#filter-namespace option[value=ui_other]").click()
+        wait_for(driver, lambda d: shows(["ui_beta", "ui_hostile"]), 10, "namespace filter")
+        driver.find_element(By.CSS_SELECTOR, "#filter-namespace option[value='']").click()
+        wait_for(driver, lambda d: shows(["ui_alpha", "ui_beta", "ui_broken", "ui_hostile"]), 10, "by name")
+        driver.find_element(By.CSS_SELECTOR, "th[data-sort=last_round_rows]").click()
+        wait_for(driver, lambda d: shows(["ui_alpha", "ui_beta", "ui_hostile", "ui_broken"]), 10, "ascending")
+        driver.find_element(By.CSS_SELECTOR, "th[data-sort=last_round_rows]").click()  # rows unknown: last both ways
+        wait_for(driver, lambda d: shows(["ui_hostile", "ui_beta", "ui_alpha", "ui_broken"]), 10, "descending")
+
+        # A table's detail: one bar per round (two rounds of ui_alpha), newest rows first in its table.
+        driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_alpha] a.table-link").click()
+        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar"), 60, "no chart")
+        bars = driver.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")
+        assert [b.get_attribute("data-rows") for b in bars] == ["1500", "700"]  # oldest first
+        snapshot_id = af.asset_state_store("tiering/ui/ui_alpha")["tiering_state"]["committed"]["snapshot_id"]
+        shown = driver.execute_script(
+            "return [...document.querySelectorAll('dl.facts dt')]"
+            ".find((dt) => dt.textContent === 'Snapshot').nextElementSibling.textContent"
+        )
+        assert shown == str(snapshot_id)  # all 64 bits, not a double's rounding
+        links = driver.find_elements(By.CSS_SELECTOR, "#rounds a[data-airflow-route]")
+        assert [urlparse(a.get_attribute("href")).path for a in links] == [
+            f"/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/ui_alpha" for run_id in (ui.second_run, ui.first_run)
+        ]
+        assert all(a.get_attribute("target") == "_top" for a in links)
+        driver.save_screenshot(str(ARTIFACTS / "tiering_detail.png"))
+
+        # Inside the Airflow UI: its "Tiering" view frames the page; a task link moves the UI itself.
+        driver.get(f"{af.base_url}/plugin/tiering")
+        frame = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[title=Tiering]"), 90, "no iframe")
+        driver.switch_to.frame(frame[0])
+        wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables tbody tr")) == 4, 60, "no rows")
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(ARTIFACTS / "tiering_in_airflow_ui.png"))
+        driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, "iframe[title=Tiering]"))
+        driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_alpha] a.table-link").click()
+        link = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#rounds a[data-airflow-route]"), 60)[0]
+        link.click()
+        driver.switch_to.default_content()
+        wait_for(driver, lambda d: urlparse(d.current_url).path.startswith(f"/dags/{DAG_ID}/runs/"), 30, "no nav")
+        assert urlparse(driver.current_url).path.endswith("/tasks/ui_alpha")
+
+    views = [v for p in af.get("/api/v2/plugins")["plugins"] for v in p["external_views"]]
+    assert {"name": "Tiering", "href": "/tiering/", "url_route": "tiering", "destination": "nav"}.items() <= next(
+        v for v in views if v["name"] == "Tiering"
+    ).items()
+
+
+def test_rest_list_agrees_with_the_asset_state_store(ui: TieredUI) -> None:
+    af = ui.af
+    listed = rest(af, "GET", "/tiering/api/tables", af.token()).json()
+    assert listed["total_entries"] == 4
+    for row in listed["tables"]:
+        stored = af.asset_state_store(row["asset"])["tiering_state"]
+        assert row["status"] == stored["status"] and row["epoch"] == stored["epoch"]
+        assert row["last_error"] == stored["last_error"]
+        assert row["consecutive_failures"] == stored["consecutive_failures"]
+        assert row["quarantined"] == (stored["quarantined_since"] is not None)
+        assert row["committed_offsets"] == (stored["committed"] or {}).get("end_offsets")
+        assert row["last_round_rows"] == (stored["last_round"] or {}).get("rows")
+        for key in ("last_tiered_time", "last_error_time"):
+            assert (row[key] and datetime.fromisoformat(row[key])) == (
+                stored[key] and datetime.fromisoformat(stored[key])
+            )
+    by_name = {row["table"]: row for row in listed["tables"]}
+    assert by_name["ui_alpha"]["dag_id"] == DAG_ID and by_name["ui_alpha"]["task_id"] == "ui_alpha"
+
+    failed = rest(af, "GET", "/tiering/api/tables", af.token(), params={"status": "FAILED"}).json()
+    assert sorted(t["table"] for t in failed["tables"]) == ["ui_broken", "ui_hostile"]
+    other = rest(af, "GET", "/tiering/api/tables", af.token(), params={"namespace": "ui_other"}).json()
+    assert sorted(t["table"] for t in other["tables"]) == ["ui_beta", "ui_hostile"]
+    assert rest(af, "GET", "/tiering/api/tables", af.token(), params={"status": "NOPE"}).status_code == 422
+
+    one = rest(af, "GET", "/tiering/api/tables/ui_broken", af.token()).json()
+    assert one == by_name["ui_broken"] | {"staleness_seconds": one["staleness_seconds"]}
+    assert rest(af, "GET", "/tiering/api/tables/nope", af.token()).status_code == 404
+    assert rest(af, "GET", "/tiering/api/tables/nope/history", af.token()).status_code == 404
+
+    history = rest(af, "GET", "/tiering/api/tables/ui_alpha/history", af.token(), params={"limit": 10}).json()
+    events = af.asset_events("tiering/ui/ui_alpha")
+    assert [r["rows"] for r in history["rounds"]] == [e["extra"]["rows"] for e in reversed(events)] == [700, 1500]
+    assert [r["run_id"] for r in history["rounds"]] == [ui.second_run, ui.first_run]
+    assert (
+        len(rest(af, "GET", "/tiering/api/tables/ui_alpha/history", af.token(), params={"limit": 1}).json()["rounds"])
+        == 1
+    )
+
+    spec = rest(af, "GET", "/tiering/openapi.json", af.token()).json()
+    assert set(spec["paths"]) == {
+        "/api/tables",
+        "/api/tables/{table}",
+        "/api/tables/{table}/history",
+        "/api/tables/{table}/reset",
+        "/api/trigger",
+    }
+
+
+ENDPOINTS = [
+    ("GET", "/tiering/", None),
+    ("GET", "/tiering/static/tiering.js", None),
+    ("GET", "/tiering/openapi.json", None),
+    ("GET", "/tiering/api/tables", None),
+    ("GET", "/tiering/api/tables/ui_alpha", None),
+    ("GET", "/tiering/api/tables/ui_alpha/history", None),
+    ("POST", "/tiering/api/tables/ui_broken/reset", None),
+    ("POST", "/tiering/api/trigger", {"tables": ["ui_alpha"]}),
+]
+
+
+def test_signed_out_requests_get_nothing(ui: TieredUI) -> None:
+    for method, path, body in ENDPOINTS:
+        for bearer in (None, "not-a-jwt"):
+            resp = rest(ui.af, method, path, bearer, json=body)
+            assert resp.status_code in (401, 403), (method, path, bearer, resp.status_code)
+            assert "ui_alpha" not in resp.text and "password" not in resp.text
+    assert rest(ui.af, "GET", "/tiering/api/tables", cookies={"_token": "forged"}).status_code in (401, 403)
+
+
+def test_viewer_reads_but_can_neither_reset_nor_trigger(ui: TieredUI) -> None:
+    af = ui.af
+    viewer = token(af, VIEWER, ui.viewer_password)
+    for method, path, _ in ENDPOINTS[:6]:
+        assert rest(af, method, path, viewer).status_code == 200, path
+    resp = rest(af, "POST", "/tiering/api/tables/ui_broken/reset", viewer)
+    assert resp.status_code == 403 and "edit access" in resp.text
+    resp = rest(af, "POST", "/tiering/api/trigger", viewer, json={"tables": ["ui_alpha"]})
+    assert resp.status_code == 403 and DAG_ID in resp.text
+    state = af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]
+    assert state["quarantined_since"] is not None  # untouched
+    runs = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"]
+    assert len(runs) == 2  # nothing triggered
+
+
+def test_admin_resets_a_quarantined_table_and_triggers_a_round(ui: TieredUI) -> None:
+    af = ui.af
+    admin = af.token()
+    assert rest(af, "POST", "/tiering/api/tables/nope/reset", admin).status_code == 404
+    assert rest(af, "POST", "/tiering/api/trigger", admin, json={"tables": ["nope"]}).status_code == 404
+    assert rest(af, "POST", "/tiering/api/trigger", admin, json={"tables": []}).status_code == 422
+
+    reset = rest(af, "POST", "/tiering/api/tables/ui_broken/reset", admin)
+    assert reset.status_code == 200, reset.text
+    assert reset.json()["quarantined"] is False and reset.json()["consecutive_failures"] == 0
+    assert af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]["quarantined_since"] is None
+
+    resp = rest(af, "POST", "/tiering/api/trigger", admin, json={"tables": ["ui_beta", "ui_broken"]})
+    assert resp.status_code == 200, resp.text
+    (run,) = resp.json()["runs"]
+    assert run["dag_id"] == DAG_ID and run["tasks"] == {"ui_beta": "ui_beta", "ui_broken": "ui_broken"}
+    assert af.dag_run(DAG_ID, run["run_id"])["conf"] == {"tables": ["ui_beta", "ui_broken"]}
+    assert af.wait_for_run(DAG_ID, run["run_id"], timeout=300) == "failed"
+    states = af.task_instances(DAG_ID, run["run_id"])
+    assert states["ui_broken"] == "failed" and states["ui_alpha"] == "skipped"  # it ran again, alone
