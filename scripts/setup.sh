@@ -12,6 +12,8 @@ command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 # headless browser for the UI e2e tests and benchmarks/bench_status_page.py (same Debian version for both)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# validates docker-compose.yml offline (no container engine needed) in tests/integration/test_compose.py
+command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing system packages: ${need_apt[*]} (run as root or install them with apt-get)" >&2

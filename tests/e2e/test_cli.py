@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,17 @@ DAGS = table_function("cli", freshness_seconds=3600, retries=0) + textwrap.deden
     )
     '''
 )
+
+
+def comparable(record: dict) -> dict:
+    """A status record with times as instants (REST writes ``Z``, the CLI ``+00:00``) and no staleness (it is
+    computed when asked)."""
+    out = {}
+    for key, value in record.items():
+        if key.endswith(("_time", "_since", "_at")) and isinstance(value, str):
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        out[key] = value
+    return {**out, "staleness_seconds": None}
 
 
 def cli(af: AirflowCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -70,6 +82,9 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
             )
             assert record["last_error"] == state["last_error"]
             assert record["dag_id"] == DAG_ID and record["task_id"] == table
+        # ... and the very records of the plugin's REST API (staleness is computed at the time of asking).
+        listed = {t["table"]: comparable(t) for t in af.get("/tiering/api/tables")["tables"]}
+        assert listed == {table: comparable(r) for table, r in records.items()}
         assert records["c_alpha"]["status"] == "TIERED" and records["c_alpha"]["last_round_rows"] == 1500
         assert records["c_bad"]["status"] == "FAILED" and records["c_bad"]["quarantined"] is True
         assert "password authentication failed" in records["c_bad"]["last_error"]
