@@ -2,7 +2,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast lint bench bench-dag-run bench-status-page spark-connect clean
+.PHONY: setup demo test test-fast lint bench bench-dag-run bench-status-page spark-connect spark-standalone clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,11 @@ bench-status-page: setup
 ## A Spark Connect server (the venv's pyspark) on 127.0.0.1, port SPARK_CONNECT_PORT (15002); scripts/spark_connect_server.sh stop.
 spark-connect: setup
 	VENV=$(VENV) bash scripts/spark_connect_server.sh start
+
+## A Spark standalone cluster (the venv's pyspark) on 127.0.0.1: a master (spark://127.0.0.1:7077, status on :8080)
+## and WORKERS (2) one-core workers; logs in .cache/spark-standalone/; scripts/spark_standalone.sh status|stop.
+spark-standalone: setup
+	VENV=$(VENV) bash scripts/spark_standalone.sh start $${WORKERS:-2}
 
 clean:
 	rm -rf .demo tests/artifacts benchmarks/results

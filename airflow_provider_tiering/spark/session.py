@@ -25,6 +25,30 @@ _LOCAL_DEFAULTS: dict[str, str] = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
+#: Spark's own name for this machine's loopback; a standalone master there means a one-machine cluster.
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+# A standalone master on loopback (scripts/spark_standalone.sh): the driver must be reachable by executors on
+# 127.0.0.1 and listen nowhere else (its web UI binds SPARK_LOCAL_IP, set below). Driver and executor JVMs only
+# schedule and pass split ids and file metadata to Python workers, hence the same cheap JIT and GC as local mode.
+_LOOPBACK_CLUSTER_DEFAULTS: dict[str, str] = {
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.python.worker.reuse": "true",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
+
+def is_loopback_master(master: str) -> bool:
+    """True for ``spark://`` masters on this machine's loopback only (``spark://127.0.0.1:7077``)."""
+    if not master.startswith("spark://"):
+        return False
+    hosts = [address.rsplit(":", 1)[0] for address in master.removeprefix("spark://").split(",")]
+    return all(host in _LOOPBACK_HOSTS for host in hosts)
+
 
 @dataclass(frozen=True)
 class SparkSettings:
@@ -54,11 +78,14 @@ def create_spark_session(settings: SparkSettings) -> Any:
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
-        conf = (
-            dict(_LOCAL_DEFAULTS)
-            if settings.master.startswith("local")
-            else {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
-        )
+        if settings.master.startswith("local"):
+            conf = dict(_LOCAL_DEFAULTS)
+        elif is_loopback_master(settings.master):
+            conf = dict(_LOOPBACK_CLUSTER_DEFAULTS)
+            # Read by the driver JVM at launch: its web UI (on by default for a cluster) binds this address.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        else:
+            conf = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
         conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
     conf.update(settings.conf)
     for key, value in conf.items():

@@ -54,3 +54,19 @@ def test_spark_connect_benchmark_runs_both_modes_at_small_size(tmp_path, capsys)
         assert run["lake_checked"] and [t["rows"] for t in run["tasks"]] == [300, 300]
     assert report["report"]["connect"]["server_start_seconds"] > 0
     assert "shared Spark Connect" in capsys.readouterr().out
+
+
+def test_spark_cluster_benchmark_runs_one_and_two_workers_at_small_size(pg_server, tmp_path, capsys):
+    from benchmarks.bench_spark_cluster import main as cluster_main
+
+    output = tmp_path / "cluster.json"
+    argv = ["--rows", "3000", "--split-rows", "500", "--dsn", pg_server.dsn]
+    assert cluster_main([*argv, "--workdir", str(tmp_path / "w"), "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert report["rows"] == 3000 and set(report["results"]) == {"1", "2"}
+    for workers in (1, 2):
+        result = report["results"][str(workers)]
+        assert result["splits"] >= 2 and result["wall_seconds"] > 0
+        assert len({e["worker"] for e in result["executors"]}) == workers
+        assert sum(e["tasks"] for e in result["executors"]) >= result["splits"]
+    assert "per executor" in capsys.readouterr().out
