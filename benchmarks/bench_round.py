@@ -22,7 +22,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -178,16 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(REPO))
+    from benchmarks.scratch import postgres_scratch
     from benchmarks.tpch_data import load_lineitem
-    from tests.pg_server import PostgresServer
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tiering-bench-"))
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        server = PostgresServer(workdir / "pg").start()
-        dsn = server.dsn
-    try:
+    with postgres_scratch(args.workdir, args.dsn, "tiering-bench-") as (workdir, dsn):
         load_started = time.perf_counter()
         rows = load_lineitem(dsn, args.sf, workdir)
         print(f"lineitem: {rows:,} rows at SF {args.sf} (ready in {time.perf_counter() - load_started:.1f}s)")
@@ -202,11 +195,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.output:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps({"sf": args.sf, "rows": rows, "results": report}, indent=2))
-    finally:
-        if server is not None:
-            server.stop()
-        if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -27,7 +27,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -157,17 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO))
-    from tests.pg_server import PostgresServer
+    from benchmarks.scratch import postgres_scratch
 
     worker_counts = [int(n) for n in args.workers.split(",")]
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tiering-bench-cluster-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        server = PostgresServer(workdir / "pg").start()
-        dsn = server.dsn
-    try:
+    with postgres_scratch(args.workdir, args.dsn, "tiering-bench-cluster-") as (workdir, dsn):
         load_started = time.perf_counter()
         table, cursor, rows = load_table(dsn, args, workdir)
         print(f"{table}: {rows:,} rows (ready in {time.perf_counter() - load_started:.1f}s)", flush=True)
@@ -197,11 +189,6 @@ def main(argv: list[str] | None = None) -> int:
                 indent=2,
             )
         )
-    finally:
-        if server is not None:
-            server.stop()
-        if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

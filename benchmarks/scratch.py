@@ -1,0 +1,30 @@
+"""The scratch space of a PostgreSQL-backed benchmark: a work directory and a hot-store DSN."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def postgres_scratch(workdir: str | None, dsn: str | None, prefix: str) -> Iterator[tuple[Path, str]]:
+    """Yield ``(workdir, dsn)``: the given directory (kept) or a temp one (removed afterwards), and the given DSN
+    or that of a throw-away PostgreSQL server on 127.0.0.1 under it (stopped afterwards)."""
+    from tests.pg_server import PostgresServer
+
+    directory = Path(workdir or tempfile.mkdtemp(prefix=prefix))
+    directory.mkdir(parents=True, exist_ok=True)
+    server = None
+    try:
+        if dsn is None:
+            server = PostgresServer(directory / "pg").start()
+            dsn = server.dsn
+        yield directory, dsn
+    finally:
+        if server is not None:
+            server.stop()
+        if not workdir:
+            shutil.rmtree(directory, ignore_errors=True)
