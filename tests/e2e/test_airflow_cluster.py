@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
+from tests.e2e.tiering_env import metadata_db
 
 DAG_ID = "e2e_harness_selftest"
 ASSET_NAME = "e2e_harness_selftest_asset"
@@ -57,7 +58,8 @@ DAG_FILE = textwrap.dedent(
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_real_cluster_runs_dag_with_asset_state_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metadata", ["sqlite", "postgres"])
+def test_real_cluster_runs_dag_with_asset_state_store(tmp_path: Path, pg_server, metadata: str) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "selftest_dag.py").write_text(DAG_FILE)
@@ -67,6 +69,7 @@ def test_real_cluster_runs_dag_with_asset_state_store(tmp_path: Path) -> None:
         home=tmp_path / "airflow-home",
         dags_folder=dags,
         extra_env={"E2E_HARNESS_MARKER": "marker-from-extra-env"},
+        config_overrides=metadata_db(metadata, pg_server),
     ) as af:
         print(f"cluster ready: {af.timings}")
 

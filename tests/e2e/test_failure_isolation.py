@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.tiering_env import table_function, tiering_setup
+from tests.e2e.tiering_env import metadata_db, table_function, tiering_setup
 from tests.integration.hot_tables import COLUMNS, PostgresHot
 from tests.lake_check import digest, lake_rows
 
@@ -38,13 +38,15 @@ DAG_FILE = table_function(
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("metadata", ["sqlite", "postgres"])
+def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: Path, metadata: str) -> None:
     hot = PostgresHot(pg_server.dsn)
     for offset, name in enumerate((*HEALTHY, "broken")):
         hot.create(name)
         hot.insert(name, 1, 3000 + 1000 * offset)
     dags, catalog, env = tiering_setup(tmp_path, pg_server, DAG_FILE, WRONG_PASSWORD)
-    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env) as af:
+    overrides = metadata_db(metadata, pg_server)
+    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, config_overrides=overrides) as af:
         run_id = af.trigger_dag(DAG_ID)
         assert af.wait_for_run(DAG_ID, run_id, timeout=480) == "failed"
         states = af.task_instances(DAG_ID, run_id)

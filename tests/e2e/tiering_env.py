@@ -54,3 +54,20 @@ def table_function(namespace: str, **defaults: Any) -> str:
             }}
         """
     )
+
+
+def metadata_db(kind: str, pg_server: Any) -> dict[str, dict[str, str]]:
+    """``config_overrides`` putting Airflow's metadata DB on ``kind``: "sqlite" (the harness default, nothing to
+    override) or "postgres" (a fresh database on the test PostgreSQL server, through psycopg 3)."""
+    if kind == "sqlite":
+        return {}
+    import uuid
+
+    import psycopg
+
+    name = f"airflow_meta_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql+psycopg://{pg_server.user}:{pg_server.password}@127.0.0.1:{pg_server.port}/{name}"
+    # psycopg 3 serves Airflow's async engine too (its default async driver, asyncpg, is not installed).
+    return {"database": {"sql_alchemy_conn": url, "sql_alchemy_conn_async": url}}
