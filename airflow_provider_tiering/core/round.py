@@ -195,7 +195,9 @@ def run_round(
     # 1. Plan, from the lake's committed offsets.
     try:
         schema = source.schema()
-        lake.ensure_table(schema)
+        table = lake.ensure_table(schema)
+        if table is not None:
+            source.bind_lake(table.location())
         lake_commit = lake.committed()
         _reconcile_with_lake(state, lake_commit, clock())
         start = None if lake_commit is None else lake_commit.end_offsets
@@ -297,6 +299,12 @@ def run_round(
         state_store.save(state)
     except Exception as exc:  # cleanup is best effort: the next committed round retries it
         log.warning("%s: cleaning old attempts failed: %s", spec.name, describe_error(exc, secrets))
+    try:
+        housekept = source.after_commit(dict(end))
+        if housekept:
+            log.info("%s: %d tiered source files archived or deleted", spec.name, housekept)
+    except Exception as exc:  # best effort too: the next committed round catches up with every tiered file
+        log.warning("%s: archiving tiered source files failed: %s", spec.name, describe_error(exc, secrets))
     notify("cleaned")
     return RoundResult(
         spec.name, "tiered", epoch, snapshot_id, start, dict(end), metrics, state.watermark_blockers, cleaned

@@ -70,6 +70,10 @@ class SqlSourceSpec(_Strict):
             raise ValueError("columns must not repeat")
         return value
 
+    def column_names(self) -> tuple[str, ...] | None:
+        """The tiered columns when declared; None means every column of the hot table."""
+        return self.columns
+
     @model_validator(mode="after")
     def _cursor_is_tiered(self) -> SqlSourceSpec:
         if self.columns is not None and self.cursor_column not in self.columns:
@@ -124,8 +128,9 @@ class TableSpec(_Strict):
 
     @model_validator(mode="after")
     def _partition_columns_are_tiered(self) -> TableSpec:
-        if self.source.columns is not None:
-            missing = [c for c in self.lake.partition_by if c not in self.source.columns]
+        columns = self.source.column_names()
+        if columns is not None:
+            missing = [c for c in self.lake.partition_by if c not in columns]
             if missing:
                 raise ValueError(f"lake.partition_by {missing} are not in source.columns")
         return self

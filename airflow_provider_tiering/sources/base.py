@@ -84,3 +84,15 @@ class Source(ABC):
     def secrets(self) -> list[str]:
         """Credentials this source holds, so errors can be masked."""
         return []
+
+    def bind_lake(self, table_location: str) -> None:
+        """Called once the lake table exists, with its location (a source may keep offset logs there)."""
+        return None
+
+    def take_rejects(self) -> list[dict[str, Any]]:
+        """Bad records set aside by the last ``read_split`` (``on_bad_record="side_table"``); emptied on read."""
+        return []
+
+    def after_commit(self, committed: Offsets) -> int:
+        """Best-effort housekeeping once ``committed`` is in the lake (e.g. archive tiered files); returns a count."""
+        return 0
