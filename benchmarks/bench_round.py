@@ -72,7 +72,9 @@ def run_bare_spark(dsn: str, workdir: Path) -> dict[str, Any]:
     plan = source.plan_range(None, end, spec.max_rows_per_round)
     writer = SparkSplitWriter(SparkSettings())
     splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
-    files = writer.write(source, splits, schema, f"file://{out}", (), spec.target_file_size_mb * 1024 * 1024)
+    files = writer.write(
+        source, splits, schema, f"file://{out}", target_file_bytes=spec.target_file_size_mb * 1024 * 1024
+    )
     seconds = time.perf_counter() - started
     writer.stop()
     return {"rows": sum(f.rows for f in files), "seconds": seconds, "files": len(files), "splits": len(splits)}

@@ -33,3 +33,8 @@ class LakeError(TieringError):
 
 class QuarantinedError(TieringError):
     """The table failed too many rounds in a row; it is not tiered again until it is reset."""
+
+
+class SchemaConflict(LakeError):
+    """The hot store's schema changed in a way the lake table cannot follow (narrowing, lossy type change,
+    a required column gone); the message names the column and both types. Nothing was committed."""

@@ -36,11 +36,13 @@ class LakeCommitView(Protocol):
 
 class RoundLake(Protocol):
     def ensure_table(self, schema: Any) -> Any: ...
+    def write_schema(self) -> Any: ...
+    def partitioner(self) -> Any: ...
     def committed(self) -> LakeCommitView | None: ...
     def staging_uri(self, epoch: int, attempt: str) -> str: ...
     def commit(
         self,
-        file_paths: Sequence[str],
+        files: Sequence[Any],
         *,
         epoch: int,
         start: dict[str, Any] | None,
@@ -49,6 +51,15 @@ class RoundLake(Protocol):
         attempt: str,
     ) -> int: ...
     def clean(self, committed_epoch: int, since_epoch: int = 0) -> int: ...
+    def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int: ...
+
+
+class RejectsLake(Protocol):
+    """The side table of bad records (see ``lake/rejects.py``)."""
+
+    def ensure(self) -> Any: ...
+    def staging_uri(self, epoch: int, attempt: str) -> str: ...
+    def replace(self, files: Sequence[Any], *, epoch: int, table_name: str, attempt: str) -> int: ...
     def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int: ...
 
 
@@ -61,8 +72,11 @@ class RoundWriter(Protocol):
         splits: Sequence[Any],
         schema: Any,
         directory_uri: str,
-        partition_by: Sequence[str] = (),
+        *,
+        write_schema: Any = None,
+        partitioner: Any = None,
         target_file_bytes: int = ...,
+        rejects_uri: str | None = None,
     ) -> list[Any]: ...
 
 
@@ -94,6 +108,7 @@ class RoundResult:
             "duration_seconds": self.metrics.duration_seconds if self.metrics else 0.0,
             "lag_seconds": self.metrics.lag_seconds if self.metrics else None,
             "backlog_rows": self.metrics.backlog_rows if self.metrics else None,
+            "rejected_rows": self.metrics.rejected_rows if self.metrics else 0,
         }
 
 
@@ -164,6 +179,7 @@ def run_round(
     retry_delay: timedelta | None = None,
     observe: Callable[[str], None] | None = None,
     clock: Callable[[], datetime] = utcnow,
+    rejects: RejectsLake | None = None,
 ) -> RoundResult:
     """Run one exactly-once round of ``spec`` and return what it did.
 
@@ -179,6 +195,8 @@ def run_round(
     Hazards: running it again after a failure is always safe (it re-plans from the lake). Two
     rounds of one table at once are safe but wasteful: one of them is fenced.
     ``writer`` is only touched when there is something to tier, so an idle round starts no Spark.
+    ``rejects`` is the side table that bad records go to (a file source with ``on_bad_record="side_table"``);
+    they are committed there before the round's data (idempotently per source file, see ``lake/rejects.py``).
     """
     notify = observe or (lambda phase: None)
     started = time.monotonic()
@@ -195,7 +213,7 @@ def run_round(
     # 1. Plan, from the lake's committed offsets.
     try:
         schema = source.schema()
-        table = lake.ensure_table(schema)
+        table = lake.ensure_table(schema) if len(schema) else None  # no schema yet: no file has landed
         if table is not None:
             source.bind_lake(table.location())
         lake_commit = lake.committed()
@@ -246,19 +264,25 @@ def run_round(
     files: list[Any] = []
     try:
         splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
+        if rejects is not None:
+            rejects.ensure()
         notify("writing")
-        files = writer.write(
+        written = writer.write(
             source,
             splits,
             schema,
             lake.staging_uri(epoch, attempt),
-            spec.lake.partition_by,
-            spec.target_file_size_mb * 1024 * 1024,
+            write_schema=lake.write_schema(),
+            partitioner=lake.partitioner(),
+            target_file_bytes=spec.target_file_size_mb * 1024 * 1024,
+            rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
         )
+        files = [f for f in written if f.kind == "data"]
+        rejected = [f for f in written if f.kind == "rejects"]
         notify("written")
-        snapshot_id = lake.commit(
-            [f.path for f in files], epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt
-        )
+        if rejected and rejects is not None:
+            rejects.replace(rejected, epoch=epoch, table_name=spec.name, attempt=attempt)
+        snapshot_id = lake.commit(files, epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt)
     except FencedError:
         lake.clean_attempt(epoch, attempt, keep=())
         raise
@@ -278,6 +302,7 @@ def run_round(
         duration_seconds=round(time.monotonic() - started, 3),
         lag_seconds=cursor_lag_seconds(end, now),
         backlog_rows=plan.remaining_rows,
+        rejected_rows=sum(f.rows for f in rejected),
     )
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)
@@ -294,6 +319,8 @@ def run_round(
     cleaned = 0
     try:
         cleaned = lake.clean_attempt(epoch, attempt, keep=[f.path for f in files])
+        if rejects is not None:
+            cleaned += rejects.clean_attempt(epoch, attempt, keep=[f.path for f in rejected])
         cleaned += lake.clean(epoch, since_epoch=state.cleaned_through_epoch)
         state.cleaned_through_epoch = epoch - 1
         state_store.save(state)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
+from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 
 # Plain identifiers only: they are also quoted when used, this keeps names portable and readable.
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -87,7 +88,24 @@ class LakeSpec(_Strict):
     catalog_conn_id: str = Field(default="iceberg_default", min_length=1)
     namespace: Identifier
     table: Identifier
-    partition_by: tuple[Identifier, ...] = Field(default=(), description="identity partition columns")
+    partition_by: tuple[str, ...] = Field(
+        default=(),
+        description='Iceberg partition fields as in Spark DDL: "region", "day(ts)", "bucket(16, id)", "truncate(4, a)"',
+    )
+
+    @field_validator("partition_by")
+    @classmethod
+    def _partition_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        fields = [parse_partition_field(text) for text in value]
+        names = [f.name for f in fields]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"partition field(s) {', '.join(repeated)} declared more than once")
+        return tuple(str(f) for f in fields)
+
+    @property
+    def partition_fields(self) -> tuple[PartitionField, ...]:
+        return tuple(parse_partition_field(text) for text in self.partition_by)
 
 
 class SparkSpec(_Strict):
@@ -130,7 +148,7 @@ class TableSpec(_Strict):
     def _partition_columns_are_tiered(self) -> TableSpec:
         columns = self.source.column_names()
         if columns is not None:
-            missing = [c for c in self.lake.partition_by if c not in columns]
+            missing = [f.column for f in self.lake.partition_fields if f.column not in columns]
             if missing:
                 raise ValueError(f"lake.partition_by {missing} are not in source.columns")
         return self

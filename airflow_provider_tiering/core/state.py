@@ -66,6 +66,8 @@ class RoundMetrics:
     lag_seconds: float | None = None
     #: Estimated rows the hot store held beyond this round's end (left by the per-round cap).
     backlog_rows: int | None = None
+    #: Bad records the round routed to the table's side table (``on_bad_record="side_table"``).
+    rejected_rows: int = 0
 
 
 @dataclass

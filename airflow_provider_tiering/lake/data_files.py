@@ -1,22 +1,22 @@
 """Write a stream of Arrow batches as Parquet data files that Iceberg's ``add_files`` accepts.
 
-Runs inside Spark tasks. Files are cut at a target size; with identity partitions each file holds
-one partition value (``add_files`` infers the partition from the column's min == max statistics),
-and the partition column stays inside the file.
+Runs inside Spark tasks. Files are cut at a target size; in a partitioned table each file holds one
+partition, whose record values travel with the file's name to the commit, and the source columns stay
+inside the file.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
+
+from airflow_provider_tiering.lake.partitioner import Partitioner, partition_to_json
 
 # Buffer about this much before writing a row group, so row groups are not one per small batch.
 ROW_GROUP_BYTES = 64 * 1024 * 1024
@@ -28,19 +28,15 @@ class WrittenFile:
     rows: int
     bytes: int
     split_index: int
+    #: The file's partition record values as JSON (see ``partitioner.partition_to_json``); "[]" unpartitioned.
+    partition: str = "[]"
+    #: "data" for the lake table, "rejects" for the side table of bad records.
+    kind: str = "data"
 
 
 def filesystem_and_path(uri: str) -> tuple[pafs.FileSystem, str]:
     """Resolve a warehouse URI (``file://``, ``s3://``, a plain path…) to a pyarrow filesystem."""
     return pafs.FileSystem.from_uri(uri)
-
-
-def _partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
-    parts = []
-    for name, value in zip(names, values):
-        text = "null" if value is None else str(value)
-        parts.append(f"{name}={quote(text, safe='')}")
-    return "/".join(parts)
 
 
 class _RollingWriter:
@@ -53,6 +49,7 @@ class _RollingWriter:
         schema: pa.Schema,
         target_bytes: int,
         split_index: int,
+        partition: str,
     ) -> None:
         self.filesystem = filesystem
         self.base_path = base_path
@@ -61,6 +58,7 @@ class _RollingWriter:
         self.schema = schema
         self.target_bytes = target_bytes
         self.split_index = split_index
+        self.partition = partition
         self.written: list[WrittenFile] = []
         self._sink: Any = None
         self._writer: pq.ParquetWriter | None = None
@@ -111,7 +109,9 @@ class _RollingWriter:
         self._writer.close()
         size = self._sink.tell()
         self._sink.close()
-        self.written.append(WrittenFile(f"{self.base_uri}/{self._name}", self._rows, size, self.split_index))
+        self.written.append(
+            WrittenFile(f"{self.base_uri}/{self._name}", self._rows, size, self.split_index, self.partition)
+        )
         self._writer = None
 
     def close(self) -> list[WrittenFile]:
@@ -126,21 +126,20 @@ def write_data_files(
     directory_uri: str,
     file_prefix: str,
     split_index: int,
-    partition_by: Sequence[str] = (),
+    partitioner: Partitioner | None = None,
     target_file_bytes: int = 128 * 1024 * 1024,
 ) -> list[WrittenFile]:
-    """Write ``batches`` under ``directory_uri`` as files named ``<file_prefix>-NNNN.parquet``."""
+    """Write ``batches`` under ``directory_uri`` (a sub-folder per partition) as ``<file_prefix>-…-NNNN.parquet``."""
     filesystem, base_path = filesystem_and_path(directory_uri)
     base_uri = directory_uri.rstrip("/")
     base_path = base_path.rstrip("/")
-    writers: dict[tuple[Any, ...], _RollingWriter] = {}
+    writers: dict[str, _RollingWriter] = {}
     # A task-unique token keeps names distinct across retries of the same split.
     prefix = f"{file_prefix}-{uuid.uuid4().hex[:12]}"
 
-    def writer_for(key: tuple[Any, ...]) -> _RollingWriter:
-        if key not in writers:
-            sub = _partition_dir(partition_by, key) if partition_by else ""
-            writers[key] = _RollingWriter(
+    def writer_for(values: list[Any], sub: str) -> _RollingWriter:
+        if sub not in writers:
+            writers[sub] = _RollingWriter(
                 filesystem,
                 f"{base_path}/{sub}" if sub else base_path,
                 f"{base_uri}/{sub}" if sub else base_uri,
@@ -148,27 +147,17 @@ def write_data_files(
                 schema,
                 target_file_bytes,
                 split_index,
+                partition_to_json(values),
             )
-        return writers[key]
+        return writers[sub]
 
     for batch in batches:
-        if not partition_by:
-            writer_for(()).write(batch)
+        if partitioner is None or not partitioner.is_partitioned:
+            writer_for([], "").write(batch)
             continue
-        table = pa.Table.from_batches([batch], schema=schema)
-        keys = table.select(list(partition_by)).group_by(list(partition_by)).aggregate([]).to_pylist()
-        for key_row in keys:
-            mask = None
-            for name in partition_by:
-                value = key_row[name]
-                cond = (
-                    pc.is_null(table[name])
-                    if value is None
-                    else pc.equal(table[name], pa.scalar(value, table.schema.field(name).type))
-                )
-                mask = cond if mask is None else pc.and_(mask, cond)
-            for part in table.filter(mask).to_batches():
-                writer_for(tuple(key_row[n] for n in partition_by)).write(part)
+        for values, sub, rows in partitioner.split(pa.Table.from_batches([batch], schema=schema)):
+            for part in rows.to_batches():
+                writer_for(values, sub).write(part)
     files: list[WrittenFile] = []
     for writer in writers.values():
         files.extend(writer.close())

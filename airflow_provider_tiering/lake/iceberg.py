@@ -22,7 +22,20 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from airflow_provider_tiering.core.errors import CommitConflict, FencedError, LakeError
-from airflow_provider_tiering.lake.data_files import filesystem_and_path
+from airflow_provider_tiering.core.partitions import parse_partition_field
+from airflow_provider_tiering.lake.data_files import WrittenFile, filesystem_and_path
+from airflow_provider_tiering.lake.partitioner import (
+    Partitioner,
+    build_partition_spec,
+    describe_spec,
+    partition_from_json,
+)
+from airflow_provider_tiering.lake.schema import (
+    apply_schema_changes,
+    iceberg_schema_from_arrow,
+    plan_schema_changes,
+    write_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +98,7 @@ class IcebergLake:
     def __init__(self, catalog: Any, namespace: str, table: str, partition_by: Sequence[str] = ()) -> None:
         self.catalog = catalog
         self.identifier = (namespace, table)
-        self.partition_by = tuple(partition_by)
+        self.partition_fields = tuple(parse_partition_field(text) for text in partition_by)
         self._table: Any = None
 
     # -- table ---------------------------------------------------------------------------------
@@ -99,33 +112,75 @@ class IcebergLake:
         return self._table
 
     def ensure_table(self, schema: pa.Schema) -> Any:
-        """Create the table from the source schema on the first round; load it afterwards.
+        """Create the table (schema and partition spec in one commit) on the first round; afterwards load it
+        and let its schema follow the hot store's (:mod:`.schema`: new columns, safe widenings; a conflict
+        raises :class:`SchemaConflict` before anything is written).
 
         Sibling tasks create tables in one namespace at the same time, and catalogs check-then-insert
         (pyiceberg's SQL catalog raises an IntegrityError to the loser): a failed create is fine when the
         object exists afterwards.
         """
-        if self._table is not None or self.load_table() is not None:
-            return self._table
+        if self._table is None and self.load_table() is None:
+            self._table = self._create(schema)
+        table = self._table
+        self._check_partitioning(table)
+        changes = plan_schema_changes(table.schema(), schema)
+        if changes:
+            from pyiceberg.exceptions import CommitFailedException
+
+            try:
+                apply_schema_changes(table, changes)
+            except CommitFailedException:  # a sibling attempt evolved it first: check again against its result
+                table = self.load_table()
+                changes = plan_schema_changes(table.schema(), schema)
+                if changes:
+                    apply_schema_changes(table, changes)
+            log.info("%s: schema follows the hot store: %s", ".".join(self.identifier), changes.describe())
+            self._table = self.load_table()
+        return self._table
+
+    def _create(self, schema: pa.Schema) -> Any:
         namespace = self.identifier[0]
         try:
             self.catalog.create_namespace(namespace)
         except Exception:
             if not self.catalog.namespace_exists(namespace):
                 raise
+        iceberg_schema = iceberg_schema_from_arrow(schema)
+        spec = build_partition_spec(self.partition_fields, iceberg_schema)
         try:
-            table = self.catalog.create_table(self.identifier, schema=schema)
+            return self.catalog.create_table(self.identifier, schema=iceberg_schema, partition_spec=spec)
         except Exception:
             if not self.catalog.table_exists(self.identifier):
                 raise
-            table = self.catalog.load_table(self.identifier)
-        else:
-            if self.partition_by:
-                with table.update_spec() as update:
-                    for column in self.partition_by:
-                        update.add_identity(column)
-        self._table = table
-        return table
+            return self.catalog.load_table(self.identifier)
+
+    def _check_partitioning(self, table: Any) -> None:
+        wanted = describe_spec(build_partition_spec(self.partition_fields, table.schema()), table.schema())
+        current = describe_spec(table.spec(), table.schema())
+        if wanted == current:
+            return
+        if table.current_snapshot() is None:  # nothing written yet: adopt the declared spec
+            with table.update_spec() as update:
+                for field in table.spec().fields:
+                    update.remove_field(field.name)
+                for field in self.partition_fields:
+                    update.add_field(
+                        field.column, build_partition_spec([field], table.schema()).fields[0].transform, field.name
+                    )
+            self.load_table()
+            return
+        raise LakeError(
+            f"Iceberg table {'.'.join(self.identifier)} is partitioned by {current or 'nothing'}, but the table "
+            f"spec declares {wanted or 'nothing'}; evolve the table's partition spec first (nothing was committed)"
+        )
+
+    def write_schema(self) -> pa.Schema:
+        """The Arrow schema this round's data files are written in (the lake's, after evolution)."""
+        return write_schema(self.table.schema())
+
+    def partitioner(self) -> Partitioner:
+        return Partitioner(self.table.spec(), self.table.schema())
 
     @property
     def table(self) -> Any:
@@ -161,7 +216,7 @@ class IcebergLake:
     # -- commit --------------------------------------------------------------------------------
     def commit(
         self,
-        file_paths: Sequence[str],
+        files: Sequence[WrittenFile],
         *,
         epoch: int,
         start: Mapping[str, Any] | None,
@@ -201,9 +256,7 @@ class IcebergLake:
                     "a newer attempt has committed, nothing was committed by this one"
                 )
             try:
-                with table.transaction() as tx:
-                    # Names are unique by construction (epoch, attempt, task, uuid): skip the full-table scan.
-                    tx.add_files(list(file_paths), snapshot_properties=properties, check_duplicate_files=False)
+                self._append(table, files, properties)
             except CommitFailedException as exc:
                 log.warning("commit lost the catalog swap (try %d): %s; re-validating", attempt_number + 1, exc)
                 time.sleep(min(2.0, 0.1 * 2**attempt_number))
@@ -213,6 +266,64 @@ class IcebergLake:
         raise CommitConflict(
             f"commit of epoch {epoch} lost the catalog's atomic swap {max_conflict_retries + 1} times; "
             "nothing was committed"
+        )
+
+    def _append(self, table: Any, files: Sequence[WrittenFile], properties: dict[str, str]) -> None:
+        """One fast-append snapshot of ``files`` with ``properties``: ``add_files`` with the partition given by the
+        writer, since file statistics cannot tell a bucket (file names are unique by construction, so the
+        duplicate check's full-table scan is skipped)."""
+        data_files = [self._data_file(table, f) for f in files]
+        with table.transaction() as tx:
+            self._set_name_mapping(tx)
+            with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                for data_file in data_files:
+                    append.append_data_file(data_file)
+
+    @staticmethod
+    def _set_name_mapping(tx: Any) -> None:
+        """Data files carry no field ids: readers map their columns by name (schema updates keep this current)."""
+        from pyiceberg.table import TableProperties
+
+        if tx.table_metadata.name_mapping() is None:
+            mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+            tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING: mapping})
+
+    @staticmethod
+    def _data_file(table: Any, written: WrittenFile) -> Any:
+        import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import (
+            _check_pyarrow_schema_compatible,
+            compute_statistics_plan,
+            data_file_statistics_from_parquet_metadata,
+            parquet_path_to_id_mapping,
+        )
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        metadata = table.metadata
+        input_file = table.io.new_input(written.path)
+        with input_file.open() as stream:
+            parquet_metadata = pq.read_metadata(stream)
+        schema = metadata.schema()
+        _check_pyarrow_schema_compatible(
+            schema, parquet_metadata.schema.to_arrow_schema(), format_version=metadata.format_version
+        )
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=parquet_metadata,
+            stats_columns=compute_statistics_plan(schema, metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=written.path,
+            file_format=FileFormat.PARQUET,
+            partition=Record(*partition_from_json(written.partition)),
+            file_size_in_bytes=written.bytes,
+            sort_order_id=None,
+            spec_id=metadata.default_spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
         )
 
     # -- cleanup -------------------------------------------------------------------------------

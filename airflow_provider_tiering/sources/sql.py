@@ -46,25 +46,6 @@ def cursor_to_json(value: Any) -> Any:
     raise SourceError(f"cursor value {value!r} of type {type(value).__name__} cannot be used as an offset")
 
 
-def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """Cast a batch read from the database to the lake schema (extension types through their storage)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    columns = []
-    for name, target in zip(schema.names, schema.types):
-        column = batch.column(name)
-        if isinstance(column.type, pa.ExtensionType):
-            column = column.storage
-        if column.type != target:
-            try:
-                column = pc.cast(column, target)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SourceError(f"column {name!r}: cannot convert {column.type} to {target}: {exc}") from exc
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
 def stride_quantiles(sorted_values: Sequence[Any], fractions: Sequence[float] = QUANTILE_FRACTIONS) -> list[Any]:
     """Exact quantiles of an already sorted sequence."""
     if not sorted_values:
@@ -167,6 +148,8 @@ class SqlSource(Source):
         return {"cursor": plan.upper}
 
     def read_split(self, split: Split, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        from airflow_provider_tiering.sources.conform import conform_batch
+
         for batch in self._execute_arrow(self.select_split_sql(split, schema), schema):
             yield conform_batch(batch, schema)
 

@@ -8,18 +8,33 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict, replace
 from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.planner import Split
 from airflow_provider_tiering.lake.data_files import WrittenFile, write_data_files
+from airflow_provider_tiering.lake.partitioner import Partitioner
+from airflow_provider_tiering.lake.rejects import REJECTS_SCHEMA
 from airflow_provider_tiering.sources.base import Source
+from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.spark.session import SparkSettings, create_spark_session
 
 log = logging.getLogger(__name__)
 
-RESULT_SCHEMA = "split_index INT, path STRING, rows BIGINT, bytes BIGINT"
+RESULT_SCHEMA = "split_index INT, path STRING, rows BIGINT, bytes BIGINT, partition STRING, kind STRING"
+_RESULT_ARROW = pa.schema(
+    [
+        ("split_index", pa.int32()),
+        ("path", pa.string()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        ("partition", pa.string()),
+        ("kind", pa.string()),
+    ]
+)
 
 
 def _task_attempt_id() -> int:
@@ -32,22 +47,36 @@ def _task_attempt_id() -> int:
 def write_split(
     source: Source,
     split: Split,
-    schema: pa.Schema,
+    read_schema: pa.Schema,
     directory_uri: str,
-    partition_by: Sequence[str],
-    target_file_bytes: int,
+    *,
+    write_schema: pa.Schema | None = None,
+    partitioner: Partitioner | None = None,
+    target_file_bytes: int = 128 * 1024 * 1024,
+    rejects_uri: str | None = None,
 ) -> list[WrittenFile]:
-    """Read one split and write it as data files; safe to run again (new file names each time)."""
+    """Read one split and write it as data files (and its bad records, if any, as rejects files);
+    safe to run again (new file names each time)."""
     prefix = f"split-{split.index:05d}-task-{_task_attempt_id()}"
-    return write_data_files(
-        source.read_split(split, schema),
-        schema,
+    target = write_schema or read_schema
+    batches = (conform_batch(batch, target) for batch in source.read_split(split, read_schema))
+    files = write_data_files(
+        batches,
+        target,
         directory_uri,
         prefix,
         split.index,
-        partition_by=partition_by,
+        partitioner=partitioner,
         target_file_bytes=target_file_bytes,
     )
+    rejects = source.take_rejects()
+    if rejects:
+        if rejects_uri is None:
+            raise SourceError(f"{source.display_name}: {len(rejects)} bad records and no side table to put them in")
+        batch = pa.RecordBatch.from_pylist(rejects, schema=REJECTS_SCHEMA)
+        written = write_data_files([batch], REJECTS_SCHEMA, rejects_uri, prefix, split.index)
+        files.extend(replace(f, kind="rejects") for f in written)
+    return files
 
 
 class SparkSplitWriter:
@@ -75,42 +104,44 @@ class SparkSplitWriter:
         splits: Sequence[Split],
         schema: pa.Schema,
         directory_uri: str,
-        partition_by: Sequence[str] = (),
+        *,
+        write_schema: pa.Schema | None = None,
+        partitioner: Partitioner | None = None,
         target_file_bytes: int = 128 * 1024 * 1024,
+        rejects_uri: str | None = None,
     ) -> list[WrittenFile]:
-        """Write every split in parallel, one Spark task per split; returns the files of the successful attempts."""
+        """Write every split in parallel, one Spark task per split; returns the files of the successful attempts.
+
+        ``schema`` is what the source reads; ``write_schema`` (the lake's, default ``schema``) what is written.
+        """
         if not splits:
             return []
         by_index = {split.index: split for split in splits}
-        partition_columns = tuple(partition_by)
 
         def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 for index in batch.column(0).to_pylist():
                     files = write_split(
-                        source, by_index[index], schema, directory_uri, partition_columns, target_file_bytes
+                        source,
+                        by_index[index],
+                        schema,
+                        directory_uri,
+                        write_schema=write_schema,
+                        partitioner=partitioner,
+                        target_file_bytes=target_file_bytes,
+                        rejects_uri=rejects_uri,
                     )
-                    yield pa.RecordBatch.from_pylist(
-                        [
-                            {"split_index": f.split_index, "path": f.path, "rows": f.rows, "bytes": f.bytes}
-                            for f in files
-                        ],
-                        schema=pa.schema(
-                            [
-                                ("split_index", pa.int32()),
-                                ("path", pa.string()),
-                                ("rows", pa.int64()),
-                                ("bytes", pa.int64()),
-                            ]
-                        ),
-                    )
+                    yield pa.RecordBatch.from_pylist([asdict(f) for f in files], schema=_RESULT_ARROW)
 
         indexes = sorted(by_index)
         frame = self.spark.range(0, len(indexes), 1, numPartitions=len(indexes))
         if indexes != list(range(len(indexes))):
             raise ValueError("split indexes must be 0..n-1")
         rows = frame.mapInArrow(run_tasks, RESULT_SCHEMA).collect()
-        return [WrittenFile(r["path"], int(r["rows"]), int(r["bytes"]), int(r["split_index"])) for r in rows]
+        return [
+            WrittenFile(r["path"], int(r["rows"]), int(r["bytes"]), int(r["split_index"]), r["partition"], r["kind"])
+            for r in rows
+        ]
 
     def stop(self) -> None:
         """Stop a local or cluster session; for Spark Connect, release this client's server session only.

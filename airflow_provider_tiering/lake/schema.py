@@ -1,0 +1,118 @@
+"""Keep the lake table's schema in step with the hot store's, and make batches fit the lake's schema.
+
+Allowed without asking: a new hot column (added to the lake, older rows read as null), a safe widening
+(int -> long, float -> double, decimal precision up at the same scale), a NOT NULL dropped. Anything else
+(narrowing, a lossy type change, a required lake column missing from the hot store) raises
+:class:`SchemaConflict` naming the column and both types, before anything is written or committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_tiering.core.errors import SchemaConflict
+
+
+@dataclass
+class SchemaChanges:
+    """What the hot store's schema asks of the lake's: columns to add, columns to widen or relax."""
+
+    added: list[tuple[str, Any]] = field(default_factory=list)
+    widened: list[tuple[str, Any, Any]] = field(default_factory=list)
+    relaxed: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.widened or self.relaxed)
+
+    def describe(self) -> str:
+        parts = [f"added {name} ({kind})" for name, kind in self.added]
+        parts += [f"widened {name} {old} -> {new}" for name, old, new in self.widened]
+        parts += [f"{name} made optional" for name in self.relaxed]
+        return "; ".join(parts)
+
+
+def iceberg_schema_from_arrow(schema: pa.Schema) -> Any:
+    """The Iceberg schema (fresh field ids) that pyiceberg gives an Arrow schema at table creation."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    return assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+
+
+def _widens(old: Any, new: Any) -> bool:
+    from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
+
+    if isinstance(old, IntegerType) and isinstance(new, LongType):
+        return True
+    if isinstance(old, FloatType) and isinstance(new, DoubleType):
+        return True
+    return (
+        isinstance(old, DecimalType)
+        and isinstance(new, DecimalType)
+        and old.scale == new.scale
+        and new.precision > old.precision
+    )
+
+
+def plan_schema_changes(lake_schema: Any, source: pa.Schema) -> SchemaChanges:
+    """Compare the lake table's Iceberg schema with the hot store's Arrow schema (top-level columns)."""
+    wanted = iceberg_schema_from_arrow(source)
+    changes = SchemaChanges()
+    for column in wanted.fields:
+        try:
+            current = lake_schema.find_field(column.name)
+        except ValueError:
+            current = None
+        if current is None:
+            changes.added.append((column.name, column.field_type))
+            continue
+        if current.field_type != column.field_type:
+            if _widens(current.field_type, column.field_type):
+                changes.widened.append((column.name, current.field_type, column.field_type))
+            else:
+                raise SchemaConflict(
+                    f"column {column.name!r}: the hot store's type {column.field_type} cannot be written into the "
+                    f"lake's {current.field_type} (only int -> long, float -> double and wider decimals are "
+                    "applied; a narrowing or any other type change would lose data); nothing was committed"
+                )
+        if current.required and not column.required:
+            changes.relaxed.append(column.name)
+    source_names = set(source.names)
+    for column in lake_schema.fields:
+        if column.required and column.name not in source_names:
+            raise SchemaConflict(
+                f"column {column.name!r}: required ({column.field_type}) in the lake but gone from the hot store; "
+                "nothing was committed"
+            )
+    return changes
+
+
+def apply_schema_changes(table: Any, changes: SchemaChanges) -> None:
+    """Apply ``changes`` to the table in one schema commit (the name mapping follows, for files without ids)."""
+    with table.update_schema() as update:
+        for name, kind in changes.added:
+            update.add_column(name, kind, required=False)
+        for name, _old, new in changes.widened:
+            update.update_column(name, field_type=new)
+        for name in changes.relaxed:
+            update.update_column(name, required=False)
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    # pyiceberg maps strings and binaries to the large_ variants; the regular ones save a copy per batch.
+    if pa.types.is_large_string(kind):
+        return pa.string()
+    if pa.types.is_large_binary(kind):
+        return pa.binary()
+    return kind
+
+
+def write_schema(lake_schema: Any) -> pa.Schema:
+    """The Arrow schema data files are written in: the lake's columns, in order, without field ids."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    arrow = schema_to_pyarrow(lake_schema, include_field_ids=False)
+    return pa.schema([pa.field(f.name, _plain(f.type), nullable=f.nullable) for f in arrow])

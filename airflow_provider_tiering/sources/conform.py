@@ -1,0 +1,31 @@
+"""Make Arrow batches read from a hot store fit the schema they are written in."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_tiering.core.errors import SourceError
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Cast a batch read from the hot store to ``schema`` (extension types through their storage); lake
+    columns the hot store no longer has are written as nulls."""
+    columns = []
+    names = set(batch.schema.names)
+    for target in schema:
+        if target.name not in names:
+            columns.append(pa.nulls(batch.num_rows, target.type))
+            continue
+        column = batch.column(target.name)
+        if isinstance(column.type, pa.ExtensionType):
+            column = column.storage
+        if column.type != target.type:
+            try:
+                column = pc.cast(column, target.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SourceError(
+                    f"column {target.name!r}: cannot convert {column.type} to {target.type}: {exc}"
+                ) from exc
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
