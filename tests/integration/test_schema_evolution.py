@@ -56,8 +56,10 @@ def _create(dsn: str, table: str) -> None:
     _sql(
         dsn,
         f'DROP TABLE IF EXISTS "{table}"',
-        f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, qty integer NOT NULL DEFAULT 0, price real, big bigint, label text)',
-        f"INSERT INTO \"{table}\" SELECT g, g % 7, g / 4.0, g::bigint * 1000000000, 'r' || g FROM generate_series(1, 500) g",
+        f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, qty integer NOT NULL DEFAULT 0, price real, '
+        "big bigint, label text)",
+        f"INSERT INTO \"{table}\" SELECT g, g % 7, g / 4.0, g::bigint * 1000000000, 'r' || g "
+        "FROM generate_series(1, 500) g",
     )
 
 
