@@ -85,8 +85,8 @@ def run_adbc_append(dsn: str, workdir: Path) -> dict[str, Any]:
     import pyarrow as pa
     from pyiceberg.catalog import load_catalog
 
+    from airflow_provider_tiering.sources.conform import conform_batch
     from airflow_provider_tiering.sources.postgres import PostgresSource
-    from airflow_provider_tiering.sources.sql import conform_batch
 
     catalog = load_catalog("default", **_catalog(workdir, "adbc-append"))
     started = time.perf_counter()

@@ -93,6 +93,15 @@ class LakeSpec(_Strict):
         description='Iceberg partition fields as in Spark DDL: "region", "day(ts)", "bucket(16, id)", "truncate(4, a)"',
     )
 
+    rejects_table: Identifier | None = Field(
+        default=None,
+        description='side table of bad records (on_bad_record="side_table"); default "<table>_rejects"',
+    )
+
+    @property
+    def rejects_table_name(self) -> str:
+        return self.rejects_table or f"{self.table}_rejects"
+
     @field_validator("partition_by")
     @classmethod
     def _partition_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:

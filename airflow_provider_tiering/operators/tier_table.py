@@ -93,8 +93,14 @@ class TierTableOperator(BaseOperator):
         from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
         catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
-        lake = IcebergLake(catalog_hook.get_conn(), spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
+        catalog = catalog_hook.get_conn()
+        lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
         writer = SparkSplitWriter(spark_settings(spec.spark))
+        rejects = None
+        if getattr(spec.source, "on_bad_record", "fail") == "side_table":
+            from airflow_provider_tiering.lake.rejects import RejectsTable
+
+            rejects = RejectsTable(catalog, spec.lake.namespace, spec.lake.rejects_table_name)
         try:
             result = run_round(
                 spec,
@@ -111,6 +117,7 @@ class TierTableOperator(BaseOperator):
                     self.max_retry_delay,
                 ),
                 observe=lambda phase: self.log.info("%s: %s", spec.name, phase),
+                rejects=rejects,
             )
         except QuarantinedError as exc:
             if context["ti"].try_number > 1:
