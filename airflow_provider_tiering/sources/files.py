@@ -394,7 +394,11 @@ class FileSource(Source):
             return 0
         tiered = self.committed_files(committed)
         filesystem, root = self.filesystem()
-        archive_root = None if self.archive_location is None else open_filesystem(self.archive_location)[1]
+        archive_root = (
+            None
+            if self.archive_location is None
+            else open_filesystem(self.archive_location, self.filesystem_options)[1]
+        )
         suffix = self.spec.marker_suffix
         done = 0
         for landed in self.list_complete():
