@@ -213,7 +213,8 @@ def run_round(
     # 1. Plan, from the lake's committed offsets.
     try:
         schema = source.schema()
-        table = lake.ensure_table(schema) if len(schema) else None  # no schema yet: no file has landed
+        # An empty schema: the source cannot know its columns yet (no Parquet file has landed), so no table.
+        table = lake.ensure_table(schema) if len(schema) else None
         if table is not None:
             source.bind_lake(table.location())
         lake_commit = lake.committed()

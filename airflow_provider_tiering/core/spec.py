@@ -12,7 +12,18 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
@@ -82,6 +93,140 @@ class SqlSourceSpec(_Strict):
         return self
 
 
+#: Arrow type names a file source may declare (spelled as ``str(pyarrow type)``), all of which Iceberg can hold.
+FILE_COLUMN_TYPES = frozenset(
+    {"int32", "int64", "float", "double", "float32", "float64", "string", "bool", "binary", "date32"}
+)
+TIMESTAMP_TYPE = re.compile(r"^timestamp\[us(?:, tz=(UTC))?\]$")
+DECIMAL_TYPE = re.compile(r"^decimal128\((\d{1,2}), ?(\d{1,2})\)$")
+#: Default file-name globs per format.
+DEFAULT_FILE_PATTERNS: dict[str, tuple[str, ...]] = {
+    "jsonl": ("*.jsonl", "*.json"),
+    "csv": ("*.csv",),
+    "parquet": ("*.parquet",),
+}
+
+
+def _check_column_type(name: str) -> str:
+    """Validate an Arrow type name without importing pyarrow (DAG files are parsed often)."""
+    text = name.strip()
+    if text in FILE_COLUMN_TYPES or TIMESTAMP_TYPE.match(text):
+        return text
+    decimal = DECIMAL_TYPE.match(text)
+    if decimal:
+        precision, scale = int(decimal.group(1)), int(decimal.group(2))
+        if 1 <= precision <= 38 and scale <= precision:
+            return text
+        raise ValueError(f"{name!r}: a decimal128 needs 1 <= precision <= 38 and scale <= precision")
+    raise ValueError(
+        f"{name!r} is not a supported Arrow type; use one of {', '.join(sorted(FILE_COLUMN_TYPES))}, "
+        "timestamp[us], timestamp[us, tz=UTC] or decimal128(precision, scale) "
+        "(Iceberg keeps timestamps in microseconds, with time zone in UTC)"
+    )
+
+
+class FileSourceSpec(_Strict):
+    """A landing zone: files (JSON lines, CSV, Parquet) that arrive in a directory, each tiered once.
+
+    Relative paths (to ``path``) identify files: a file is tiered once when it is complete, and
+    a later file with the same relative path is taken for the same file and never tiered again.
+    Files and folders whose name starts with ``_`` or ``.`` are ignored (hidden, temporary).
+    """
+
+    kind: Literal["files"]
+    path: str = Field(min_length=1, description="directory of the landing zone: a local path or a URI (s3://…)")
+    conn_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Airflow connection for object-store credentials: its extra holds the filesystem options",
+    )
+    format: Literal["jsonl", "csv", "parquet"]
+    pattern: str | tuple[str, ...] | None = Field(
+        default=None, description="glob(s) on the file name; by default *.jsonl and *.json, *.csv or *.parquet"
+    )
+    recursive: bool = Field(default=True, description="also list sub-folders")
+    columns: dict[Identifier, Annotated[str, AfterValidator(_check_column_type)]] | None = Field(
+        default=None,
+        validate_default=True,
+        description="column name -> Arrow type name; required for jsonl and csv, "
+        "for parquet the union of the files' schemas when unset",
+    )
+    settle_seconds: float = Field(
+        default=30.0, ge=0, description="a file is complete once its mtime is this old (unless marker_suffix is set)"
+    )
+    marker_suffix: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a file F is complete when F + suffix exists (then settle_seconds is not used); "
+        "marker files are never data",
+    )
+    on_bad_record: Literal["fail", "side_table"] = "fail"
+    after_commit: Literal["keep", "delete", "archive"] = Field(
+        default="keep", description="what happens to a file once it is in the lake"
+    )
+    archive_path: str | None = Field(
+        default=None,
+        min_length=1,
+        validate_default=True,
+        description="where archived files go, on the landing zone's file system",
+    )
+    csv_delimiter: str = Field(default=",", min_length=1, max_length=1)
+    csv_header: bool = Field(default=True, description="the first line of each CSV file names its columns")
+    max_files_per_round: int = Field(default=100_000, gt=0)
+    target_bytes_per_split: int = Field(default=128 * 1024 * 1024, gt=0)
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_declared(cls, value: dict[str, str] | None, info: ValidationInfo) -> dict[str, str] | None:
+        file_format = info.data.get("format")
+        if value is None and file_format in ("jsonl", "csv"):
+            raise ValueError(f"columns are required for format {file_format!r} (column name -> Arrow type)")
+        if value is not None and not value:
+            raise ValueError("columns must not be empty")
+        return value
+
+    @field_validator("pattern")
+    @classmethod
+    def _patterns_not_empty(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        if value is not None and (not value or any(not p for p in (value if isinstance(value, tuple) else (value,)))):
+            raise ValueError("pattern must not be empty; leave it unset for the format's default")
+        return value
+
+    @field_validator("archive_path")
+    @classmethod
+    def _archive_path_iff_archive(cls, value: str | None, info: ValidationInfo) -> str | None:
+        after_commit = info.data.get("after_commit")
+        if after_commit == "archive" and value is None:
+            raise ValueError("archive_path is required when after_commit is 'archive'")
+        if after_commit != "archive" and value is not None:
+            raise ValueError("archive_path is only used when after_commit is 'archive'")
+        return value
+
+    def column_names(self) -> tuple[str, ...] | None:
+        """The declared columns; None when they come from the files (parquet)."""
+        return None if self.columns is None else tuple(self.columns)
+
+    def file_patterns(self) -> tuple[str, ...]:
+        if self.pattern is None:
+            return DEFAULT_FILE_PATTERNS[self.format]
+        return self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
+
+
+def _source_kind(value: Any) -> str:
+    # Specs written before file sources existed have no kind: they are SQL tables.
+    if isinstance(value, Mapping):
+        return str(value.get("kind", "sql"))
+    return str(getattr(value, "kind", "sql"))
+
+
+#: The hot store of a table, chosen by ``kind`` ("sql" when unset).
+SourceSpec = Annotated[
+    Annotated[SqlSourceSpec, Tag("sql")] | Annotated[FileSourceSpec, Tag("files")],
+    Discriminator(_source_kind),
+]
+_SOURCE_TAGS = ("sql", "files")
+
+
 class LakeSpec(_Strict):
     """The Iceberg table a hot table is tiered into."""
 
@@ -128,7 +273,7 @@ class TableSpec(_Strict):
     """One hot table mapped to one Iceberg table, with the options of its rounds."""
 
     name: str = Field(description="unique name of the tiered table; the Airflow task id")
-    source: SqlSourceSpec
+    source: SourceSpec
     lake: LakeSpec
     spark: SparkSpec = Field(default_factory=SparkSpec)
     freshness_seconds: float = Field(default=300.0, gt=0, description="how stale the lake may get")
@@ -175,10 +320,15 @@ class TableSpec(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"field '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in exc.errors()
-            )
+            problems = "; ".join(f"field '{_error_location(err['loc'])}': {err['msg']}" for err in exc.errors())
             raise InvalidTableSpec(f"table {name!r}: {problems}") from None
+
+
+def _error_location(loc: tuple[int | str, ...]) -> str:
+    # The source union adds its tag to the location: source.files.columns reads as source.columns.
+    if len(loc) >= 2 and loc[0] == "source" and loc[1] in _SOURCE_TAGS:
+        loc = (loc[0], *loc[2:])
+    return ".".join(str(p) for p in loc) or "<root>"
 
 
 def parse_table_specs(tables: Iterable[TableSpec | Mapping[str, Any]]) -> list[TableSpec]:

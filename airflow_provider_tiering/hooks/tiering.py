@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 from airflow.sdk import BaseHook
 
 from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.spec import SparkSpec, SqlSourceSpec
+from airflow_provider_tiering.core.spec import FileSourceSpec, SparkSpec, SqlSourceSpec
 from airflow_provider_tiering.spark.session import DEFAULT_MASTER, SparkSettings
 
 if TYPE_CHECKING:
@@ -41,23 +41,51 @@ def postgres_dsn(conn: Any) -> str:
     return f"postgresql://{auth}{host}{port}/{database}{query}"
 
 
-class SqlSourceHook(BaseHook):
-    """Builds the :class:`Source` of a SQL hot table from its Airflow connection (postgres or sqlite)."""
+class TieringSourceHook(BaseHook):
+    """Builds the :class:`Source` of a table's hot store from its spec and Airflow connection.
+
+    SQL tables need their connection (postgres or sqlite); a landing zone of files needs one only
+    for object-store credentials.
+    """
 
     conn_name_attr = "conn_id"
-    hook_name = "Tiering SQL source"
+    hook_name = "Tiering source"
 
-    def __init__(self, spec: SqlSourceSpec) -> None:
+    def __init__(self, spec: SqlSourceSpec | FileSourceSpec) -> None:
         super().__init__()
         self.spec = spec
 
     def get_source(self) -> Source:
-        return source_from_connection(self.spec, self.get_connection(self.spec.conn_id))
+        conn = None if self.spec.conn_id is None else self.get_connection(self.spec.conn_id)
+        return _build_source(self.spec, conn)
 
     async def aget_source(self) -> Source:
         """:meth:`get_source` for triggers, which run in the triggerer's event loop."""
-        conn = await self.aget_connection(self.spec.conn_id)
-        return await asyncio.to_thread(source_from_connection, self.spec, conn)
+        conn = None if self.spec.conn_id is None else await self.aget_connection(self.spec.conn_id)
+        return await asyncio.to_thread(_build_source, self.spec, conn)
+
+
+#: The name of the hook before landing zones existed.
+SqlSourceHook = TieringSourceHook
+
+
+def _build_source(spec: SqlSourceSpec | FileSourceSpec, conn: Any | None) -> Source:
+    if isinstance(spec, FileSourceSpec):
+        return file_source_from_connection(spec, conn)
+    return source_from_connection(spec, conn)
+
+
+def file_source_from_connection(spec: FileSourceSpec, conn: Any | None) -> Source:
+    """The :class:`Source` of a landing zone; the connection's extra (if any) holds the filesystem options."""
+    from airflow_provider_tiering.sources.files import FileSource
+
+    if conn is None:
+        return FileSource(spec)
+    options = dict(conn.extra_dejson or {})
+    secrets = [str(v) for k, v in options.items() if _SECRET_KEY.search(k)]
+    if conn.password:
+        secrets.append(conn.password)
+    return FileSource(spec, options, secrets)
 
 
 def source_from_connection(spec: SqlSourceSpec, conn: Any) -> Source:

@@ -130,10 +130,10 @@ class TableDueSensor(BaseSensorOperator):
         return None
 
     def _has_new_rows(self, state: TableState | None) -> bool:
-        from airflow_provider_tiering.hooks.tiering import SqlSourceHook
+        from airflow_provider_tiering.hooks.tiering import TieringSourceHook
 
         try:
-            return SqlSourceHook(self.table_spec.source).get_source().has_rows_after(_committed_offsets(state))
+            return TieringSourceHook(self.table_spec.source).get_source().has_rows_after(_committed_offsets(state))
         except Exception as exc:  # let the round record, retry and show the error: it owns the table's state
             self.log.warning(
                 "%s: probing the hot store failed, the round will tell: %s", self.table_spec.name, describe_error(exc)

@@ -72,7 +72,7 @@ class TableDueTrigger(BaseTrigger):
         await sleep_until(due_at)
         probes, secrets = 0, []
         try:
-            source = await hooks.SqlSourceHook(spec.source).aget_source()
+            source = await hooks.TieringSourceHook(spec.source).aget_source()
             secrets = source.secrets()
             while not await asyncio.to_thread(source.has_rows_after, self.committed):
                 probes += 1

@@ -18,6 +18,7 @@ from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
+from airflow_provider_tiering.sources.files import FileSource
 from airflow_provider_tiering.sources.sqlite import SqliteSource
 from airflow_provider_tiering.spark.session import SparkSettings
 from airflow_provider_tiering.spark.write_job import SparkSplitWriter
@@ -56,9 +57,10 @@ def main() -> None:
             kill_everything()
 
     writer = SparkSplitWriter(SparkSettings(master="local[2]"))
+    source = FileSource(spec.source) if spec.source.kind == "files" else SqliteSource(spec.source, config["hot"])
     run_round(
         spec,
-        SqliteSource(spec.source, config["hot"]),
+        source,
         lake,
         writer,
         JsonFileStateStore(config["state"]),

@@ -31,9 +31,11 @@ SPEC = {
 }
 
 
-def crash_round(tmp_path: Path, catalog_properties: dict[str, str], kill_at: str) -> subprocess.CompletedProcess:
+def crash_round(
+    tmp_path: Path, catalog_properties: dict[str, str], kill_at: str, spec: dict = SPEC
+) -> subprocess.CompletedProcess:
     config = {
-        "spec": SPEC,
+        "spec": spec,
         "kill_at": kill_at,
         "catalog": catalog_properties,
         "warehouse": str(tmp_path / "warehouse"),

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.spec import SparkSpec, SqlSourceSpec
-from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, spark_settings
+from airflow_provider_tiering.core.spec import FileSourceSpec, SparkSpec, SqlSourceSpec
+from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, TieringSourceHook, spark_settings
+from airflow_provider_tiering.sources.files import FileSource
 from airflow_provider_tiering.sources.postgres import PostgresSource
 from airflow_provider_tiering.sources.sqlite import SqliteSource
 
@@ -93,3 +94,33 @@ def test_catalog_properties_come_from_the_extra_and_secrets_are_collected(monkey
         "token": "rest-token",
     }
     assert {"rest-token", "s3-secret"} <= set(hook.secrets())
+
+
+LANDING = FileSourceSpec(kind="files", path="s3://landing/orders", format="parquet")
+
+
+def test_a_local_landing_zone_needs_no_connection(tmp_path):
+    spec = FileSourceSpec(kind="files", path=str(tmp_path), format="jsonl", columns={"id": "int64"})
+    source = TieringSourceHook(spec).get_source()
+    assert isinstance(source, FileSource) and source.filesystem_options == {} and source.secrets() == []
+    assert source.display_name == f"landing zone {tmp_path} (jsonl)"
+
+
+def test_a_landing_zone_connection_gives_filesystem_options_and_masks_its_secrets(monkeypatch):
+    set_conn(
+        monkeypatch,
+        "landing",
+        conn_type="aws",
+        password="pw-1",
+        extra={"region": "eu-west-1", "access_key": "AK", "secret_key": "SK-2"},
+    )
+    source = TieringSourceHook(LANDING.model_copy(update={"conn_id": "landing"})).get_source()
+    assert isinstance(source, FileSource)
+    assert source.filesystem_options == {"region": "eu-west-1", "access_key": "AK", "secret_key": "SK-2"}
+    assert {"pw-1", "SK-2"} <= set(source.secrets()) and "eu-west-1" not in source.secrets()
+    filesystem, root = source.filesystem()  # pyarrow's S3 filesystem, built from the options without a request
+    assert filesystem.type_name == "s3" and filesystem.region == "eu-west-1" and root == "landing/orders"
+
+
+def test_the_sql_source_hook_keeps_its_name():
+    assert SqlSourceHook is TieringSourceHook

@@ -1,0 +1,147 @@
+"""Rounds over a landing zone of files with real Spark and a real pyiceberg catalog; the lake is checked
+against the rows of the files, computed with Python's json and csv modules."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.iceberg import IcebergLake
+from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
+from airflow_provider_tiering.sources.files import FileSource, FileSplit
+from tests.integration.landing_files import AN_HOUR_AGO, COLUMNS, csv_rows, jsonl_rows, write_jsonl
+from tests.integration.test_round_sql import UntouchableWriter
+from tests.lake_check import digest, lake_rows
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def make_spec(name: str, **source) -> TableSpec:
+    return TableSpec.parse(
+        {
+            "name": name,
+            "source": {"kind": "files", "settle_seconds": 60, **source},
+            "lake": {"namespace": "it", "table": name},
+        }
+    )
+
+
+def run(spec: TableSpec, catalog_properties, writer, tmp_path: Path):
+    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", spec.lake.table)
+    return run_round(spec, FileSource(spec.source), lake, writer, JsonFileStateStore(tmp_path / f"{spec.name}.json"))
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def test_each_complete_file_is_tiered_once_whatever_order_it_arrives_in(catalog_properties, spark_writer, tmp_path):
+    landing, archive = tmp_path / "landing", tmp_path / "archive"
+    spec = make_spec(
+        "events",
+        path=str(landing),
+        format="jsonl",
+        columns=COLUMNS,
+        after_commit="archive",
+        archive_path=str(archive),
+    )
+    write_jsonl(landing / "2024-03-02.jsonl", range(0, 1500), mtime=AN_HOUR_AGO)
+    write_jsonl(landing / "day" / "2024-03-03.json", range(1500, 2500), mtime=AN_HOUR_AGO + 60)
+    write_jsonl(landing / "_tmp" / "2024-03-03.jsonl", range(90_000, 90_010))  # a writer's temporary folder
+    being_written = write_jsonl(landing / "2024-03-04.jsonl", range(2500, 2600), mtime=None)  # fresh: not settled
+
+    first = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert first.outcome == "tiered" and first.metrics.rows == 2500
+    assert first.end_offsets["files"] == 2
+    assert files_under(archive) == ["2024-03-02.jsonl", "day/2024-03-03.json"]
+    assert files_under(landing) == ["2024-03-04.jsonl", "_tmp/2024-03-03.jsonl"]
+
+    with being_written.open("a") as handle:  # the writer finishes the file
+        handle.write(write_jsonl(tmp_path / "rest.jsonl", range(2600, 3000), mtime=None).read_text())
+    os.utime(being_written, (AN_HOUR_AGO + 120, AN_HOUR_AGO + 120))
+    # Moved in late, with a name and an mtime older than every tiered file.
+    write_jsonl(landing / "2024-03-01.jsonl", range(3000, 3700), mtime=AN_HOUR_AGO - 3600)
+
+    second = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert second.outcome == "tiered" and second.metrics.rows == 1200
+    assert second.start_offsets == first.end_offsets and second.end_offsets["files"] == 4
+
+    third = run(spec, catalog_properties, UntouchableWriter(), tmp_path)
+    assert third.outcome == "nothing_to_tier" and third.snapshot_id == second.snapshot_id
+
+    tiered = ["2024-03-01.jsonl", "2024-03-02.jsonl", "2024-03-04.jsonl", "day/2024-03-03.json"]
+    assert files_under(archive) == tiered
+    assert files_under(landing) == ["_tmp/2024-03-03.jsonl"]
+    expected = jsonl_rows([archive / name for name in tiered])
+    assert len(expected) == 3700
+    assert digest(lake_rows(catalog_properties, ("it", "events"), list(COLUMNS))) == digest(expected)
+    assert len(load_catalog("default", **catalog_properties).load_table(("it", "events")).snapshots()) == 2
+
+
+def csv_file(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("id,name,amount,at\n" + "".join(f"{line}\n" for line in lines))
+    return path
+
+
+def test_csv_with_markers_and_bad_rows_set_aside(catalog_properties, spark_writer, tmp_path):
+    landing = tmp_path / "landing"
+    spec = make_spec(
+        "payments",
+        path=str(landing),
+        format="csv",
+        columns=COLUMNS,
+        marker_suffix=".ready",
+        on_bad_record="side_table",
+    )
+    good = [f"{i},c{i},{i}.25,2024-03-01T00:00:{i % 60:02d}Z" for i in range(400)]
+    a = csv_file(landing / "a.csv", [*good[:200], "200,short", "201,c,not-a-number,2024-03-01T00:00:00Z"])
+    (landing / "a.csv.ready").touch()
+    b = csv_file(landing / "b.csv", good[200:])  # no marker yet: its writer is still busy
+
+    first = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert first.outcome == "tiered" and first.metrics.rows == 200
+    (landing / "b.csv.ready").touch()
+    second = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert second.outcome == "tiered" and second.metrics.rows == 200 and second.end_offsets["files"] == 2
+
+    expected = csv_rows([a, b])
+    assert len(expected) == 400
+    assert digest(lake_rows(catalog_properties, ("it", "payments"), list(COLUMNS))) == digest(expected)
+
+    # The bad rows stay with the source that read them (a Spark task); re-read here, they come back.
+    source = FileSource(spec.source)
+    (landed,) = [f for f in source.list_complete() if f.path == "a.csv"]
+    rows = sum(batch.num_rows for batch in source.read_split(FileSplit(0, None, None, 1, (landed,)), source.schema()))
+    assert rows == 200
+    assert [(r["source_file"], r["line"], r["record"]) for r in source.take_rejects()] == [
+        ("a.csv", 202, "200,short"),
+        ("a.csv", 203, "201,c,not-a-number,2024-03-01T00:00:00Z"),
+    ]
+
+
+def test_parquet_landing_zone_takes_its_schema_from_the_first_files(catalog_properties, spark_writer, tmp_path):
+    landing = tmp_path / "landing"
+    spec = make_spec("metrics", path=str(landing), format="parquet")
+
+    empty = run(spec, catalog_properties, UntouchableWriter(), tmp_path)
+    assert empty.outcome == "nothing_to_tier"
+    assert not load_catalog("default", **catalog_properties).table_exists(("it", "metrics"))
+
+    landing.mkdir()
+    for part, ids in enumerate([range(0, 300), range(300, 800)]):
+        path = landing / f"part-{part}.parquet"
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "value": [i / 4 for i in ids]}), path)
+        os.utime(path, (AN_HOUR_AGO, AN_HOUR_AGO))
+    result = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert result.outcome == "tiered" and result.metrics.rows == 800
+    expected = [(i, i / 4) for i in range(800)]
+    assert digest(lake_rows(catalog_properties, ("it", "metrics"), ["id", "value"])) == digest(expected)
