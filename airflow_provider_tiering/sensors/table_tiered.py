@@ -16,11 +16,17 @@ from airflow_provider_tiering.triggers.table_tiered import TableTieredTrigger
 
 
 def _lake_of(table: TableSpec | LakeSpec | Mapping[str, Any]) -> LakeSpec:
-    if isinstance(table, TableSpec):
-        return table.lake
     if isinstance(table, LakeSpec):
         return table
-    return TableSpec.parse(table).lake if "source" in table else LakeSpec.model_validate(table)
+    if not isinstance(table, TableSpec) and "source" not in table:
+        return LakeSpec.model_validate(table)
+    spec = TableSpec.parse(table)
+    if spec.source.kind == "files":  # refused here rather than waiting forever
+        raise ValueError(
+            f"table {spec.name!r} is a landing zone of files: it has no cursor to wait for; schedule on its "
+            "asset instead"
+        )
+    return spec.lake
 
 
 class TableTieredSensor(BaseSensorOperator):

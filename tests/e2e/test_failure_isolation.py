@@ -38,14 +38,14 @@ DAG_FILE = table_function(
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("metadata", ["sqlite", "postgres"])
-def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: Path, metadata: str) -> None:
+def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: Path) -> None:
+    """On a PostgreSQL metadata DB (the same isolation on the embedded SQLite one: tests/e2e/test_scheduling.py)."""
     hot = PostgresHot(pg_server.dsn)
     for offset, name in enumerate((*HEALTHY, "broken")):
         hot.create(name)
         hot.insert(name, 1, 3000 + 1000 * offset)
     dags, catalog, env = tiering_setup(tmp_path, pg_server, DAG_FILE, WRONG_PASSWORD)
-    overrides = metadata_db(metadata, pg_server)
+    overrides = metadata_db("postgres", pg_server)
     with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, config_overrides=overrides) as af:
         run_id = af.trigger_dag(DAG_ID)
         assert af.wait_for_run(DAG_ID, run_id, timeout=480) == "failed"

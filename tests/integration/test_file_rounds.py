@@ -10,13 +10,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyiceberg.expressions import EqualTo
 
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.iceberg import IcebergLake
 from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
+from airflow_provider_tiering.lake.rejects import RejectsTable
 from airflow_provider_tiering.sources.files import FileSource, FileSplit
+from airflow_provider_tiering.spark.write_job import write_split
 from tests.integration.landing_files import AN_HOUR_AGO, COLUMNS, csv_rows, jsonl_rows, write_jsonl
 from tests.integration.test_round_sql import UntouchableWriter
 from tests.lake_check import digest, lake_rows
@@ -35,8 +38,13 @@ def make_spec(name: str, **source) -> TableSpec:
 
 
 def run(spec: TableSpec, catalog_properties, writer, tmp_path: Path):
-    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", spec.lake.table)
-    return run_round(spec, FileSource(spec.source), lake, writer, JsonFileStateStore(tmp_path / f"{spec.name}.json"))
+    catalog = load_lake_catalog("default", catalog_properties)
+    lake = IcebergLake(catalog, "it", spec.lake.table)
+    rejects = None
+    if spec.source.on_bad_record == "side_table":
+        rejects = RejectsTable(catalog, "it", spec.lake.rejects_table_name)
+    store = JsonFileStateStore(tmp_path / f"{spec.name}.json")
+    return run_round(spec, FileSource(spec.source), lake, writer, store, rejects=rejects)
 
 
 def files_under(root: Path) -> list[str]:
@@ -108,7 +116,7 @@ def test_csv_with_markers_and_bad_rows_set_aside(catalog_properties, spark_write
     b = csv_file(landing / "b.csv", good[200:])  # no marker yet: its writer is still busy
 
     first = run(spec, catalog_properties, spark_writer, tmp_path)
-    assert first.outcome == "tiered" and first.metrics.rows == 200
+    assert first.outcome == "tiered" and first.metrics.rows == 200 and first.metrics.rejected_rows == 2
     (landing / "b.csv.ready").touch()
     second = run(spec, catalog_properties, spark_writer, tmp_path)
     assert second.outcome == "tiered" and second.metrics.rows == 200 and second.end_offsets["files"] == 2
@@ -117,15 +125,25 @@ def test_csv_with_markers_and_bad_rows_set_aside(catalog_properties, spark_write
     assert len(expected) == 400
     assert digest(lake_rows(catalog_properties, ("it", "payments"), list(COLUMNS))) == digest(expected)
 
-    # The bad rows stay with the source that read them (a Spark task); re-read here, they come back.
+    bad = [("a.csv", 202, "200,short"), ("a.csv", 203, "201,c,not-a-number,2024-03-01T00:00:00Z")]
+    side = ("it", "payments_rejects")
+    assert sorted(lake_rows(catalog_properties, side, ["source_file", "line", "record"])) == bad
+    assert all("a.csv" in r[0] for r in lake_rows(catalog_properties, side, ["source_file", "reason"]))
+
+    # A round run again over a.csv (its data commit lost after its rejects commit) replaces a.csv's rejects.
     source = FileSource(spec.source)
     (landed,) = [f for f in source.list_complete() if f.path == "a.csv"]
-    rows = sum(batch.num_rows for batch in source.read_split(FileSplit(0, None, None, 1, (landed,)), source.schema()))
-    assert rows == 200
-    assert [(r["source_file"], r["line"], r["record"]) for r in source.take_rejects()] == [
-        ("a.csv", 202, "200,short"),
-        ("a.csv", 203, "201,c,not-a-number,2024-03-01T00:00:00Z"),
-    ]
+    rejects = RejectsTable(load_lake_catalog("default", catalog_properties), *side)
+    files = write_split(
+        source,
+        FileSplit(0, None, None, 1, (landed,)),
+        source.schema(),
+        f"file://{tmp_path}/rerun",
+        rejects_uri=rejects.staging_uri(99, "rerun"),
+    )
+    assert sum(f.rows for f in files if f.kind == "data") == 200
+    rejects.replace([f for f in files if f.kind == "rejects"], epoch=99, table_name="payments", attempt="rerun")
+    assert sorted(lake_rows(catalog_properties, side, ["source_file", "line", "record"])) == bad
 
 
 def test_parquet_landing_zone_takes_its_schema_from_the_first_files(catalog_properties, spark_writer, tmp_path):
@@ -145,3 +163,38 @@ def test_parquet_landing_zone_takes_its_schema_from_the_first_files(catalog_prop
     assert result.outcome == "tiered" and result.metrics.rows == 800
     expected = [(i, i / 4) for i in range(800)]
     assert digest(lake_rows(catalog_properties, ("it", "metrics"), ["id", "value"])) == digest(expected)
+
+
+def test_partitioned_landing_zone_writes_one_partition_per_file(catalog_properties, spark_writer, tmp_path):
+    landing = tmp_path / "landing"
+    spec = TableSpec.parse(
+        {
+            "name": "visits",
+            "source": {"kind": "files", "path": str(landing), "format": "jsonl", "columns": COLUMNS},
+            "lake": {"namespace": "it", "table": "visits", "partition_by": ["day(at)", "bucket(4, id)"]},
+        }
+    )
+    paths = [write_jsonl(landing / f"{n}.jsonl", range(n * 300, n * 300 + 300)) for n in range(3)]
+    result = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert result.outcome == "tiered" and result.metrics.rows == 900
+    assert digest(lake_rows(catalog_properties, ("it", "visits"), list(COLUMNS))) == digest(jsonl_rows(paths))
+
+    table = load_catalog("default", **catalog_properties).load_table(("it", "visits"))
+    fields = table.spec().fields
+    tasks = list(table.scan().plan_files())
+    for task in tasks:
+        for position, field in enumerate(fields):
+            source = table.schema().find_field(field.source_id)
+            reference = field.transform.transform(source.field_type)  # pyiceberg's pure-Python transform
+            values = pq.read_table(task.file.file_path.removeprefix("file://"), columns=[source.name]).column(0)
+            expected = {reference(_micros(v) if source.name == "at" else v) for v in values.to_pylist()}
+            assert expected == {task.file.partition[position]}
+    assert len({task.file.partition[0] for task in tasks}) == 28  # days of March in the records
+    pruned = list(table.scan(row_filter=EqualTo("id", 7)).plan_files())
+    assert 0 < len(pruned) < len(tasks) / 3  # one bucket of four, one day
+
+
+def _micros(value) -> int:
+    from pyiceberg.utils.datetime import datetime_to_micros
+
+    return datetime_to_micros(value)
