@@ -71,9 +71,9 @@ def run_round_variant(landing: Path, root: Path, lines: int, master: str) -> dic
     from airflow_provider_tiering.core.round import run_round
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.hooks.tiering import source_from_spec
     from airflow_provider_tiering.lake.iceberg import IcebergLake
     from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
+    from airflow_provider_tiering.sources.files import FileSource
     from airflow_provider_tiering.spark.session import SparkSettings
     from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
@@ -99,7 +99,7 @@ def run_round_variant(landing: Path, root: Path, lines: int, master: str) -> dic
     started = time.perf_counter()
     result = run_round(
         spec,
-        source_from_spec(spec.source),
+        FileSource(spec.source),
         IcebergLake(load_lake_catalog("default", properties), "bench", "readings"),
         writer,
         JsonFileStateStore(root / "state.json"),

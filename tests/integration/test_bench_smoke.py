@@ -70,3 +70,16 @@ def test_spark_cluster_benchmark_runs_one_and_two_workers_at_small_size(pg_serve
         assert len({e["worker"] for e in result["executors"]}) == workers
         assert sum(e["tasks"] for e in result["executors"]) >= result["splits"]
     assert "per executor" in capsys.readouterr().out
+
+
+def test_landing_files_benchmark_runs_both_variants_at_small_size(tmp_path, capsys):
+    from benchmarks.bench_landing_files import main as files_main
+
+    output = tmp_path / "files.json"
+    argv = ["--files", "40", "--file-kb", "2", "--master", "local[2]", "--output", str(output)]
+    assert files_main([*argv, "--workdir", str(tmp_path / "w")]) == 0
+    report = json.loads(output.read_text())
+    assert report["files"] == 40 and report["lines"] > 40
+    assert report["runs"]["tiering round"][0]["rows"] == report["lines"]
+    assert report["runs"]["spark json"][0]["rows"] == report["lines"]
+    assert "files/s" in capsys.readouterr().out

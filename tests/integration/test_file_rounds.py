@@ -39,7 +39,7 @@ def make_spec(name: str, **source) -> TableSpec:
 
 def run(spec: TableSpec, catalog_properties, writer, tmp_path: Path):
     catalog = load_lake_catalog("default", catalog_properties)
-    lake = IcebergLake(catalog, "it", spec.lake.table)
+    lake = IcebergLake(catalog, "it", spec.lake.table, spec.lake.partition_by)
     rejects = None
     if spec.source.on_bad_record == "side_table":
         rejects = RejectsTable(catalog, "it", spec.lake.rejects_table_name)
@@ -181,6 +181,7 @@ def test_partitioned_landing_zone_writes_one_partition_per_file(catalog_properti
 
     table = load_catalog("default", **catalog_properties).load_table(("it", "visits"))
     fields = table.spec().fields
+    assert [str(f.transform) for f in fields] == ["day", "bucket[4]"]
     tasks = list(table.scan().plan_files())
     for task in tasks:
         for position, field in enumerate(fields):
