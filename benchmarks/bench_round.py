@@ -5,6 +5,9 @@ its baselines, in the same run on the same data:
 * ``bare-spark``   the same Spark job as a round (same splits, same ADBC reader, same Parquet writer),
                    without Iceberg commit, state or planning of offsets;
 * ``adbc-append``  one process: ADBC reads the table into Arrow, pyiceberg ``append`` writes and commits;
+* ``dlt``          dlt's ``sql_database`` source into Iceberg on the local filesystem (``benchmarks/alt_dlt.py``,
+                   run by the bench virtualenv's Python: ``scripts/setup_bench_venv.sh``, dlt is kept out of
+                   Airflow's environment);
 * ``round``        ``run_round`` exactly as the operator runs it (plan, epoch, write, fenced commit, record, clean);
 * ``idle-round``   the next round, with nothing to tier.
 
@@ -27,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-VARIANTS = ("copy-binary", "bare-spark", "adbc-append", "round", "idle-round")
+VARIANTS = ("copy-binary", "bare-spark", "adbc-append", "dlt", "round", "idle-round")
+BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 
 
 def _spec() -> Any:
@@ -150,15 +154,16 @@ def _child(variant: str, dsn: str, workdir: str) -> None:
     print("RESULT " + json.dumps(RUNNERS[variant](dsn, Path(workdir))), flush=True)
 
 
-def run_variant(variant: str, dsn: str, workdir: Path) -> dict[str, Any]:
+def run_variant(variant: str, dsn: str, workdir: Path, bench_python: Path = BENCH_PYTHON) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_round", "--child", variant, "--dsn", dsn, "--workdir", str(workdir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    if variant == "dlt":
+        command = [str(bench_python), str(REPO / "benchmarks" / "alt_dlt.py"), "--dsn", dsn]
+        command += ["--workdir", str(workdir / "dlt")]
+        env.pop("PYTHONPATH")
+    else:
+        command = [sys.executable, "-m", "benchmarks.bench_round", "--child", variant, "--dsn", dsn]
+        command += ["--workdir", str(workdir)]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{variant} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -172,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset to run")
+    parser.add_argument("--bench-python", type=Path, default=BENCH_PYTHON, help="Python of the dlt virtualenv")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    variants = [v for v in VARIANTS if v in args.variants.split(",")]
     if args.child:
         _child(args.child, args.dsn, args.workdir)
         return 0
@@ -186,10 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         load_started = time.perf_counter()
         rows = load_lineitem(dsn, args.sf, workdir)
         print(f"lineitem: {rows:,} rows at SF {args.sf} (ready in {time.perf_counter() - load_started:.1f}s)")
-        samples: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+        samples: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         for repeat in range(args.repeat):
-            for variant in VARIANTS:  # interleaved, so drifting machine load hits every variant alike
-                result = run_variant(variant, dsn, workdir)
+            for variant in variants:  # interleaved, so drifting machine load hits every variant alike
+                result = run_variant(variant, dsn, workdir, args.bench_python)
                 samples[variant].append(result)
                 print(f"  run {repeat + 1} {variant:<12} {result['seconds']:8.2f}s", flush=True)
         report = summarize(rows, samples)
@@ -210,9 +218,10 @@ def summarize(rows: int, samples: dict[str, list[dict[str, Any]]]) -> dict[str, 
             "rows_per_second": rows / seconds if variant != "idle-round" else None,
             "last": runs[-1],
         }
-    round_rate = report["round"]["rows_per_second"]
-    for variant in ("copy-binary", "bare-spark", "adbc-append"):
-        report[variant]["round_ratio"] = round_rate / report[variant]["rows_per_second"]
+    round_rate = report["round"]["rows_per_second"] if "round" in report else None
+    for variant in ("copy-binary", "bare-spark", "adbc-append", "dlt"):
+        if round_rate and variant in report:
+            report[variant]["round_ratio"] = round_rate / report[variant]["rows_per_second"]
     return report
 
 
@@ -223,7 +232,7 @@ def print_report(report: dict[str, dict[str, Any]], sf: float) -> None:
         rate = f"{r['rows_per_second']:,.0f}" if r["rows_per_second"] else "-"
         ratio = f"{r['round_ratio']:.2f}x" if "round_ratio" in r else "-"
         print(f"{variant:<13} {r['median_seconds']:>9.2f} {rate:>12} {ratio:>16}")
-    print("targets: round >= 0.9x bare-spark, round >= 1.0x adbc-append")
+    print("targets: round >= 0.9x bare-spark, round >= 1.0x adbc-append and dlt")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,91 @@ LINEITEM_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 CURSOR_COLUMN = "l_id"
 
+#: The other TPC-H tables (tpchgen-cli's CSV column order) and the surrogate cursor column each gets.
+OTHER_TABLES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "region": (
+        "r_id",
+        (("r_regionkey", "integer not null"), ("r_name", "char(25) not null"), ("r_comment", "varchar(152)")),
+    ),
+    "nation": (
+        "n_id",
+        (
+            ("n_nationkey", "integer not null"),
+            ("n_name", "char(25) not null"),
+            ("n_regionkey", "integer not null"),
+            ("n_comment", "varchar(152)"),
+        ),
+    ),
+    "part": (
+        "p_id",
+        (
+            ("p_partkey", "bigint not null"),
+            ("p_name", "varchar(55) not null"),
+            ("p_mfgr", "char(25) not null"),
+            ("p_brand", "char(10) not null"),
+            ("p_type", "varchar(25) not null"),
+            ("p_size", "integer not null"),
+            ("p_container", "char(10) not null"),
+            ("p_retailprice", "numeric(15,2) not null"),
+            ("p_comment", "varchar(23) not null"),
+        ),
+    ),
+    "supplier": (
+        "s_id",
+        (
+            ("s_suppkey", "bigint not null"),
+            ("s_name", "char(25) not null"),
+            ("s_address", "varchar(40) not null"),
+            ("s_nationkey", "integer not null"),
+            ("s_phone", "char(15) not null"),
+            ("s_acctbal", "numeric(15,2) not null"),
+            ("s_comment", "varchar(101) not null"),
+        ),
+    ),
+    "partsupp": (
+        "ps_id",
+        (
+            ("ps_partkey", "bigint not null"),
+            ("ps_suppkey", "bigint not null"),
+            ("ps_availqty", "integer not null"),
+            ("ps_supplycost", "numeric(15,2) not null"),
+            ("ps_comment", "varchar(199) not null"),
+        ),
+    ),
+    "customer": (
+        "c_id",
+        (
+            ("c_custkey", "bigint not null"),
+            ("c_name", "varchar(25) not null"),
+            ("c_address", "varchar(40) not null"),
+            ("c_nationkey", "integer not null"),
+            ("c_phone", "char(15) not null"),
+            ("c_acctbal", "numeric(15,2) not null"),
+            ("c_mktsegment", "char(10) not null"),
+            ("c_comment", "varchar(117) not null"),
+        ),
+    ),
+    "orders": (
+        "o_id",
+        (
+            ("o_orderkey", "bigint not null"),
+            ("o_custkey", "bigint not null"),
+            ("o_orderstatus", "char(1) not null"),
+            ("o_totalprice", "numeric(15,2) not null"),
+            ("o_orderdate", "date not null"),
+            ("o_orderpriority", "char(15) not null"),
+            ("o_clerk", "char(15) not null"),
+            ("o_shippriority", "integer not null"),
+            ("o_comment", "varchar(79) not null"),
+        ),
+    ),
+}
+#: Every TPC-H table: name -> (cursor column, columns).
+TPCH_TABLES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    **OTHER_TABLES,
+    "lineitem": (CURSOR_COLUMN, LINEITEM_COLUMNS),
+}
+
 #: lineitem row counts produced by tpchgen-cli 4.0.0 (a cross-check; any SF works).
 KNOWN_ROW_COUNTS: dict[float, int] = {
     0.001: 6_005,
@@ -82,7 +167,7 @@ KNOWN_ROW_COUNTS: dict[float, int] = {
     10.0: 59_986_052,
 }
 
-_COMMENT_RE = re.compile(r"^tpch lineitem sf=(?P<sf>\S+) rows=(?P<rows>\d+)")
+_COMMENT_RE = re.compile(r"^tpch (?P<table>\w+) sf=(?P<sf>\S+) rows=(?P<rows>\d+)")
 
 
 class DrainResult(NamedTuple):
@@ -121,15 +206,15 @@ def tpchgen_cli() -> str:
     )
 
 
-def tpchgen_command(scale_factor: float, threads: int = GENERATOR_THREADS) -> list[str]:
-    """The generator invocation: lineitem as CSV with a header row, on stdout."""
+def tpchgen_command(scale_factor: float, threads: int = GENERATOR_THREADS, tpch_table: str = TABLE) -> list[str]:
+    """The generator invocation: one table (lineitem by default) as CSV with a header row, on stdout."""
     return [
         tpchgen_cli(),
         "csv",
         "--scale-factor",
         format_sf(scale_factor),
         "--tables",
-        "lineitem",
+        tpch_table,
         "--num-threads",
         str(threads),
         "--stdout",
@@ -143,25 +228,26 @@ def _ident(table: str) -> sql.Composable:
     return sql.Identifier(*table.split(".", 1))
 
 
-def _create_table_sql(table: str) -> sql.Composed:
-    cols = [sql.SQL("{} bigint generated always as identity").format(sql.Identifier(CURSOR_COLUMN))]
-    cols += [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in LINEITEM_COLUMNS]
+def _create_table_sql(table: str, tpch_table: str = TABLE) -> sql.Composed:
+    cursor, columns = TPCH_TABLES[tpch_table]
+    cols = [sql.SQL("{} bigint generated always as identity").format(sql.Identifier(cursor))]
+    cols += [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in columns]
     return sql.SQL("create table {} ({})").format(_ident(table), sql.SQL(", ").join(cols))
 
 
-def _comment(scale_factor: float, rows: int) -> str:
-    return f"tpch lineitem sf={format_sf(scale_factor)} rows={rows}"
+def _comment(scale_factor: float, rows: int, tpch_table: str = TABLE) -> str:
+    return f"tpch {tpch_table} sf={format_sf(scale_factor)} rows={rows}"
 
 
-def existing_rows(conn: psycopg.Connection, table: str, scale_factor: float) -> int | None:
+def existing_rows(conn: psycopg.Connection, table: str, scale_factor: float, tpch_table: str = TABLE) -> int | None:
     """Row count of an existing complete load at this SF, else ``None``."""
     row = conn.execute("select obj_description(to_regclass(%s), 'pg_class')", (table,)).fetchone()
     comment = row[0] if row else None
     match = _COMMENT_RE.match(comment or "")
-    if not match or match.group("sf") != format_sf(scale_factor):
+    if not match or match.group("sf") != format_sf(scale_factor) or match.group("table") != tpch_table:
         return None
     expected = int(match.group("rows"))
-    known = KNOWN_ROW_COUNTS.get(float(scale_factor))
+    known = KNOWN_ROW_COUNTS.get(float(scale_factor)) if tpch_table == TABLE else None
     if known is not None and known != expected:
         return None
     count_row = conn.execute(sql.SQL("select count(*) from {}").format(_ident(table))).fetchone()
@@ -176,6 +262,7 @@ def load_lineitem_timed(
     *,
     table: str = TABLE,
     force: bool = False,
+    tpch_table: str = TABLE,
 ) -> LoadTimings:
     """``load_lineitem`` that also reports how long each phase took.
 
@@ -187,7 +274,7 @@ def load_lineitem_timed(
     workdir.mkdir(parents=True, exist_ok=True)
     with psycopg.connect(dsn) as conn:
         if not force:
-            rows = existing_rows(conn, table, scale_factor)
+            rows = existing_rows(conn, table, scale_factor, tpch_table)
             conn.rollback()
             if rows is not None:
                 log.info(
@@ -199,10 +286,11 @@ def load_lineitem_timed(
                 elapsed = time.perf_counter() - began
                 return LoadTimings(rows, True, 0.0, 0.0, 0.0, elapsed)
 
-        cmd = tpchgen_command(scale_factor)
+        cursor_column, table_columns = TPCH_TABLES[tpch_table]
+        cmd = tpchgen_command(scale_factor, tpch_table=tpch_table)
         log.info("loading %s at SF %s: %s | COPY", table, scale_factor, " ".join(cmd))
-        errlog_path = workdir / f"tpchgen-sf{format_sf(scale_factor)}.log"
-        columns = sql.SQL(", ").join(sql.Identifier(n) for n, _ in LINEITEM_COLUMNS)
+        errlog_path = workdir / f"tpchgen-{tpch_table}-sf{format_sf(scale_factor)}.log"
+        columns = sql.SQL(", ").join(sql.Identifier(n) for n, _ in table_columns)
         copy_sql = sql.SQL("copy {} ({}) from stdin (format csv, header true, freeze true)").format(
             _ident(table), columns
         )
@@ -210,7 +298,7 @@ def load_lineitem_timed(
         t0 = time.perf_counter()
         with errlog_path.open("wb") as errlog, conn.transaction():
             conn.execute(sql.SQL("drop table if exists {}").format(_ident(table)))
-            conn.execute(_create_table_sql(table))
+            conn.execute(_create_table_sql(table, tpch_table))
             with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errlog, stdin=subprocess.DEVNULL) as proc:
                 assert proc.stdout is not None
                 try:
@@ -233,18 +321,20 @@ def load_lineitem_timed(
                 sql.SQL("alter table {} add constraint {} primary key ({})").format(
                     _ident(table),
                     sql.Identifier(f"{table.rsplit('.', 1)[-1]}_pkey"),
-                    sql.Identifier(CURSOR_COLUMN),
+                    sql.Identifier(cursor_column),
                 )
             )
             t2 = time.perf_counter()
             conn.execute(
-                sql.SQL("comment on table {} is {}").format(_ident(table), sql.Literal(_comment(scale_factor, rows)))
+                sql.SQL("comment on table {} is {}").format(
+                    _ident(table), sql.Literal(_comment(scale_factor, rows, tpch_table))
+                )
             )
         conn.execute(sql.SQL("analyze {}").format(_ident(table)))
         conn.commit()
         t3 = time.perf_counter()
 
-    known = KNOWN_ROW_COUNTS.get(float(scale_factor))
+    known = KNOWN_ROW_COUNTS.get(float(scale_factor)) if tpch_table == TABLE else None
     if known is not None and rows != known:
         raise RuntimeError(f"loaded {rows} rows at SF {scale_factor}, expected {known}")
     timings = LoadTimings(rows, False, t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - began)
@@ -265,6 +355,13 @@ def load_lineitem(dsn: str, scale_factor: float, workdir: Path) -> int:
     Skips the load when the table already holds a complete load at this SF.
     """
     return load_lineitem_timed(dsn, scale_factor, workdir).rows
+
+
+def load_tpch(
+    dsn: str, scale_factor: float, workdir: Path, tables: tuple[str, ...] = tuple(TPCH_TABLES)
+) -> dict[str, int]:
+    """Load the given TPC-H tables (all 8 by default) at ``scale_factor``; returns rows per table."""
+    return {t: load_lineitem_timed(dsn, scale_factor, workdir, table=t, tpch_table=t).rows for t in tables}
 
 
 def drain_copy_binary(dsn: str, table: str = TABLE) -> DrainResult:

@@ -20,6 +20,8 @@ def test_benchmark_runs_every_variant_at_small_scale(pg_server, tmp_path, capsys
                 "0.01",
                 "--repeat",
                 "1",
+                "--variants",
+                "copy-binary,bare-spark,adbc-append,round,idle-round",
                 "--dsn",
                 pg_server.dsn,
                 "--workdir",

@@ -1,0 +1,105 @@
+"""``make bench``: every benchmark of the suite on one TPC-H load, then ``docs/benchmarks.md`` regenerated.
+
+In order, sharing one PostgreSQL (a throw-away server on 127.0.0.1 unless ``--dsn``) and one TPC-H load:
+
+1. B1 full load of lineitem: the read limit, bare Spark, pyiceberg append, dlt, our round (``bench_round``);
+2. B3 the 8 TPC-H tables in one DAG run vs one after another, and lineitem as an Airflow task
+   (``bench_many_tables``: a real Airflow);
+3. B4 peak memory while tiering 1M, 3M, 6M rows (``bench_memory``);
+4. B2 an incremental round of 1% new rows vs a first round of a 1%-size table (``bench_incremental``; last,
+   since it inserts rows into lineitem).
+
+Each writes ``benchmarks/results/<name>.json``; ``benchmarks/report.py`` (run by the bench virtualenv's Python,
+which has matplotlib and dlt: ``scripts/setup_bench_venv.sh``) turns them into tables and PNG plots.
+
+    python -m benchmarks.suite                 # SF 1, 3 repeats (about 25 minutes here)
+    python -m benchmarks.suite --quick         # SF 0.01, 1 repeat, small memory sizes: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+RESULTS = REPO / "benchmarks" / "results"
+DOCS = REPO / "docs" / "benchmarks.md"
+BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sf", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--memory-rows", default="1000000,3000000,6000000")
+    parser.add_argument("--quick", action="store_true", help="SF 0.01, 1 repeat, small memory sizes")
+    parser.add_argument("--dsn", help="PostgreSQL DSN; default: a throw-away server on 127.0.0.1")
+    parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--docs", type=Path, default=DOCS)
+    parser.add_argument("--bench-python", type=Path, default=BENCH_PYTHON)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sf, args.repeat, args.memory_rows = 0.01, 1, "20000,40000,60000"
+
+    from benchmarks import bench_incremental, bench_many_tables, bench_memory, bench_round
+    from benchmarks.scratch import postgres_scratch
+    from benchmarks.tpch_data import load_tpch
+
+    args.results.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    with postgres_scratch(args.workdir, args.dsn, "tiering-bench-suite-") as (workdir, dsn):
+        common = ["--dsn", dsn]
+        steps = [
+            ("load", lambda: load_tpch(dsn, args.sf, workdir)),
+            (
+                "B1 full load",
+                lambda: bench_round.main(
+                    [*common, "--sf", str(args.sf), "--repeat", str(args.repeat), "--workdir", str(workdir / "b1")]
+                    + ["--bench-python", str(args.bench_python), "--output", str(args.results / "full_load.json")]
+                ),
+            ),
+            (
+                "B3 many tables",
+                lambda: bench_many_tables.main(
+                    [*common, "--sf", str(args.sf), "--repeat", "1", "--workdir", str(workdir / "b3")]
+                    + ["--output", str(args.results / "many_tables.json")]
+                ),
+            ),
+            (
+                "B4 memory",
+                lambda: bench_memory.main(
+                    [*common, "--rows", args.memory_rows, "--workdir", str(workdir / "b4")]
+                    + ["--output", str(args.results / "memory.json")]
+                ),
+            ),
+            (
+                "B2 incremental",
+                lambda: bench_incremental.main(
+                    [*common, "--sf", str(args.sf), "--repeat", str(args.repeat), "--workdir", str(workdir / "b2")]
+                    + ["--output", str(args.results / "incremental.json")]
+                ),
+            ),
+        ]
+        for name, step in steps:
+            started = time.perf_counter()
+            print(f"\n=== {name} ===", flush=True)
+            outcome = step()
+            if isinstance(outcome, int) and outcome != 0:
+                raise SystemExit(f"{name} failed with exit code {outcome}")
+            timings[name] = time.perf_counter() - started
+            print(f"=== {name}: {timings[name]:.0f}s ===", flush=True)
+    report = [str(args.bench_python), str(REPO / "benchmarks" / "report.py"), "--results", str(args.results)]
+    subprocess.run([*report, "--docs", str(args.docs)], check=True, cwd=REPO)
+    print("\n" + "\n".join(f"{name:<16}{seconds:>8.0f}s" for name, seconds in timings.items()))
+    print(f"wrote {args.docs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
