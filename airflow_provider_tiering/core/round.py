@@ -264,7 +264,11 @@ def run_round(
     # 3. Write; 4. commit, fenced by the lake's offsets and epoch.
     files: list[Any] = []
     try:
-        splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
+        # A round of one split at one slot may be written without Spark (see SparkSplitWriter); else cut it
+        # for the Spark slots, which starts the session.
+        splits = source.cut_splits(plan, spec.target_rows_per_split, 1)
+        if len(splits) > 1 or not getattr(writer, "writes_single_split_locally", False):
+            splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
         if rejects is not None:
             rejects.ensure()
         notify("writing")

@@ -267,6 +267,10 @@ class SparkSpec(_Strict):
 
     conn_id: str = Field(default="spark_default", min_length=1)
     conf: Mapping[str, str] = Field(default_factory=dict)
+    local_single_split: bool = Field(
+        default=True,
+        description="a round that fits one split is written by the task process itself, without starting Spark",
+    )
 
 
 class TableSpec(_Strict):

@@ -95,7 +95,7 @@ class TierTableOperator(BaseOperator):
         catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
         catalog = catalog_hook.get_conn()
         lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
-        writer = SparkSplitWriter(spark_settings(spec.spark))
+        writer = SparkSplitWriter(spark_settings(spec.spark), local_single_split=spec.spark.local_single_split)
         rejects = None
         if getattr(spec.source, "on_bad_record", "fail") == "side_table":
             from airflow_provider_tiering.lake.rejects import RejectsTable

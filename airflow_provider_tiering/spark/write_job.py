@@ -7,6 +7,7 @@ them with pyarrow; only file metadata travels back to the driver, never table da
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from typing import Any
@@ -38,6 +39,8 @@ _RESULT_ARROW = pa.schema(
 
 
 def _task_attempt_id() -> int:
+    if "pyspark" not in sys.modules:  # written by the task process itself (no Spark): no task attempt
+        return 0
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -80,10 +83,16 @@ def write_split(
 
 
 class SparkSplitWriter:
-    """Runs the write step of a round on Spark. The session starts on first use, not before."""
+    """Runs the write step of a round on Spark. The session starts on first use, not before.
 
-    def __init__(self, settings: SparkSettings) -> None:
+    With ``local_single_split``, a round of one split is written by this process itself, as its Spark task
+    would (same reader, writer and file names), without starting Spark: one split is one task either way,
+    and a session costs seconds of JVM start-up (most of a small, frequent round).
+    """
+
+    def __init__(self, settings: SparkSettings, *, local_single_split: bool = False) -> None:
         self.settings = settings
+        self.writes_single_split_locally = local_single_split
         self._spark: Any = None
 
     @property
@@ -116,6 +125,18 @@ class SparkSplitWriter:
         """
         if not splits:
             return []
+        if len(splits) == 1 and self.writes_single_split_locally:
+            log.info("one split: written by this process, without Spark")
+            return write_split(
+                source,
+                splits[0],
+                schema,
+                directory_uri,
+                write_schema=write_schema,
+                partitioner=partitioner,
+                target_file_bytes=target_file_bytes,
+                rejects_uri=rejects_uri,
+            )
         by_index = {split.index: split for split in splits}
 
         def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

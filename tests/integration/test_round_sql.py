@@ -118,3 +118,20 @@ def test_empty_hot_table_creates_the_lake_table_and_tiers_nothing(hot, catalog_p
     iceberg = load_catalog("default", **catalog_properties).load_table(("it", table))
     assert [f.name for f in iceberg.schema().fields] == list(COLUMNS)
     assert JsonFileStateStore(tmp_path / "state.json").load().status is TableStatus.SCHEDULED
+
+
+def test_a_round_of_one_split_is_written_without_starting_spark(hot, catalog_properties, tmp_path):
+    from airflow_provider_tiering.spark.session import SparkSettings
+    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+
+    table = f"small_{hot.kind}"
+    spec = make_spec(table).model_copy(update={"target_rows_per_split": 5000})
+    hot.create(table)
+    hot.insert(table, 1, 1200)
+    # A master nobody listens on: the round fails if it starts a session.
+    writer = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    result = run(spec, hot, catalog_properties, writer, tmp_path / "state.json")
+    assert result.outcome == "tiered" and result.metrics.rows == 1200 and result.metrics.splits == 1
+    assert writer._spark is None
+    assert_lake_equals_hot(hot, table, catalog_properties)
+    assert unreferenced_data_files(catalog_properties, ("it", table)) == []
