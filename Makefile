@@ -27,9 +27,11 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## Benchmark a full round of TPC-H lineitem (SF=1 by default) against its baselines.
+## The benchmark suite (TPC-H, SF=1 by default; about 25 minutes): B1 full load vs COPY, bare Spark, pyiceberg,
+## dlt; B2 incremental; B3 8 tables in one DAG run; B4 memory. Writes benchmarks/results/ and docs/benchmarks.md.
 bench: setup
-	$(BIN)/python benchmarks/bench_round.py --sf $${SF:-1}
+	bash scripts/setup_bench_venv.sh
+	$(BIN)/python -m benchmarks.suite --sf $${SF:-1}
 
 ## One DAG run of a 200-table tiering DAG with nothing to tier vs 200 empty tasks, under a real Airflow scheduler.
 bench-dag-run: setup

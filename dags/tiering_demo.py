@@ -2,7 +2,8 @@
 
 Connections come from the environment that ``demo/run_demo.py`` (``make demo``) sets:
 ``tiering_demo_hot`` (sqlite) and ``iceberg_default`` (pyiceberg SQL catalog + local warehouse).
-Spark runs in local mode (no ``spark_default`` connection).
+Spark runs in local mode (no ``spark_default`` connection): ``orders``' first round is cut into 4 splits and
+runs as a Spark job; rounds that fit one split are written by the task process itself, without a JVM.
 """
 
 from __future__ import annotations
