@@ -12,10 +12,16 @@ TPC-H ``lineitem`` at ``--sf`` is loaded into PostgreSQL as ``lineitem_b2`` (its
 * ``small-first``  a FIRST round (fresh Iceberg table) of ``lineitem_b2_small``: a table holding just as many
                    rows as were inserted, same schema and identity cursor.
 
-Every timed round is ``run_round`` exactly as the operator runs it, in its own Python process with its own Spark
-JVM: the figures include the session start-up, as a real Airflow task pays it (not the interpreter start and
-imports). The table shows medians; the target is incremental / small-first <= 1.5x. The rows added are deleted
-again at the end, so a later run against the same ``--dsn`` finds ``lineitem_b2`` loaded.
+Every timed round is ``run_round`` as the operator runs it, in its own Python process: the figures include
+the Spark session start-up when the round starts one, as a real Airflow task pays it (not the interpreter start
+and imports). Incremental and small-first rounds are measured in two ``--modes``:
+
+* ``operator``  the writer as the operator builds it: ``spark.local_single_split`` (default on) writes a round
+                of one split (up to ``target_rows_per_split`` rows, 1M) in the task process, without Spark;
+* ``spark``     ``local_single_split`` off: every round starts its own Spark JVM.
+
+The table shows medians; the target is incremental / small-first <= 1.5x. The rows added are deleted again at
+the end, so a later run against the same ``--dsn`` finds ``lineitem_b2`` loaded.
 
     python -m benchmarks.bench_incremental --sf 1
     python -m benchmarks.bench_incremental --sf 0.01 --repeat 1     # smoke run
@@ -45,6 +51,10 @@ TABLE = "lineitem_b2"
 SMALL_TABLE = "lineitem_b2_small"
 NAMESPACE = "bench"
 KINDS = ("incremental", "idle", "small-first")
+#: How the round's writer is built: as the operator builds it (a round of one split is written by the task
+#: process, no Spark), or always on Spark (``local_single_split=False``, a JVM per round).
+MODES = ("operator", "spark")
+LOCAL_SINGLE_SPLIT = {"operator": None, "spark": False}
 RATIO_TARGET = 1.5
 
 
@@ -62,10 +72,18 @@ def table_spec(table: str) -> Any:
 
 
 def tier_once(
-    dsn: str, table: str, catalog: dict[str, str], state_path: Path, before_stop: Callable[[Any], None] | None = None
+    dsn: str,
+    table: str,
+    catalog: dict[str, str],
+    state_path: Path,
+    *,
+    local_single_split: bool | None = None,
+    before_stop: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
-    """One ``run_round`` of ``table`` in this process, timed from before the Spark writer exists to the round's
-    end. ``before_stop`` gets the writer before its session is stopped (to look into the JVM)."""
+    """One ``run_round`` of ``table`` in this process, its writer built as the operator builds it, timed from
+    before the writer exists to the round's end. ``local_single_split`` overrides the spec's ``spark`` default
+    (a round of one split is written without starting Spark); ``before_stop`` gets the writer before its
+    session is stopped (to look into the JVM)."""
     from airflow_provider_tiering.core.round import run_round
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
     from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
@@ -74,11 +92,14 @@ def tier_once(
     from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
     spec = table_spec(table)
+    if local_single_split is None:
+        local_single_split = spec.spark.local_single_split
     started = time.perf_counter()
-    writer = SparkSplitWriter(SparkSettings())
+    writer = SparkSplitWriter(SparkSettings(), local_single_split=local_single_split)
     lake = IcebergLake(load_catalog("default", catalog), NAMESPACE, table)
     result = run_round(spec, PostgresSource(spec.source, dsn), lake, writer, JsonFileStateStore(state_path))
     seconds = time.perf_counter() - started
+    spark_session = writer._spark is not None
     if before_stop is not None:
         before_stop(writer)
     writer.stop()
@@ -89,6 +110,7 @@ def tier_once(
         "outcome": result.outcome,
         "files": metrics.files if metrics else 0,
         "splits": metrics.splits if metrics else 0,
+        "spark_session": spark_session,
     }
 
 
@@ -96,10 +118,19 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
 
 
-def child_command(module: str, dsn: str, table: str, catalog: dict[str, str], state_path: Path) -> list[str]:
+def child_command(
+    module: str, dsn: str, table: str, catalog: dict[str, str], state_path: Path, mode: str = "operator"
+) -> list[str]:
     """The command line of a child that runs one round (``--child`` of ``module``) and prints ``RESULT {json}``."""
-    command = [sys.executable, "-m", module, "--child", "--dsn", dsn, "--table", table]
+    command = [sys.executable, "-m", module, "--child", mode, "--dsn", dsn, "--table", table]
     return [*command, "--catalog", json.dumps(catalog), "--state", str(state_path)]
+
+
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--table", help=argparse.SUPPRESS)
+    parser.add_argument("--catalog", help=argparse.SUPPRESS)
+    parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
 
 
 def parse_child(name: str, returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
@@ -159,9 +190,11 @@ def lake_check(catalog: dict[str, str], table: str, dsn: str) -> dict[str, Any]:
 
 
 # -- this benchmark --------------------------------------------------------------------------------------
-def run_round_child(dsn: str, table: str, catalog: dict[str, str], state_path: Path) -> dict[str, Any]:
+def run_round_child(
+    dsn: str, table: str, catalog: dict[str, str], state_path: Path, mode: str = "operator"
+) -> dict[str, Any]:
     started = time.perf_counter()
-    command = child_command("benchmarks.bench_incremental", dsn, table, catalog, state_path)
+    command = child_command("benchmarks.bench_incremental", dsn, table, catalog, state_path, mode)
     proc = subprocess.run(command, env=child_env(), capture_output=True, text=True, cwd=REPO)
     result = parse_child(f"round of {table}", proc.returncode, proc.stdout, proc.stderr)
     result["process_seconds"] = time.perf_counter() - started
@@ -199,18 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (1 = 6M lineitem rows)")
     parser.add_argument("--fraction", type=float, default=0.01, help="new rows per incremental round, of the table")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--modes", default=",".join(MODES), help="writer modes to measure: operator, spark")
     parser.add_argument("--dsn", help="PostgreSQL DSN; default: a throw-away server on 127.0.0.1")
     parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--table", help=argparse.SUPPRESS)
-    parser.add_argument("--catalog", help=argparse.SUPPRESS)
-    parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
+    add_child_arguments(parser)
     args = parser.parse_args(argv)
     if args.child:
-        result = tier_once(args.dsn, args.table, json.loads(args.catalog), args.state)
+        local = LOCAL_SINGLE_SPLIT[args.child]
+        result = tier_once(args.dsn, args.table, json.loads(args.catalog), args.state, local_single_split=local)
         print("RESULT " + json.dumps(result), flush=True)
         return 0
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    if not modes:
+        parser.error(f"--modes: choose from {', '.join(MODES)}")
 
     import psycopg
 
@@ -230,42 +265,52 @@ def main(argv: list[str] | None = None) -> int:
         print(f" (ready in {time.perf_counter() - began:.1f}s)", flush=True)
         catalog = _catalog(workdir, "b2-lake")
         state = workdir / "b2-lake" / "state.json"
-        samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+        samples: dict[str, list[dict[str, Any]]] = {}
         checks: list[dict[str, Any]] = []
+
+        def sample(name: str, repeat: int, result: dict[str, Any]) -> None:
+            samples.setdefault(name, []).append(result)
+            spark = "Spark" if result["spark_session"] else "no Spark"
+            print(f"  run {repeat + 1} {name:<22} {result['seconds']:8.2f}s {result['rows']:>10,} rows  {spark}")
+
         try:
             full = run_round_child(dsn, TABLE, catalog, state)
             if full["rows"] != base_rows:
                 raise AssertionError(f"the full round tiered {full['rows']} rows of {base_rows}")
-            print(f"  full round   {full['seconds']:8.2f}s  {full['rows']:>12,} rows (set-up, untimed)", flush=True)
+            print(f"  full round (set-up)          {full['seconds']:8.2f}s {full['rows']:>10,} rows", flush=True)
             for repeat in range(args.repeat):
-                inserted = insert_new_rows(dsn, TABLE, new_rows)
-                incremental = run_round_child(dsn, TABLE, catalog, state)
-                check = lake_check(catalog, TABLE, dsn)
-                checks.append(check)
-                if incremental["rows"] != inserted or not check["ok"]:
-                    raise AssertionError(f"incremental round of {inserted} new rows: {incremental}, lake {check}")
+                for mode in modes:
+                    inserted = insert_new_rows(dsn, TABLE, new_rows)
+                    incremental = run_round_child(dsn, TABLE, catalog, state, mode)
+                    check = lake_check(catalog, TABLE, dsn)
+                    checks.append(check)
+                    if incremental["rows"] != inserted or not check["ok"]:
+                        raise AssertionError(f"incremental round of {inserted} new rows: {incremental}, lake {check}")
+                    sample(f"incremental/{mode}", repeat, incremental)
+                    small_catalog = _catalog(workdir, "b2-small-lake")
+                    small_state = workdir / "b2-small-lake" / "state.json"
+                    small = run_round_child(dsn, SMALL_TABLE, small_catalog, small_state, mode)
+                    if small["rows"] != new_rows:
+                        raise AssertionError(f"the first round of {SMALL_TABLE} tiered {small['rows']} of {new_rows}")
+                    sample(f"small-first/{mode}", repeat, small)
                 idle = run_round_child(dsn, TABLE, catalog, state)
                 if idle["outcome"] != "nothing_to_tier":
                     raise AssertionError(f"the idle round did something: {idle}")
-                small_catalog = _catalog(workdir, "b2-small-lake")
-                small = run_round_child(dsn, SMALL_TABLE, small_catalog, workdir / "b2-small-lake" / "state.json")
-                if small["rows"] != new_rows:
-                    raise AssertionError(f"the first round of {SMALL_TABLE} tiered {small['rows']} of {new_rows}")
-                for kind, result in zip(KINDS, (incremental, idle, small)):
-                    samples[kind].append(result)
-                    print(f"  run {repeat + 1} {kind:<12} {result['seconds']:8.2f}s {result['rows']:>12,} rows")
+                sample("idle", repeat, idle)
         finally:
             restore_table(dsn, TABLE, base_max_id)
-        report = summarize(samples)
+        report = summarize(samples, modes)
         print_report(report, args.sf, base_rows, new_rows)
         args.output.parent.mkdir(parents=True, exist_ok=True)
         document = {
             "sf": args.sf,
             "table_rows": base_rows,
             "new_rows": new_rows,
+            "modes": modes,
             "full_round": full,
-            "results": report,
-            "ratio_incremental_to_small": report["ratio"],
+            "results": report["rounds"],
+            "ratios": report["ratios"],
+            "ratio_incremental_to_small": report["ratios"][modes[0]],
             "ratio_target": RATIO_TARGET,
             "lake_checks": checks,
         }
@@ -273,28 +318,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    report: dict[str, Any] = {}
-    for kind, runs in samples.items():
-        report[kind] = {
+def summarize(samples: dict[str, list[dict[str, Any]]], modes: list[str]) -> dict[str, Any]:
+    rounds = {}
+    for name, runs in samples.items():
+        rounds[name] = {
             "median_seconds": statistics.median(r["seconds"] for r in runs),
             "all_seconds": [r["seconds"] for r in runs],
             "median_process_seconds": statistics.median(r["process_seconds"] for r in runs),
             "rows": runs[-1]["rows"],
+            "spark_session": runs[-1]["spark_session"],
             "last": runs[-1],
         }
-    report["ratio"] = report["incremental"]["median_seconds"] / report["small-first"]["median_seconds"]
-    return report
+    ratios = {
+        mode: rounds[f"incremental/{mode}"]["median_seconds"] / rounds[f"small-first/{mode}"]["median_seconds"]
+        for mode in modes
+    }
+    return {"rounds": rounds, "ratios": ratios}
 
 
 def print_report(report: dict[str, Any], sf: float, table_rows: int, new_rows: int) -> None:
     print(f"\nB2, TPC-H lineitem SF {sf} ({table_rows:,} rows), {new_rows:,} new rows a round: median of runs")
-    print(f"{'round':<13} {'rows':>10} {'seconds':>9} {'process s':>10}")
-    for kind in KINDS:
-        r = report[kind]
-        print(f"{kind:<13} {r['rows']:>10,} {r['median_seconds']:>9.2f} {r['median_process_seconds']:>10.2f}")
-    verdict = "ok" if report["ratio"] <= RATIO_TARGET else "MISSED"
-    print(f"incremental / small-first: {report['ratio']:.2f}x (target <= {RATIO_TARGET}x: {verdict})")
+    print("(seconds: the round in its process, Spark start-up included; process: the whole child process)")
+    print(f"{'round':<24} {'rows':>10} {'seconds':>9} {'process':>9}  spark")
+    for name, r in report["rounds"].items():
+        spark = "yes" if r["spark_session"] else "no"
+        print(f"{name:<24} {r['rows']:>10,} {r['median_seconds']:>9.2f} {r['median_process_seconds']:>9.2f}  {spark}")
+    for mode, ratio in report["ratios"].items():
+        verdict = "ok" if ratio <= RATIO_TARGET else "MISSED"
+        print(f"incremental / small-first ({mode}): {ratio:.2f}x (target <= {RATIO_TARGET}x: {verdict})")
 
 
 if __name__ == "__main__":

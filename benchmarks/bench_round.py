@@ -119,7 +119,7 @@ def _round(dsn: str, workdir: Path, fresh: bool) -> dict[str, Any]:
     (workdir / "round.json").write_text(json.dumps(properties))
     state = JsonFileStateStore(workdir / "round" / "state.json")
     started = time.perf_counter()
-    writer = SparkSplitWriter(SparkSettings())
+    writer = SparkSplitWriter(SparkSettings(), local_single_split=spec.spark.local_single_split)  # as the operator
     lake = IcebergLake(load_catalog("default", properties), "bench", "lineitem")
     result = run_round(spec, PostgresSource(spec.source, dsn), lake, writer, state)
     seconds = time.perf_counter() - started

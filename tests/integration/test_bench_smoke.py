@@ -6,41 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.bench_round import main
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def test_benchmark_runs_every_variant_at_small_scale(pg_server, tmp_path, capsys):
-    output = tmp_path / "bench.json"
-    assert (
-        main(
-            [
-                "--sf",
-                "0.01",
-                "--repeat",
-                "1",
-                "--variants",
-                "copy-binary,bare-spark,adbc-append,round,idle-round",
-                "--dsn",
-                pg_server.dsn,
-                "--workdir",
-                str(tmp_path / "w"),
-                "--output",
-                str(output),
-            ]
-        )
-        == 0
-    )
-    report = json.loads(output.read_text())
-    rows = report["rows"]
-    assert rows > 50_000
-    results = report["results"]
-    assert results["round"]["last"]["rows"] == rows and results["round"]["last"]["outcome"] == "tiered"
-    assert results["bare-spark"]["last"]["rows"] == rows
-    assert results["adbc-append"]["last"]["rows"] == rows
-    assert results["idle-round"]["last"]["outcome"] == "nothing_to_tier"
-    assert "round / variant" in capsys.readouterr().out
 
 
 def test_spark_connect_benchmark_runs_both_modes_at_small_size(tmp_path, capsys):

@@ -1,0 +1,55 @@
+"""``make bench`` at a tiny scale (``benchmarks.suite --quick``), so no benchmark of the suite and no part of
+the report can rot. Figures are not checked here, only that everything was measured and every row counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from benchmarks.bench_round import REPO
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.mark.timeout(1200)
+def test_quick_suite_measures_everything_and_writes_the_report(pg_server, tmp_path, capsys):
+    from benchmarks.suite import main
+
+    venv = REPO / ".venv-bench"
+    setup = subprocess.run(
+        ["bash", "scripts/setup_bench_venv.sh"], env={**os.environ, "BENCH_VENV": str(venv)}, cwd=REPO, text=True
+    )
+    assert setup.returncode == 0
+    results, docs = tmp_path / "results", tmp_path / "docs" / "benchmarks.md"
+    argv = ["--quick", "--dsn", pg_server.dsn, "--workdir", str(tmp_path / "w"), "--results", str(results)]
+    assert main([*argv, "--docs", str(docs), "--bench-python", str(venv / "bin" / "python")]) == 0
+
+    full = json.loads((results / "full_load.json").read_text())
+    rows = full["rows"]
+    assert rows > 50_000
+    for variant in ("bare-spark", "adbc-append", "dlt", "round"):
+        assert full["results"][variant]["last"]["rows"] == rows, variant
+    assert full["results"]["idle-round"]["last"]["outcome"] == "nothing_to_tier"
+
+    many = json.loads((results / "many_tables.json").read_text())
+    assert set(many["rows"]) == {"region", "nation", "lineitem"} and many["rows"]["lineitem"] == rows
+    assert {r["kind"] for r in many["runs"]} == {"parallel", "sequential", "lineitem"}
+    assert all(r["state"] == "success" for r in many["runs"])
+
+    memory = json.loads((results / "memory.json").read_text())
+    assert [r["rows"] for r in memory["results"]] == [20_000, 40_000]
+    assert all(r["peak_rss"]["task"] > 0 and r["peak_rss"]["jvm"] > 0 for r in memory["results"])
+
+    incremental = json.loads((results / "incremental.json").read_text())
+    assert incremental["results"]["incremental/operator"]["rows"] == incremental["new_rows"] > 0
+    assert all(check["ok"] for check in incremental["lake_checks"])
+
+    text = docs.read_text()
+    for heading in ("## B1", "## B2", "## B3", "## B4", "| target | measured |"):
+        assert heading in text
+    for plot in ("throughput.png", "memory.png"):
+        assert (docs.parent / "benchmarks" / plot).stat().st_size > 1000
+    assert "wrote" in capsys.readouterr().out
