@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 PY_SPY = REPO / ".venv-bench" / "bin" / "py-spy"
+#: Leaf frames that block (a heuristic: py-spy's --idle samples keep threads parked in these).
+WAITING = ("wait", "recv", "readinto", "select", "poll", "sleep", "accept", "FinalizerWorker")
 
 
 def summarize(folded: Path, top: int = 15) -> str:
@@ -34,11 +36,15 @@ def summarize(folded: Path, top: int = 15) -> str:
         count = int(count_text)
         frames = stack.split(";")
         total += count
-        kind = "spark python worker" if "daemon" in frames[0] or "worker" in frames[0] else "task process"
-        waiting = any(word in frames[-1] for word in ("wait", "recv", "select", "poll", "sleep", "accept"))
+        # Each stack starts with the process chain: the round's process, then Spark's launcher, daemon, worker.
+        processes = [f for f in frames if f.startswith("process ")]
+        kind = "spark python worker" if any("pyspark.daemon" in p for p in processes) else "task process"
+        calls = [f for f in frames if not f.startswith("process ")]
+        waiting = bool(calls) and any(w in calls[-1] for w in WAITING)
         by_process[f"{kind}, {'waiting' if waiting else 'busy'}"] += count
-        own[frames[-1]] += count
-        for frame in set(frames[1:]):
+        if calls:
+            own[calls[-1]] += count
+        for frame in set(calls):
             inclusive[frame] += count
     lines = [f"{total} samples"]
     lines += [f"  {n / total:6.1%}  {name}" for name, n in by_process.most_common()]

@@ -156,18 +156,17 @@ class IcebergLake:
             return self.catalog.load_table(self.identifier)
 
     def _check_partitioning(self, table: Any) -> None:
-        wanted = describe_spec(build_partition_spec(self.partition_fields, table.schema()), table.schema())
-        current = describe_spec(table.spec(), table.schema())
+        schema = table.schema()
+        declared = build_partition_spec(self.partition_fields, schema)
+        wanted, current = describe_spec(declared, schema), describe_spec(table.spec(), schema)
         if wanted == current:
             return
         if table.current_snapshot() is None:  # nothing written yet: adopt the declared spec
             with table.update_spec() as update:
                 for field in table.spec().fields:
                     update.remove_field(field.name)
-                for field in self.partition_fields:
-                    update.add_field(
-                        field.column, build_partition_spec([field], table.schema()).fields[0].transform, field.name
-                    )
+                for field in declared.fields:
+                    update.add_field(schema.find_column_name(field.source_id), field.transform, field.name)
             self.load_table()
             return
         raise LakeError(
@@ -268,12 +267,17 @@ class IcebergLake:
             "nothing was committed"
         )
 
-    def _append(self, table: Any, files: Sequence[WrittenFile], properties: dict[str, str]) -> None:
+    def _append(
+        self, table: Any, files: Sequence[WrittenFile], properties: dict[str, str], replacing: Any = None
+    ) -> None:
         """One fast-append snapshot of ``files`` with ``properties``: ``add_files`` with the partition given by the
         writer, since file statistics cannot tell a bucket (file names are unique by construction, so the
-        duplicate check's full-table scan is skipped)."""
+        duplicate check's full-table scan is skipped). With ``replacing`` (a row filter), the rows it matches are
+        deleted in the same transaction."""
         data_files = [self._data_file(table, f) for f in files]
         with table.transaction() as tx:
+            if replacing is not None:
+                tx.delete(replacing, snapshot_properties=properties)
             self._set_name_mapping(tx)
             with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
                 for data_file in data_files:

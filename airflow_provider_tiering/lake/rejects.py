@@ -40,24 +40,9 @@ class RejectsTable(IcebergLake):
 
         source_files: set[str] = set()
         for written in files:
-            filesystem, path = self._filesystem_of(written.path)
+            filesystem, path = filesystem_and_path(written.path)
             with filesystem.open_input_file(path) as handle:
                 source_files.update(pq.read_table(handle, columns=["source_file"]).column(0).to_pylist())
         properties = {"tiering.rejects-epoch": str(epoch), "tiering.table": table_name, "tiering.attempt": attempt}
-        table = self.load_table()
-        data_files = [self._data_file(table, f) for f in files]
-        with table.transaction() as tx:
-            tx.delete(In("source_file", sorted(source_files)), snapshot_properties=properties)
-            self._set_name_mapping(tx)
-            with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
-                for data_file in data_files:
-                    append.append_data_file(data_file)
+        self._append(self.load_table(), files, properties, replacing=In("source_file", sorted(source_files)))
         return int(self.load_table().current_snapshot().snapshot_id)
-
-    def count(self) -> int:
-        table = self.load_table()
-        return 0 if table is None else table.scan().to_arrow().num_rows
-
-    @staticmethod
-    def _filesystem_of(uri: str) -> tuple[Any, str]:
-        return filesystem_and_path(uri)

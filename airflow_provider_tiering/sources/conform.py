@@ -11,6 +11,8 @@ from airflow_provider_tiering.core.errors import SourceError
 def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """Cast a batch read from the hot store to ``schema`` (extension types through their storage); lake
     columns the hot store no longer has are written as nulls."""
+    if batch.schema.equals(schema):  # already conformed (by the source's own read): nothing to cast
+        return batch
     columns = []
     names = set(batch.schema.names)
     for target in schema:

@@ -125,11 +125,11 @@ class SparkSplitWriter:
         """
         if not splits:
             return []
-        if len(splits) == 1 and self.writes_single_split_locally:
-            log.info("one split: written by this process, without Spark")
+
+        def write_one(split: Split) -> list[WrittenFile]:
             return write_split(
                 source,
-                splits[0],
+                split,
                 schema,
                 directory_uri,
                 write_schema=write_schema,
@@ -137,21 +137,16 @@ class SparkSplitWriter:
                 target_file_bytes=target_file_bytes,
                 rejects_uri=rejects_uri,
             )
+
+        if len(splits) == 1 and self.writes_single_split_locally:
+            log.info("one split: written by this process, without Spark")
+            return write_one(splits[0])
         by_index = {split.index: split for split in splits}
 
         def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 for index in batch.column(0).to_pylist():
-                    files = write_split(
-                        source,
-                        by_index[index],
-                        schema,
-                        directory_uri,
-                        write_schema=write_schema,
-                        partitioner=partitioner,
-                        target_file_bytes=target_file_bytes,
-                        rejects_uri=rejects_uri,
-                    )
+                    files = write_one(by_index[index])
                     yield pa.RecordBatch.from_pylist([asdict(f) for f in files], schema=_RESULT_ARROW)
 
         indexes = sorted(by_index)
