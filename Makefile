@@ -2,7 +2,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast lint bench bench-dag-run bench-status-page spark-connect spark-standalone clean
+.PHONY: setup spark-cds demo test test-fast lint bench bench-dag-run bench-status-page spark-connect spark-standalone clean
 
 setup: $(STAMP)
 
@@ -11,11 +11,11 @@ $(STAMP): requirements.lock pyproject.toml scripts/setup.sh
 	touch $(STAMP)
 
 ## Tier the embedded demo tables twice with Airflow + Spark (local) + Iceberg (SQLite catalog), print statuses.
-demo: setup
+demo: setup spark-cds
 	$(BIN)/python demo/run_demo.py
 
 ## The whole test suite: lint, unit, integration (PostgreSQL, Spark, pyiceberg), e2e (real Airflow scheduler).
-test: setup
+test: setup spark-cds
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests
 
@@ -29,7 +29,7 @@ lint: setup
 
 ## The benchmark suite (TPC-H, SF=1 by default; about 25 minutes): B1 full load vs COPY, bare Spark, pyiceberg,
 ## dlt; B2 incremental; B3 8 tables in one DAG run; B4 memory. Writes benchmarks/results/ and docs/benchmarks.md.
-bench: setup
+bench: setup spark-cds
 	bash scripts/setup_bench_venv.sh
 	$(BIN)/python -m benchmarks.suite --sf $${SF:-1}
 
@@ -49,6 +49,11 @@ spark-connect: setup
 ## and WORKERS (2) one-core workers; logs in .cache/spark-standalone/; scripts/spark_standalone.sh status|stop.
 spark-standalone: setup
 	VENV=$(VENV) bash scripts/spark_standalone.sh start $${WORKERS:-2}
+
+## Record this machine's class data sharing archive for local Spark driver JVMs once (a no-op when it exists):
+## later sessions start in about half the time. AIRFLOW_PROVIDER_TIERING_CDS_DIR picks the directory (off: none).
+spark-cds: setup
+	$(BIN)/python -m airflow_provider_tiering.spark.class_data_sharing
 
 clean:
 	rm -rf .demo tests/artifacts benchmarks/results

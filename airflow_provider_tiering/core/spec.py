@@ -271,6 +271,10 @@ class SparkSpec(_Strict):
         default=True,
         description="a round that fits one split is written by the task process itself, without starting Spark",
     )
+    class_data_sharing: bool = Field(
+        default=True,
+        description="a local driver JVM maps an archive of Spark's classes, recorded by the machine's first session",
+    )
 
 
 class TableSpec(_Strict):

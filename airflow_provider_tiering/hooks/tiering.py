@@ -176,7 +176,7 @@ def spark_settings(spec: SparkSpec) -> SparkSettings:
     try:
         conn = BaseHook.get_connection(spec.conn_id)
     except AirflowNotFoundException:
-        return SparkSettings(master=DEFAULT_MASTER, conf=dict(spec.conf))
+        return SparkSettings(master=DEFAULT_MASTER, conf=dict(spec.conf), class_data_sharing=spec.class_data_sharing)
     if (conn.conn_type or "").lower() == "spark_connect":
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
@@ -186,4 +186,4 @@ def spark_settings(spec: SparkSpec) -> SparkSettings:
         host = f"spark://{host}"
     if conn.port and host.startswith("spark://") and host.count(":") == 1:
         host = f"{host}:{conn.port}"
-    return SparkSettings(master=host, conf=dict(spec.conf))
+    return SparkSettings(master=host, conf=dict(spec.conf), class_data_sharing=spec.class_data_sharing)

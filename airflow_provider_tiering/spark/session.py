@@ -9,6 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_tiering.spark import class_data_sharing
+
+log = logging.getLogger(__name__)
+
 DEFAULT_MASTER = "local[*]"
 
 # Local defaults: nothing listens beyond loopback, no UI port, few shuffle partitions.
@@ -58,6 +62,12 @@ class SparkSettings:
     remote: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
     app_name: str = "airflow-provider-tiering"
+    #: Map (or record) a class data sharing archive when this process starts a local driver JVM.
+    class_data_sharing: bool = True
+
+
+#: This process's driver JVM records a class data sharing archive, published when its session stops.
+_recording: class_data_sharing.Archive | None = None
 
 
 def create_spark_session(settings: SparkSettings) -> Any:
@@ -73,21 +83,85 @@ def create_spark_session(settings: SparkSettings) -> Any:
         from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
 
         builder = ConnectSparkSession.builder.appName(settings.app_name).remote(settings.remote)
-        conf: dict[str, str] = {}
+        conf = dict(settings.conf)
     else:
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
-        if settings.master.startswith("local"):
-            conf = dict(_LOCAL_DEFAULTS)
-        elif is_loopback_master(settings.master):
-            conf = dict(_LOOPBACK_CLUSTER_DEFAULTS)
-            # Read by the driver JVM at launch: its web UI (on by default for a cluster) binds this address.
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        else:
-            conf = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
-        conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+        conf = session_conf(settings)
+    archive = None
+    if settings.class_data_sharing and not settings.remote and settings.master.startswith("local"):
+        archive = _prepare_class_data_sharing(conf)
+    try:
+        return _get_or_create(builder, conf, archive)
+    except Exception as exc:
+        if archive is None:
+            raise
+        jvm_died = "JAVA_GATEWAY_EXITED" in str(exc)
+        if archive.recording is None and not jvm_died:
+            raise
+        class_data_sharing.abandon(archive)  # give up the recording, or drop the archive the JVM died on
+        if not jvm_died:
+            raise
+        # The only JVM options we added are the archive's: a JVM that dies on them must not keep rounds from starting.
+        log.warning("Spark driver JVM failed to start with class data sharing archive %s; removed it", archive.path)
+        return _get_or_create(builder, conf, None)
+
+
+def session_conf(settings: SparkSettings) -> dict[str, str]:
+    """The Spark conf a classic (not Connect) session of ``settings`` is built with: our defaults, then the user's."""
+    if settings.master.startswith("local"):
+        conf = dict(_LOCAL_DEFAULTS)
+    elif is_loopback_master(settings.master):
+        conf = dict(_LOOPBACK_CLUSTER_DEFAULTS)
+        # Read by the driver JVM at launch: its web UI (on by default for a cluster) binds this address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    else:
+        conf = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+    conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
     conf.update(settings.conf)
+    return conf
+
+
+def _prepare_class_data_sharing(conf: dict[str, str]) -> class_data_sharing.Archive | None:
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:  # this process's JVM is already up: its options are fixed
+        return None
+    return class_data_sharing.prepare(conf)
+
+
+def _get_or_create(builder: Any, conf: dict[str, str], archive: class_data_sharing.Archive | None) -> Any:
+    global _recording
+    conf = dict(conf)
+    if archive is not None:
+        key = "spark.driver.extraJavaOptions"
+        conf[key] = f"{conf.get(key, '')} {archive.java_options}".strip()
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if archive is not None and archive.recording is not None:
+        _recording = archive
+    return session
+
+
+def stop_spark_session(spark: Any) -> None:
+    """Stop a session; if this process's driver JVM records a class data sharing archive, let it exit and
+    publish the archive (the next session in this process starts a new JVM)."""
+    global _recording
+    spark.stop()
+    archive, _recording = _recording, None
+    if archive is None:
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if gateway is None or process is None or process.stdin is None:
+        class_data_sharing.abandon(archive)
+        return
+    gateway.close()
+    process.stdin.close()  # Spark's Python gateway server exits on EOF of its stdin; the JVM writes the archive
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    class_data_sharing.publish(archive, process)

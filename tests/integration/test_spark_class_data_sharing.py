@@ -1,0 +1,69 @@
+"""Class data sharing with a real driver JVM: the first local session records the archive, later ones map it,
+and a damaged archive (which crashes JDK 17 at start-up) is dropped without failing the session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHILD = """
+import sys
+from airflow_provider_tiering.spark.session import SparkSettings, create_spark_session, stop_spark_session
+
+settings = SparkSettings(master="local[2]", conf={"spark.driver.extraJavaOptions": sys.argv[1]})
+spark = create_spark_session(settings)
+assert spark.sparkContext.parallelize([1, 2], 2).map(lambda x: x * 2).collect() == [2, 4]
+stop_spark_session(spark)
+print("session ok")
+"""
+
+
+def _session(archive_dir: Path, workdir: Path, java_options: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AIRFLOW_PROVIDER_TIERING_CDS_DIR": str(archive_dir)}
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, java_options],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "session ok" in result.stdout
+    return result
+
+
+def test_recorded_once_mapped_after_and_a_damaged_archive_is_dropped(tmp_path: Path) -> None:
+    archive_dir, workdir = tmp_path / "cds", tmp_path / "cwd"
+    workdir.mkdir()
+    class_log = tmp_path / "classes.log"
+    # The same options in every run (they are part of the archive's key); the log shows where classes come from.
+    java_options = f"-XX:+UseSerialGC -Xlog:class+load=info:file={class_log}"
+
+    _session(archive_dir, workdir, java_options)
+    archives = list(archive_dir.glob("spark-driver-*.jsa"))
+    assert len(archives) == 1, sorted(p.name for p in archive_dir.iterdir())
+    archive = archives[0]
+    assert not list(archive_dir.glob("*.lock")) and not list(archive_dir.glob("*.recording-*"))
+    recorded_loads = class_log.read_text()
+    assert "shared objects file (top)" not in recorded_loads
+
+    _session(archive_dir, workdir, java_options)
+    # Spark's classes now come from the dynamic ("top") layer of the shared archive.
+    mapped_loads = class_log.read_text()
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in mapped_loads
+
+    size = archive.stat().st_size
+    with archive.open("r+b") as fh:
+        fh.truncate(size // 2)
+    result = _session(archive_dir, workdir, java_options)
+    assert "failed to start with class data sharing archive" in result.stderr
+    assert not archive.exists()
+    assert not list(workdir.glob("hs_err_pid*.log"))  # the crash report went next to the archive
+    assert "org.apache.spark.SparkContext source: file:" in class_log.read_text()
