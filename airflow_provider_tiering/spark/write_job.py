@@ -156,6 +156,7 @@ class SparkSplitWriter:
                 self.spark.sparkContext.parallelize(indexes, len(indexes)).mapPartitions(run_partition).collect()
             )
 
+        # Spark Connect has no RDD API: a DataFrame job whose Arrow rows carry the file metadata back.
         def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 for index in batch.column(0).to_pylist():
