@@ -1,4 +1,5 @@
-"""Under a real scheduler and LocalExecutor: one broken table fails alone, its state says why, without secrets;
+"""Under a real scheduler and LocalExecutor: one broken table fails alone, its state says why, and no surface
+(state, events, logs, Tiering page and REST API, CLI) shows a password;
 a run can tier a subset of the tables; a table that keeps failing is quarantined until it is reset."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
+from tests.e2e.test_cli import cli
 from tests.e2e.tiering_env import metadata_db, table_function, tiering_setup
 from tests.integration.hot_tables import COLUMNS, PostgresHot
 from tests.lake_check import digest, lake_rows
@@ -33,6 +35,32 @@ DAG_FILE = table_function(
     )
     '''
 )
+
+
+def assert_no_secret_anywhere(af: AirflowCluster, run_id: str, secrets: tuple[str, ...]) -> None:
+    """Search every surface a user sees for the real secrets: state and events in Airflow's REST API, every
+    task's log, the Tiering page and its REST API, and the CLI. The broken table's error must be shown on
+    them (else the search proves nothing), its password on none."""
+    tables = (*HEALTHY, "broken")
+    surfaces: dict[str, str] = {
+        "asset state store (REST)": json.dumps([af.asset_state_store(f"tiering/e2e/{t}") for t in tables]),
+        "asset events (REST)": json.dumps(af.asset_events()),
+        "Tiering page": af.request("GET", "/tiering/").text,
+        "Tiering REST list": af.request("GET", "/tiering/api/tables").text,
+        "Tiering REST table": af.request("GET", "/tiering/api/tables/broken").text,
+        "Tiering REST history": af.request("GET", "/tiering/api/tables/broken/history").text,
+    }
+    for task in (*tables, "tiering_summary"):
+        surfaces[f"task log of {task}"] = af.task_log(DAG_ID, run_id, task, 1)
+    for args in (("status",), ("status", "broken", "-o", "json"), ("history", "broken", "-o", "json")):
+        done = cli(af, *args)
+        assert done.returncode == 0, done.stderr
+        surfaces[f"CLI {' '.join(args)}"] = done.stdout + done.stderr
+    for name in ("asset state store (REST)", "Tiering REST table", "task log of broken", "CLI status broken -o json"):
+        assert "password authentication failed" in surfaces[name], name
+    for name, text in surfaces.items():
+        for secret in secrets:
+            assert secret not in text, f"a password appears in the {name}"
 
 
 @pytest.mark.e2e
@@ -63,12 +91,9 @@ def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: 
         assert broken["consecutive_failures"] == 1 and broken["last_error_time"]
         assert "password authentication failed" in broken["last_error"]
         assert len(broken["last_error"].encode()) <= 2048
-        log = af.task_log(DAG_ID, run_id, "broken", 1)
         summary_log = af.task_log(DAG_ID, run_id, "tiering_summary", 1)
         assert "1 of 4 table(s) failed: broken" in summary_log
-        for secret in (WRONG_PASSWORD, pg_server.password):
-            assert secret not in json.dumps(broken)
-            assert secret not in log
+        assert_no_secret_anywhere(af, run_id, (WRONG_PASSWORD, pg_server.password))
 
         for name in HEALTHY:
             state = af.asset_state_store(f"tiering/e2e/{name}")["tiering_state"]
