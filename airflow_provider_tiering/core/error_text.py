@@ -38,8 +38,11 @@ def condense_jvm_error(text: str) -> str:
         return text
     head = next((line.strip() for line in lines if line.strip() and not _JVM_FRAME.match(line)), "")
     causes = [m.group(1).strip() for line in lines if (m := _CAUSED_BY.match(line.strip()))]
-    if causes:
-        return f"{causes[-1]} (in: {head})" if head and head not in causes[-1] else causes[-1]
+    # Py4J puts the Java exception on the line after its "An error occurred while calling ...", as ": <exception>".
+    thrown = next((line[2:].strip() for line in lines if line.startswith(": ") and line[2:].strip()), "")
+    root = causes[-1] if causes else thrown
+    if root:
+        return f"{root} (in: {head})" if head and head not in root else root
     return head
 
 

@@ -31,6 +31,10 @@ class LakeError(TieringError):
     """The lake (catalog or warehouse) refused an operation."""
 
 
+class SparkUnavailable(TieringError):
+    """The round's Spark (a cluster master or a Connect server) could not be reached; nothing was written."""
+
+
 class QuarantinedError(TieringError):
     """The table failed too many rounds in a row; it is not tiered again until it is reset."""
 

@@ -11,7 +11,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -86,6 +86,26 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Any:
         with _local_lock(database.with_name(database.name + ".lock")):
             return pyiceberg_load_catalog(name, **props)
     return pyiceberg_load_catalog(name, **props)
+
+
+class LazyCatalog:
+    """A catalog loaded on its first use, so that one that cannot be loaded (unreachable, misconfigured) fails
+    inside the table's round, which records the error in the table's state, instead of before the round starts."""
+
+    def __init__(self, load: Callable[[], Any], description: str) -> None:
+        self._load = load
+        self._description = description
+        self._catalog: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._catalog is None:
+            try:
+                self._catalog = self._load()
+            except Exception as exc:
+                raise LakeError(f"Iceberg catalog {self._description} cannot be loaded: {exc}") from exc
+        return getattr(self._catalog, name)
 
 
 def _epoch_dir(epoch: int) -> str:

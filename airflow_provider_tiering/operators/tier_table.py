@@ -89,11 +89,13 @@ class TierTableOperator(BaseOperator):
 
         source = TieringSourceHook(spec.source).get_source()
         self._skip_if_nothing_new(state_store, state, source)
-        from airflow_provider_tiering.lake.iceberg import IcebergLake
+        from airflow_provider_tiering.lake.iceberg import IcebergLake, LazyCatalog
         from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
         catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
-        catalog = catalog_hook.get_conn()
+        catalog_hook.catalog_properties()  # resolves the connection and its secrets (masked in errors) up front
+        # The catalog itself is loaded inside the round, so a catalog that cannot be reached is the table's error.
+        catalog = LazyCatalog(catalog_hook.get_conn, repr(spec.lake.catalog_conn_id))
         lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
         writer = SparkSplitWriter(spark_settings(spec.spark), local_single_split=spec.spark.local_single_split)
         rejects = None

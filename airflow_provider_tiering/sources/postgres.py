@@ -149,7 +149,7 @@ class PostgresSource(SqlSource):
         earlier observation whose blockers have all ended since (``candidate``), or not at all, and
         reports the blockers. Sessions of other roles are visible only with ``pg_read_all_stats``.
         """
-        self.schema()
+        self.check_cursor_not_null()
         lower = None if committed is None else committed["cursor"]
         where = "" if lower is None else f" WHERE {self.range_predicate(lower, None)}"
         with self._connect() as conn, conn.cursor() as cur:

@@ -131,8 +131,24 @@ class SqlSource(Source):
         return f"SELECT {columns} FROM {self.table_ref} WHERE {self.range_predicate(split.lower, split.upper)}"
 
     def has_rows_after(self, committed: Offsets | None) -> bool:
+        # Rows with a NULL cursor count too: the round then fails on them (check_cursor_not_null) instead of the
+        # table being skipped as idle while they sit there.
         lower = None if committed is None else committed["cursor"]
-        return bool(self._query(f"SELECT 1 FROM {self.table_ref} WHERE {self.range_predicate(lower, None)} LIMIT 1"))
+        predicate = f"({self.range_predicate(lower, None)}) OR {self.cursor_ref} IS NULL"
+        return bool(self._query(f"SELECT 1 FROM {self.table_ref} WHERE {predicate} LIMIT 1"))
+
+    def check_cursor_not_null(self) -> None:
+        """Raise SourceError if any row has a NULL cursor: no cursor range holds it, so it could never be tiered,
+        and tiering the other rows would lose it silently. Free for a NOT NULL cursor column."""
+        if not self.schema().field(self.spec.cursor_column).nullable:
+            return
+        ((nulls,),) = self._query(f"SELECT count(*) FROM {self.table_ref} WHERE {self.cursor_ref} IS NULL")
+        if nulls:
+            raise SourceError(
+                f"{self.display_name}: {nulls} row(s) have a NULL in cursor column {self.spec.cursor_column!r}; "
+                "such rows are in no cursor range and can never be tiered: give them a cursor value (and make "
+                "the column NOT NULL); nothing was tiered"
+            )
 
     def plan_range(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
         lower = None if start is None else start["cursor"]

@@ -98,6 +98,7 @@ class SqliteSource(SqlSource):
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
         import pyarrow as pa
 
+        self.check_cursor_not_null()
         lower = None if committed is None else committed["cursor"]
         predicate = self.range_predicate(lower, None)
         lag = self.spec.settle_lag_seconds

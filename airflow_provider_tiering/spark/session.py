@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_tiering.core.errors import SparkUnavailable
 from airflow_provider_tiering.spark import class_data_sharing
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,30 @@ class SparkSettings:
 _recording: class_data_sharing.Archive | None = None
 
 
+#: How long a standalone master may take to accept a TCP connection before it counts as unreachable.
+MASTER_PROBE_SECONDS = 10.0
+
+
+def check_master_reachable(master: str, timeout: float = MASTER_PROBE_SECONDS) -> None:
+    """Raise :class:`SparkUnavailable` unless a ``spark://`` master (one of, for a list) accepts connections.
+
+    Spark's standalone client retries an unreachable master for a minute (3 registrations of 20 s, fixed in
+    Spark) and then fails with "Cannot call methods on a stopped SparkContext", which names neither the
+    master nor the cause.
+    """
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as exc:
+            failures.append(f"{address}: {exc}")
+    raise SparkUnavailable(f"Spark master {master} is unreachable ({'; '.join(failures)})")
+
+
 def create_spark_session(settings: SparkSettings) -> Any:
     """Start (or attach to) a Spark session. Python workers run this interpreter."""
     # py4j logs every connection at INFO, even from __del__ at interpreter exit (after streams close).
@@ -87,6 +113,7 @@ def create_spark_session(settings: SparkSettings) -> Any:
     else:
         from pyspark.sql import SparkSession
 
+        check_master_reachable(settings.master)
         builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
         conf = session_conf(settings)
     archive = None

@@ -43,3 +43,22 @@ def test_error_names_type_and_cause():
             raise RuntimeError("round failed") from inner
     except RuntimeError as exc:
         assert describe_error(exc) == "RuntimeError: round failed (caused by ConnectionError: refused)"
+
+
+PY4J_WITHOUT_CAUSE = """An error occurred while calling None.org.apache.spark.sql.classic.SparkSession.
+: java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext.
+This stopped SparkContext was created at:
+
+org.apache.spark.api.java.JavaSparkContext.<init>(JavaSparkContext.scala:59)
+py4j.Gateway.invoke(Gateway.java:238)
+\tat org.apache.spark.SparkContext.assertNotStopped(SparkContext.scala:128)
+\tat org.apache.spark.sql.classic.SparkSession.<init>(SparkSession.scala:125)
+"""
+
+
+def test_py4j_error_without_cause_keeps_the_java_exception():
+    # An unreachable Spark master fails the session like this: the Java exception is on Py4J's ": " line.
+    assert condense_jvm_error(PY4J_WITHOUT_CAUSE) == (
+        "java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext. "
+        "(in: An error occurred while calling None.org.apache.spark.sql.classic.SparkSession.)"
+    )
