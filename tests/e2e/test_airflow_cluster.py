@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.airflow_cluster import AirflowCluster
 from tests.e2e.tiering_env import metadata_db
+from tests.spark_standalone import descendants, is_loopback, listening_addresses
 
 DAG_ID = "e2e_harness_selftest"
 ASSET_NAME = "e2e_harness_selftest_asset"
@@ -110,6 +111,13 @@ def test_real_cluster_runs_dag_with_asset_state_store(tmp_path: Path, pg_server,
         assert "e2e-harness-intentional-failure" in af.task_log(DAG_ID, run_id, "consume_then_fail", 1)
 
         pids = [p.pid for p in af.processes.values()]
+        # Nothing listens beyond loopback: every Airflow daemon (and its children) and the PostgreSQL server.
+        postmaster = pg_server._postmaster_pid()
+        assert postmaster is not None
+        listening = listening_addresses([pid for root in (*pids, postmaster) for pid in descendants(root)])
+        assert any(port == af.port for _, port in listening), listening  # the api-server is among them
+        assert any(port == pg_server.port for _, port in listening), listening
+        assert all(is_loopback(address) for address, _ in listening), listening
 
     # Every component is gone and logs stay on disk.
     for pid in pids:
