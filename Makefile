@@ -2,7 +2,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup spark-cds demo test test-fast lint bench bench-dag-run bench-status-page spark-connect spark-standalone clean
+.PHONY: setup spark-cds demo test test-fast lint bench bench-dag-run bench-status-page soak spark-connect spark-standalone clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,12 @@ lint: setup
 bench: setup spark-cds
 	bash scripts/setup_bench_venv.sh
 	$(BIN)/python -m benchmarks.suite --sf $${SF:-1}
+
+## Chaos soak (MINUTES, default 20): writers committing out of cursor order while rounds run and faults strike
+## (SIGKILL of the round, PostgreSQL restarts, catalog outages, competing lake commits, full disk); then every
+## lake table is checked against its hot table. Prints rounds, faults by kind, rows checked, lost and duplicated.
+soak: setup spark-cds
+	$(BIN)/python -m tests.chaos.soak --minutes $${MINUTES:-20} --json tests/artifacts/soak.json $${SOAK_ARGS:-}
 
 ## One DAG run of a 200-table tiering DAG with nothing to tier vs 200 empty tasks, under a real Airflow scheduler.
 bench-dag-run: setup

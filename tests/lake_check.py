@@ -58,8 +58,10 @@ def postgres_rows(dsn: str, table: str, columns: Sequence[str]) -> list[tuple]:
         return conn.execute(f'SELECT {", ".join(columns)} FROM "{table}"').fetchall()
 
 
-def unreferenced_data_files(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> list[str]:
-    """Parquet files in the table's data directory that no snapshot references."""
+def unreferenced_data_files(
+    catalog_properties: dict[str, str], identifier: tuple[str, str], under: str = ""
+) -> list[str]:
+    """Parquet files in the table's data directory (or its subdirectory ``under``) that no snapshot references."""
     catalog = load_catalog("default", **catalog_properties)
     table = catalog.load_table(identifier)
     referenced = set()
@@ -67,6 +69,6 @@ def unreferenced_data_files(catalog_properties: dict[str, str], identifier: tupl
         for manifest in snapshot.manifests(table.io):
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 referenced.add(entry.data_file.file_path.removeprefix("file://"))
-    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    data_dir = Path(table.location().removeprefix("file://")) / "data" / under
     on_disk = {str(p) for p in data_dir.rglob("*.parquet")}
     return sorted(on_disk - referenced)

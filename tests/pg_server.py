@@ -286,10 +286,11 @@ class PostgresServer:
             atexit.unregister(self._stop_at_exit)
             self._atexit_registered = False
 
-    def restart(self) -> None:
-        """Fast stop then start on the same port (connections are dropped)."""
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Fast stop, stay down ``down_seconds``, then start on the same port (connections are dropped)."""
         fixed = self._fixed_port
         self.stop()
+        time.sleep(down_seconds)
         self._fixed_port = self._port
         try:
             self.start()

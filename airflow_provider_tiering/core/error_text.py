@@ -20,6 +20,11 @@ _KEY_VALUE_SECRET = re.compile(
 # JVM frames and Python traceback noise inside Py4J / Spark messages.
 _JVM_FRAME = re.compile(r"^\s+at [\w$.<>]+\(.*\)\s*$")
 _CAUSED_BY = re.compile(r"^Caused by: (.*)$")
+_TRACEBACK = "Traceback (most recent call last):"
+# The exception line that ends a Python traceback: "module.path.ErrorName: message" (or a bare name).
+_PY_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning))\b:?(?P<rest>.*)$"
+)
 
 
 def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
@@ -46,6 +51,31 @@ def condense_jvm_error(text: str) -> str:
     return head
 
 
+def condense_python_traceback(text: str) -> str:
+    """Keep the exception that ends the last Python traceback in ``text`` (e.g. Spark's ``PythonException``
+    carries its worker's whole traceback) and drop the frames; the text before the traceback says where."""
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return text
+    head = text[:at].strip().splitlines()
+    frames_and_error = text[at + len(_TRACEBACK) :].splitlines()
+    error_lines: list[str] = []
+    for line in frames_and_error:
+        if error_lines:
+            if _JVM_FRAME.match(line) or line.startswith("\tat "):
+                break
+            error_lines.append(line)
+        elif line.strip() and not line[0].isspace() and _PY_EXCEPTION.match(line):
+            match = _PY_EXCEPTION.match(line)
+            assert match is not None
+            error_lines.append(f"{match.group('name')}:{match.group('rest')}".rstrip(":"))
+    if not error_lines:
+        return text
+    root = "\n".join(error_lines).strip()
+    where = head[0].strip().rstrip(":") if head else ""
+    return f"{root} (in: {where})" if where else root
+
+
 def truncate_utf8(text: str, limit: int = MAX_ERROR_BYTES) -> str:
     data = text.encode("utf-8")
     if len(data) <= limit:
@@ -54,12 +84,19 @@ def truncate_utf8(text: str, limit: int = MAX_ERROR_BYTES) -> str:
     return data[: limit - len(marker.encode())].decode("utf-8", errors="ignore") + marker
 
 
+def _condense(text: str) -> str:
+    # The Python traceback first: a JVM trace may carry one (a Python worker's error) that it would cut short.
+    return condense_jvm_error(condense_python_traceback(text))
+
+
 def describe_error(exc: BaseException, secrets: Iterable[str] = ()) -> str:
     """The ``last_error`` text of an exception: type, root cause, secrets masked, at most 2 KiB."""
-    message = str(exc) or repr(exc)
-    message = condense_jvm_error(message)
+    message = _condense(str(exc) or repr(exc))
     cause = exc.__cause__ or exc.__context__
-    if cause is not None and str(cause) and str(cause) not in message:
-        message = f"{message} (caused by {type(cause).__name__}: {condense_jvm_error(str(cause))})"
+    if cause is not None and str(cause):
+        cause_text = _condense(str(cause))
+        # Py4J chains the Java exception that wraps the same Python error: name a cause only when it adds something.
+        if cause_text.split(" (in: ", 1)[0] not in message:
+            message = f"{message} (caused by {type(cause).__name__}: {cause_text})"
     text = f"{type(exc).__name__}: {message}"
     return truncate_utf8(mask_secrets(text, secrets))

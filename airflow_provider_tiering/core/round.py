@@ -259,11 +259,11 @@ def run_round(
     state.transition(TableStatus.TIERING)
     state_store.save(state)
     notify("acquired")
-    end = source.end_offsets(plan)
 
     # 3. Write; 4. commit, fenced by the lake's offsets and epoch.
     files: list[Any] = []
     try:
+        end = source.end_offsets(plan)  # a landing zone writes its offsets log here: it can fail like a write
         # A round of one split at one slot may be written without Spark (see SparkSplitWriter); else cut it
         # for the Spark slots, which starts the session.
         splits = source.cut_splits(plan, spec.target_rows_per_split, 1)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ START_PROPERTY = "tiering.start-offsets"
 END_PROPERTY = "tiering.end-offsets"
 TABLE_PROPERTY = "tiering.table"
 ATTEMPT_PROPERTY = "tiering.attempt"
+#: Table property set by every tiering commit, in the same atomic swap: its epoch and end offsets. It outlives the
+#: snapshot (snapshot expiry may remove the latest tiering snapshot from the current snapshot's ancestry).
+LAST_COMMIT_PROPERTY = "tiering.last-commit"
 #: Data files of tiering rounds live under <table location>/data/<STAGING_DIR>/epoch-NNNNNNNNNN/attempt-<id>/.
 STAGING_DIR = "tiering"
 _EPOCH_DIR = re.compile(r"^epoch-(\d+)$")
@@ -106,6 +110,36 @@ class LazyCatalog:
             except Exception as exc:
                 raise LakeError(f"Iceberg catalog {self._description} cannot be loaded: {exc}") from exc
         return getattr(self._catalog, name)
+
+
+@cache
+def _fenced_transaction_class() -> type:
+    from pyiceberg.table import Transaction
+
+    if not hasattr(Transaction, "_rebuild_snapshot_updates"):  # the hook below would silently never run
+        raise LakeError("this pyiceberg version retries commits in a way the tiering fence cannot check")
+
+    class FencedTransaction(Transaction):
+        def __init__(self, table: Any, fence: Callable[[Any], None]) -> None:
+            super().__init__(table)
+            self._fence = fence
+
+        def _rebuild_snapshot_updates(self) -> None:
+            self._fence(self._table)  # self._table was just refreshed from the catalog
+            super()._rebuild_snapshot_updates()
+
+    return FencedTransaction
+
+
+def fenced_transaction(table: Any, fence: Callable[[Any], None]) -> Any:
+    """A pyiceberg transaction whose commit retries are fenced.
+
+    When a commit loses the catalog's swap, pyiceberg (0.12) refreshes the table and re-applies the snapshot onto
+    whatever was committed meanwhile, so a stale attempt would land on top of a newer attempt's commit (its rows
+    tiered twice, its files perhaps already cleaned). Here ``fence(refreshed_table)`` runs before each such retry
+    and raises to stop it; the retry's own compare-and-swap then guarantees nothing landed in between.
+    """
+    return _fenced_transaction_class()(table, fence)
 
 
 def _epoch_dir(epoch: int) -> str:
@@ -213,6 +247,14 @@ class IcebergLake:
     # -- committed offsets ---------------------------------------------------------------------
     @staticmethod
     def _latest_tiering_commit(table: Any) -> LakeCommit | None:
+        """The newest tiering snapshot among the current snapshot and its ancestors (other writers' snapshots, e.g.
+        a compaction or an append, are passed over); None when the table has never been tiered.
+
+        When snapshot expiry has removed every tiering snapshot of that ancestry, the epoch and offsets come from
+        the table property that each tiering commit sets (``LAST_COMMIT_PROPERTY``); without it (a table last
+        tiered by an older version) :class:`LakeError` is raised if the ancestry visibly ends at an expired
+        snapshot: tiering from the beginning, or from an older surviving tiering snapshot, would tier rows twice.
+        """
         snapshot = table.current_snapshot()
         while snapshot is not None:
             summary = snapshot.summary
@@ -224,7 +266,35 @@ class IcebergLake:
                     end_offsets=json.loads(summary[END_PROPERTY] or "null"),
                     committed_at=datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=UTC),
                 )
-            snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+            parent_id = snapshot.parent_snapshot_id
+            parent = None if parent_id is None else table.snapshot_by_id(parent_id)
+            if parent is None:
+                return IcebergLake._commit_outliving_its_snapshot(table, snapshot, parent_id)
+            snapshot = parent
+        return None
+
+    @staticmethod
+    def _commit_outliving_its_snapshot(table: Any, oldest: Any, missing_parent: int | None) -> LakeCommit | None:
+        """The ancestry of the current snapshot ends at ``oldest`` without a tiering snapshot: either the table was
+        never tiered, or snapshot expiry removed its tiering snapshots (pyiceberg's expiry also clears the parent
+        id of the oldest survivor). The table property written with every tiering commit tells which."""
+        recorded = table.properties.get(LAST_COMMIT_PROPERTY)
+        if recorded is not None:
+            last = json.loads(recorded)
+            head = table.current_snapshot()
+            return LakeCommit(
+                snapshot_id=head.snapshot_id,  # the snapshot that holds the tiered rows now
+                epoch=int(last["epoch"]),
+                end_offsets=last["end-offsets"],
+                committed_at=datetime.fromtimestamp(head.timestamp_ms / 1000, tz=UTC),
+            )
+        if missing_parent is not None:
+            raise LakeError(
+                f"the committed offsets of Iceberg table {'.'.join(table.name())} are unknown: snapshot "
+                f"{oldest.snapshot_id} (not a tiering commit) has an expired parent {missing_parent}, and no newer "
+                "snapshot carries tiering offsets. Expire snapshots only up to the latest one with a "
+                f"'{EPOCH_PROPERTY}' property; tiering stops here rather than tier rows twice"
+            )
         return None
 
     def committed(self) -> LakeCommit | None:
@@ -249,8 +319,9 @@ class IcebergLake:
         Before each try the lake's committed offsets must equal ``start`` and its epoch be lower than
         ``epoch``; otherwise another attempt has committed since this one planned and
         :class:`FencedError` is raised with nothing committed. Losing the catalog's atomic swap to
-        an unrelated change re-validates and retries, at most ``max_conflict_retries`` times, then
-        raises :class:`CommitConflict`.
+        an unrelated change (e.g. a maintenance job's commit) re-validates and retries: pyiceberg's own retries
+        (table property ``commit.retry.num-retries``) re-check the fence first, and when they are exhausted this
+        starts over at most ``max_conflict_retries`` times, then raises :class:`CommitConflict`.
         """
         from pyiceberg.exceptions import CommitFailedException
 
@@ -261,10 +332,12 @@ class IcebergLake:
             TABLE_PROPERTY: table_name,
             ATTEMPT_PROPERTY: attempt,
         }
-        for attempt_number in range(max_conflict_retries + 1):
-            table = self.load_table()
-            if table is None:
-                raise LakeError(f"Iceberg table {'.'.join(self.identifier)} disappeared before the commit")
+
+        last_commit = {
+            LAST_COMMIT_PROPERTY: json.dumps({"epoch": epoch, "end-offsets": end, "attempt": attempt}, sort_keys=True)
+        }
+
+        def fence(table: Any) -> None:
             lake = self._latest_tiering_commit(table)
             lake_end = None if lake is None else lake.end_offsets
             lake_epoch = 0 if lake is None else lake.epoch
@@ -274,8 +347,14 @@ class IcebergLake:
                     f"{offsets_to_property(lake_end)}, but this attempt started from {offsets_to_property(start)}; "
                     "a newer attempt has committed, nothing was committed by this one"
                 )
+
+        for attempt_number in range(max_conflict_retries + 1):
+            table = self.load_table()
+            if table is None:
+                raise LakeError(f"Iceberg table {'.'.join(self.identifier)} disappeared before the commit")
+            fence(table)
             try:
-                self._append(table, files, properties)
+                self._append(table, files, properties, fence=fence, table_properties=last_commit)
             except CommitFailedException as exc:
                 log.warning("commit lost the catalog swap (try %d): %s; re-validating", attempt_number + 1, exc)
                 time.sleep(min(2.0, 0.1 * 2**attempt_number))
@@ -288,17 +367,26 @@ class IcebergLake:
         )
 
     def _append(
-        self, table: Any, files: Sequence[WrittenFile], properties: dict[str, str], replacing: Any = None
+        self,
+        table: Any,
+        files: Sequence[WrittenFile],
+        properties: dict[str, str],
+        replacing: Any = None,
+        fence: Callable[[Any], None] | None = None,
+        table_properties: dict[str, str] | None = None,
     ) -> None:
         """One fast-append snapshot of ``files`` with ``properties``: ``add_files`` with the partition given by the
         writer, since file statistics cannot tell a bucket (file names are unique by construction, so the
         duplicate check's full-table scan is skipped). With ``replacing`` (a row filter), the rows it matches are
-        deleted in the same transaction."""
+        deleted in the same transaction. With ``fence``, pyiceberg's own retries of a lost catalog swap check it
+        on the refreshed table first (see ``fenced_transaction``); ``table_properties`` are set in the same swap."""
         data_files = [self._data_file(table, f) for f in files]
-        with table.transaction() as tx:
+        with table.transaction() if fence is None else fenced_transaction(table, fence) as tx:
             if replacing is not None:
                 tx.delete(replacing, snapshot_properties=properties)
             self._set_name_mapping(tx)
+            if table_properties:
+                tx.set_properties(**table_properties)
             with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
                 for data_file in data_files:
                     append.append_data_file(data_file)

@@ -20,7 +20,7 @@ from tests.lake_check import digest, lake_rows
 
 DAG_ID = "tiering_when_due"
 WAITER = "lake_waiter"
-SLOW_FRESHNESS = 90
+SLOW_FRESHNESS = 60
 TARGET = 3000
 
 DAGS = table_function("due", retries=0) + textwrap.dedent(

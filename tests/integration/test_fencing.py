@@ -27,15 +27,20 @@ SPEC = TableSpec.parse(
 )
 
 
-def test_stale_attempt_is_fenced_and_commits_nothing(tmp_path, catalog_properties, spark_writer):
+def fenced_table(tmp_path, catalog_properties):
+    """A hot table of 2,000 rows, its state store, and a function giving its lake (through ``catalog`` if given)."""
     hot = SqliteHot(tmp_path / "hot.db")
     hot.create("fenced")
     hot.insert("fenced", 1, 2000)
-    state_store = JsonFileStateStore(tmp_path / "state.json")
 
-    def lake() -> IcebergLake:
-        return IcebergLake(load_lake_catalog("default", catalog_properties), "it", "fenced")
+    def lake(catalog=None) -> IcebergLake:
+        return IcebergLake(catalog or load_lake_catalog("default", catalog_properties), "it", "fenced")
 
+    return hot, JsonFileStateStore(tmp_path / "state.json"), lake
+
+
+def test_stale_attempt_is_fenced_and_commits_nothing(tmp_path, catalog_properties, spark_writer):
+    hot, state_store, lake = fenced_table(tmp_path, catalog_properties)
     newer: dict[str, object] = {}
 
     def pause_stale_attempt(phase: str) -> None:
@@ -72,3 +77,50 @@ def test_commit_refuses_a_lower_epoch_even_with_matching_offsets(tmp_path, catal
     assert load_catalog("default", **catalog_properties).load_table(
         ("it", "fenced")
     ).current_snapshot().snapshot_id == (first.snapshot_id)
+
+
+class CatalogThatPausesBeforeTheSwap:
+    """A pyiceberg catalog whose first ``commit_table`` runs ``meanwhile`` just before it swaps the metadata."""
+
+    def __init__(self, catalog, meanwhile) -> None:
+        self._catalog = catalog
+        self._meanwhile = meanwhile
+
+    def commit_table(self, *args, **kwargs):
+        if self._meanwhile is not None:
+            run, self._meanwhile = self._meanwhile, None
+            run()
+        return self._catalog.commit_table(*args, **kwargs)
+
+    def load_table(self, identifier):
+        table = self._catalog.load_table(identifier)
+        table.catalog = self  # the table commits through its catalog
+        return table
+
+    def __getattr__(self, name):
+        return getattr(self._catalog, name)
+
+
+def test_attempt_fenced_when_a_newer_one_commits_between_its_check_and_its_swap(
+    tmp_path, catalog_properties, spark_writer
+):
+    """The catalog swap of the stale attempt fails; retrying it must re-check the fence, not rebase its files onto
+    the newer attempt's snapshot (pyiceberg's own commit retry would: that would tier rows 1..2000 twice)."""
+    hot, state_store, lake = fenced_table(tmp_path, catalog_properties)
+    newer: dict[str, object] = {}
+
+    def newer_round() -> None:
+        hot.insert("fenced", 2001, 300)
+        newer["result"] = run_round(SPEC, hot.source(SPEC.source), lake(), spark_writer, state_store)
+
+    stale_lake = lake(CatalogThatPausesBeforeTheSwap(load_lake_catalog("default", catalog_properties), newer_round))
+    with pytest.raises(FencedError, match="nothing was committed"):
+        run_round(SPEC, hot.source(SPEC.source), stale_lake, spark_writer, state_store)
+
+    winner = newer["result"]
+    assert winner.outcome == "tiered" and winner.metrics.rows == 2300
+    table = load_catalog("default", **catalog_properties).load_table(("it", "fenced"))
+    assert [s.snapshot_id for s in table.snapshots()] == [winner.snapshot_id]
+    assert digest(lake_rows(catalog_properties, ("it", "fenced"), COLUMNS)) == digest(hot.rows("fenced"))
+    assert unreferenced_data_files(catalog_properties, ("it", "fenced")) == []
+    assert state_store.load().committed.snapshot_id == winner.snapshot_id

@@ -199,3 +199,32 @@ def _micros(value) -> int:
     from pyiceberg.utils.datetime import datetime_to_micros
 
     return datetime_to_micros(value)
+
+
+def test_offsets_log_that_cannot_be_written_fails_the_round_and_is_recorded(
+    catalog_properties, spark_writer, tmp_path, monkeypatch
+):
+    """The offsets log is written once the round has its epoch: a full disk there is the round's recorded error."""
+    landing = tmp_path / "landing"
+    spec = make_spec("full_disk", path=str(landing), format="jsonl", columns=COLUMNS)
+    write_jsonl(landing / "a.jsonl", range(0, 100), mtime=AN_HOUR_AGO)
+    real_write_log = FileSource.write_log
+
+    def disk_full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FileSource, "write_log", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        run(spec, catalog_properties, spark_writer, tmp_path)
+    state = JsonFileStateStore(tmp_path / "full_disk.json").load()
+    assert state.status.value == "FAILED" and "No space left on device" in state.last_error
+    assert state.consecutive_failures == 1
+    table = load_catalog("default", **catalog_properties).load_table(("it", "full_disk"))
+    assert table.current_snapshot() is None
+
+    monkeypatch.setattr(FileSource, "write_log", real_write_log)
+    again = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert again.outcome == "tiered" and again.metrics.rows == 100
+    assert digest(lake_rows(catalog_properties, ("it", "full_disk"), list(COLUMNS))) == digest(
+        jsonl_rows([landing / "a.jsonl"])
+    )

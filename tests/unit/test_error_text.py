@@ -1,6 +1,12 @@
 from __future__ import annotations
 
-from airflow_provider_tiering.core.error_text import MAX_ERROR_BYTES, condense_jvm_error, describe_error, mask_secrets
+from airflow_provider_tiering.core.error_text import (
+    MAX_ERROR_BYTES,
+    condense_jvm_error,
+    condense_python_traceback,
+    describe_error,
+    mask_secrets,
+)
 
 JVM_TRACE = """py4j.protocol.Py4JJavaError: An error occurred while calling o52.collectToPython.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times
@@ -61,4 +67,58 @@ def test_py4j_error_without_cause_keeps_the_java_exception():
     assert condense_jvm_error(PY4J_WITHOUT_CAUSE) == (
         "java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext. "
         "(in: An error occurred while calling None.org.apache.spark.sql.classic.SparkSession.)"
+    )
+
+
+PYTHON_WORKER_TRACE = """An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/worker.py", line 3622, in main
+    process()
+  File "/work/main/airflow_provider_tiering/sources/postgres.py", line 87, in _connect
+    raise SourceError(f"{self.display_name}: cannot connect: {exc}") from None
+airflow_provider_tiering.core.errors.SourceError: postgres table "t": cannot connect: IO: [libpq] connection
+refused
+"""
+
+
+def test_python_worker_traceback_is_condensed_to_its_exception():
+    text = condense_python_traceback(PYTHON_WORKER_TRACE)
+    assert text == (
+        'SourceError: postgres table "t": cannot connect: IO: [libpq] connection\nrefused'
+        " (in: An exception was thrown from the Python worker)"
+    )
+    assert condense_python_traceback("no traceback here") == "no traceback here"
+
+
+def test_python_worker_exception_without_a_message_keeps_its_name():
+    trace = 'Worker failed:\nTraceback (most recent call last):\n  File "x.py", line 1, in f\n    g()\nOSError\n'
+    assert condense_python_traceback(trace) == "OSError (in: Worker failed)"
+
+
+def test_spark_python_error_is_not_repeated_by_its_java_cause():
+    class PythonException(Exception):
+        pass
+
+    class Py4JJavaError(Exception):
+        pass
+
+    worker = (
+        'Traceback (most recent call last):\n  File "w.py", line 1, in f\n    g()\nOSError: [Errno 28] No space left\n'
+    )
+    java = (
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted\n"
+        f"Caused by: org.apache.spark.api.python.PythonException: {worker}"
+        "\tat org.apache.spark.api.python.BasePythonRunner.handle(PythonRunner.scala:600)\n"
+    )
+    try:
+        try:
+            raise Py4JJavaError(java)
+        except Py4JJavaError:
+            raise PythonException(f"An exception was thrown from the Python worker:\n{worker}") from None
+    except PythonException as exc:
+        text = describe_error(exc)
+    assert (
+        text
+        == "PythonException: OSError: [Errno 28] No space left (in: An exception was thrown from the Python worker)"
     )

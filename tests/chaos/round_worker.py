@@ -1,0 +1,149 @@
+"""The process that runs tiering rounds during a chaos run; the harness SIGKILLs its whole process group at will.
+
+``python -m tests.chaos.round_worker '<json config>'`` runs rounds of every table in turn, each one like a
+tiering task would (its own catalog, source and state store; the Spark session is kept between rounds, as a
+worker's would be); once the idle file exists, it stops after each table has had a round with nothing to tier.
+It reports on stdout, one JSON object per line::
+
+    {"event": "phase", "table": "t1", "phase": "written", "epoch": 7}
+    {"event": "round", "table": "t1", "outcome": "tiered" | "nothing_to_tier" | "failed" | "fenced", ...}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_tiering.core.error_text import describe_error
+from airflow_provider_tiering.core.errors import FencedError
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.iceberg import IcebergLake, LazyCatalog, load_catalog
+from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.spark.session import SparkSettings
+from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+
+NAMESPACE = "chaos"
+
+
+def table_spec(table: str) -> TableSpec:
+    return TableSpec.parse(
+        {
+            "name": table,
+            "source": {"conn_id": "chaos_pg", "table": table, "cursor_column": "id", "max_watermark_wait_seconds": 2},
+            "lake": {"namespace": NAMESPACE, "table": table},
+            "target_rows_per_split": 400,  # rounds of a few thousand rows run as several Spark tasks
+            "max_rows_per_round": 20_000,
+            "max_consecutive_failures": 1000,  # chaos fails rounds on purpose; quarantine is tested elsewhere
+        }
+    )
+
+
+def emit(**event: Any) -> None:
+    sys.stdout.write(json.dumps(event, default=str) + "\n")
+    sys.stdout.flush()
+
+
+class CommitRetries(logging.Handler):
+    """Counts commit retries after a lost catalog swap (another writer committed in between): pyiceberg's own
+    (each re-checking the fence) and the lake's."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "lost the catalog swap" in message or "Commit failed due to a concurrent update" in message:
+            self.count += 1
+
+
+def run_one(table: str, config: dict[str, Any], writer: SparkSplitWriter, retries: CommitRetries) -> str:
+    spec = table_spec(table)
+    catalog = LazyCatalog(lambda: load_catalog("default", config["catalog"]), "default")
+    lake = IcebergLake(catalog, NAMESPACE, table)
+    state = JsonFileStateStore(Path(config["state_dir"]) / f"{table}.json")
+    retries.count = 0
+    began = time.monotonic()
+    epoch: dict[str, int] = {}
+
+    def observe(phase: str) -> None:
+        loaded = state.load() if phase == "acquired" else None
+        if loaded is not None:
+            epoch["value"] = loaded.epoch
+        emit(event="phase", table=table, phase=phase, epoch=epoch.get("value"))
+
+    emit(event="start", table=table)
+    try:
+        result = run_round(spec, PostgresSource(spec.source, config["dsn"]), lake, writer, state, observe=observe)
+    except FencedError as exc:
+        emit(event="round", table=table, outcome="fenced", error=str(exc), seconds=time.monotonic() - began)
+        return "fenced"
+    except Exception as exc:
+        emit(
+            event="round",
+            table=table,
+            outcome="failed",
+            error_type=type(exc).__name__,
+            error=describe_error(exc, [config["password"]]),
+            commit_retries=retries.count,
+            seconds=time.monotonic() - began,
+        )
+        return "failed"
+    emit(
+        event="round",
+        table=table,
+        outcome=result.outcome,
+        epoch=result.epoch,
+        snapshot_id=result.snapshot_id,
+        end=result.end_offsets,
+        rows=result.metrics.rows if result.metrics else 0,
+        splits=result.metrics.splits if result.metrics else 0,
+        blockers=len(result.blockers),
+        cleaned=result.cleaned_files,
+        commit_retries=retries.count,
+        seconds=time.monotonic() - began,
+    )
+    return result.outcome
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    retries = CommitRetries()
+    logging.getLogger("airflow_provider_tiering.lake.iceberg").addHandler(retries)
+    logging.getLogger("pyiceberg.table").addHandler(retries)
+    writer = SparkSplitWriter(SparkSettings(master="local[2]"))
+    idle_file = Path(config["idle_file"])
+    idle: set[str] = set()
+    rounds_until_idle = 0
+    try:
+        while idle != set(config["tables"]):
+            for table in config["tables"]:
+                until_idle = idle_file.exists()  # checked before each round: the harness may create it any time
+                if table in idle:
+                    continue
+                outcome = run_one(table, config, writer, retries)
+                if until_idle:
+                    rounds_until_idle += 1
+                    if outcome == "nothing_to_tier":
+                        idle.add(table)
+                    if rounds_until_idle > 20 * len(config["tables"]):
+                        raise RuntimeError(f"tables still not idle after {rounds_until_idle} final rounds")
+                if outcome == "failed":
+                    time.sleep(config.get("pause_after_failure", 0.5))  # a task's retry delay, shortened
+    except Exception:
+        traceback.print_exc()
+        raise
+    finally:
+        writer.stop()
+
+
+if __name__ == "__main__":
+    main()
