@@ -53,7 +53,8 @@ class LakeCommitRace:
     Its rows are marked (``writer = 'external'``, negative ids) so the final check can tell them from tiered rows.
     Each append moves the table's current snapshot, so a round committing meanwhile loses the catalog's swap and
     must re-validate (a property update would not do: pyiceberg re-applies it onto the newer metadata). The burst
-    goes on until ``done`` is set (the round has ended) or for ``seconds`` at most.
+    goes on until ``done`` is set (the round has ended), ``pause`` seconds apart, for ``seconds`` at most: longer than
+    a round writes, or the appends would stop before the round commits.
     """
 
     def __init__(self, catalog_properties: dict[str, str], first_id: int) -> None:
@@ -70,7 +71,9 @@ class LakeCommitRace:
     def committed(self) -> int:
         return len(self.committed_ids)
 
-    def run(self, identifier: tuple[str, str], done: threading.Event, seconds: float = 5.0) -> None:
+    def run(
+        self, identifier: tuple[str, str], done: threading.Event, seconds: float = 120.0, pause: float = 0.2
+    ) -> None:
         import pyarrow as pa
         from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
@@ -101,6 +104,7 @@ class LakeCommitRace:
                 if "locked" not in str(exc):
                     raise
                 self.uncertain_ids.extend(ids)
+            done.wait(pause)
 
 
 class WarehouseMount:

@@ -250,7 +250,7 @@ class ChaosRun:
             record.phase, record.seconds = phase, seconds
             record.detail = f"from phase {phase}, locked {seconds:.1f} s"
         elif kind == "lake_commit_race":
-            race = LakeCommitRace(self.catalog_properties, first_id=-1 - 1000 * len(self.races))
+            race = LakeCommitRace(self.catalog_properties, first_id=-1 - 100_000 * len(self.races))
             self.races.append(race)
             raced: dict[str, Any] = {}
 
