@@ -65,9 +65,7 @@ def condense_python_traceback(text: str) -> str:
             if _JVM_FRAME.match(line) or line.startswith("\tat "):
                 break
             error_lines.append(line)
-        elif line.strip() and not line[0].isspace() and _PY_EXCEPTION.match(line):
-            match = _PY_EXCEPTION.match(line)
-            assert match is not None
+        elif line.strip() and not line[0].isspace() and (match := _PY_EXCEPTION.match(line)):
             error_lines.append(f"{match.group('name')}:{match.group('rest')}".rstrip(":"))
     if not error_lines:
         return text
