@@ -19,6 +19,7 @@ import atexit
 import configparser
 import contextlib
 import json
+import logging
 import os
 import secrets
 import signal
@@ -36,12 +37,15 @@ from urllib.parse import quote
 import httpx
 import psutil
 
+log = logging.getLogger(__name__)
+
 __all__ = ["AirflowCluster", "AirflowClusterError", "airflow_cluster"]
 
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "admin"  # throwaway test credential
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
+SERVER_ERROR_RETRIES = 5
 _ENV_PREFIXES_TO_DROP = (
     "AIRFLOW__",
     "AIRFLOW_CONN_",
@@ -75,6 +79,20 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _error_summary(body: str, limit: int = 600) -> str:
+    """An error response's gist: with ``expose_stacktrace`` the body is a whole traceback, whose last lines
+    name the exception (a CI log shows only the start of a long message)."""
+    with contextlib.suppress(ValueError, AttributeError):
+        detail = json.loads(body).get("detail")
+        if isinstance(detail, dict) and "orig_error" in detail:
+            return f"{detail.get('reason')}: {detail.get('orig_error')}"[:limit]
+        if detail is not None:
+            body = detail if isinstance(detail, str) else json.dumps(detail)
+    lines = [line for line in body.strip().splitlines() if line.strip()]
+    gist = " | ".join(lines[-3:]) if len(lines) > 3 else " | ".join(lines)
+    return gist if len(gist) <= limit else gist[:limit] + "…"
 
 
 def _tail(path: Path, lines: int = 60) -> str:
@@ -518,15 +536,26 @@ class AirflowCluster:
         headers: Mapping[str, str] | None = None,
         expected: Collection[int] = (200, 201, 204),
     ) -> httpx.Response:
-        """Authenticated request; retries once with a fresh token on 401."""
-        for attempt in range(2):
-            all_headers = {"Authorization": f"Bearer {self.token(refresh=attempt > 0)}"}
+        """Authenticated request; retries once with a fresh token on 401, and a few times on a server error:
+        SQLite allows one writer, and on a loaded machine the scheduler, triggerer and api-server writing at
+        once exceed its 5 s busy wait ("database is locked"; the transaction is rolled back, so a retried
+        POST does not act twice)."""
+        refreshed = refresh_now = False
+        for retry in range(SERVER_ERROR_RETRIES + 2):
+            all_headers = {"Authorization": f"Bearer {self.token(refresh=refresh_now)}"}
             all_headers.update(headers or {})
             resp = self.client.request(method, path, json=json_body, params=params, headers=all_headers)
-            if resp.status_code != 401:
-                break
+            refresh_now = resp.status_code == 401 and not refreshed
+            if refresh_now:
+                refreshed = True
+                continue
+            if resp.status_code >= 500 and retry < SERVER_ERROR_RETRIES:
+                log.warning("%s %s -> %s, retrying: %s", method, path, resp.status_code, _error_summary(resp.text))
+                time.sleep(1 + retry)
+                continue
+            break
         if resp.status_code not in expected:
-            raise AirflowClusterError(f"{method} {path} -> {resp.status_code}: {resp.text}")
+            raise AirflowClusterError(f"{method} {path} -> {resp.status_code}: {_error_summary(resp.text)}")
         return resp
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
