@@ -1,4 +1,4 @@
-"""Build a tiering DAG from a list of tables: one task per table plus a summary task."""
+"""Build a tiering DAG from a list of tables: per table a tier task and a maintenance task, plus a summary task."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import DAG, TaskGroup
 
 from airflow_provider_tiering.core.spec import TableSpec, load_table_specs, parse_table_specs
+from airflow_provider_tiering.operators.maintain_table import MaintainTableOperator
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
 from airflow_provider_tiering.sensors.table_due import TableDueSensor
@@ -44,6 +45,11 @@ def build_tiering_dag(
     wait (a table not due by then skips this run; Airflow's sensor default when None); the hot store is
     probed every ``due_poke_interval`` seconds once the freshness interval has passed. Without it, a table
     that is not due skips at once and the next scheduled run looks again.
+
+    A table whose spec has ``maintenance.enabled`` (the default) also gets a :class:`MaintainTableOperator`
+    (``<table>.maintain``) after its tier task, whatever that task's outcome (``trigger_rule="all_done"``). It runs
+    at most every ``maintenance.interval_seconds`` and its failure is reported by the summary but fails neither the
+    table's tiering nor the DAG run.
     """
     specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
     if SUMMARY_TASK_ID in {s.name for s in specs}:
@@ -58,23 +64,41 @@ def build_tiering_dag(
         **dag_kwargs,
     )
     with dag:
-        table_tasks = [
-            _waiting_tier_task(spec, due_timeout, due_poke_interval)
-            if wait_until_due
-            else TierTableOperator(table=spec)
-            for spec in specs
-        ]
-        summary = TieringSummaryOperator(task_id=SUMMARY_TASK_ID, table_task_ids=[t.task_id for t in table_tasks])
-        for task in table_tasks:
+        table_tasks = []
+        maintenance_tasks = []
+        for spec in specs:
+            if wait_until_due:
+                tier, maintain = _waiting_tier_task(spec, due_timeout, due_poke_interval)
+            else:
+                tier = TierTableOperator(table=spec)
+                maintain = _maintenance_task(spec, tier, f"{spec.name}.maintain")
+            table_tasks.append(tier)
+            if maintain is not None:
+                maintenance_tasks.append(maintain)
+        summary = TieringSummaryOperator(
+            task_id=SUMMARY_TASK_ID,
+            table_task_ids=[t.task_id for t in table_tasks],
+            maintenance_task_ids=[t.task_id for t in maintenance_tasks],
+        )
+        for task in table_tasks + maintenance_tasks:
             task >> summary
     return dag
 
 
+def _maintenance_task(spec: TableSpec, tier: TierTableOperator, task_id: str) -> MaintainTableOperator | None:
+    if not spec.maintenance.enabled:
+        return None
+    maintain = MaintainTableOperator(task_id=task_id, table=spec, trigger_rule="all_done")
+    tier >> maintain
+    return maintain
+
+
 def _waiting_tier_task(
     spec: TableSpec, timeout: timedelta | float | None, poke_interval: timedelta | float
-) -> TierTableOperator:
+) -> tuple[TierTableOperator, MaintainTableOperator | None]:
     with TaskGroup(group_id=spec.name, tooltip=f"tier {spec.name} when due"):
         sensor = TableDueSensor(task_id="due", table=spec, timeout=timeout, poke_interval=poke_interval)
         tier = TierTableOperator(task_id="tier", table=spec)
         sensor >> tier
-    return tier
+        maintain = _maintenance_task(spec, tier, "maintain")
+    return tier, maintain

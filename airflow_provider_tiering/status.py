@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
-from airflow_provider_tiering.hooks.asset_state import STATE_KEY
+from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
 
 ASSET_GROUP = "tiering"
 
@@ -35,6 +36,7 @@ class TieringStatus:
     dag_id: str | None
     task_id: str | None
     state: TableState
+    maintenance: MaintenanceStatus | None = None
 
     @property
     def table(self) -> str:
@@ -96,7 +98,32 @@ class TieringStatus:
             "last_error_time": _iso(state.last_error_time),
             "watermark_blockers": state.watermark_blockers,
             "note": state.note,
+            "maintenance": _maintenance_json(self.maintenance),
         }
+
+
+def _maintenance_json(status: MaintenanceStatus | None) -> dict[str, Any] | None:
+    """The maintenance fields of the status record (None before the table's first maintenance run)."""
+    if status is None:
+        return None
+    compaction = status.last_compaction
+    return {
+        "last_run_at": _iso(status.last_run_at),
+        "last_outcome": status.last_outcome,
+        "data_files": status.data_files,
+        "snapshots": status.snapshots,
+        "last_compaction_at": _iso(status.last_compaction_at),
+        "files_before_compaction": None if compaction is None else compaction.files_before,
+        "files_after_compaction": None if compaction is None else compaction.files_after,
+        "last_compaction_check": None if status.last_check is None else status.last_check.outcome,
+        "snapshots_expired": status.snapshots_expired,
+        "snapshots_expired_total": status.snapshots_expired_total,
+        "orphans_removed": status.orphans_removed,
+        "orphans_removed_total": status.orphans_removed_total,
+        "consecutive_failures": status.consecutive_failures,
+        "last_error": status.last_error,
+        "last_error_time": _iso(status.last_error_time),
+    }
 
 
 @dataclass(frozen=True)
@@ -132,6 +159,10 @@ def session_scope(session: Any | None) -> Iterator[Any]:
         yield new
 
 
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def _split_uri(uri: str) -> tuple[str, str]:
     _, namespace, table = uri.rstrip("/").rsplit("/", 2)
     return namespace, table
@@ -155,12 +186,23 @@ def _load(session: Any) -> list[TieringStatus]:
             .order_by(TaskOutletAssetReference.updated_at)
         ).all()
         producers = {asset_id: (dag_id, task_id) for asset_id, dag_id, task_id in refs}  # the newest wins
+    maintenance: dict[int, MaintenanceStatus] = {}
+    if rows:
+        docs = session.execute(
+            select(AssetStateStoreModel.asset_id, AssetStateStoreModel.value).where(
+                AssetStateStoreModel.key == MAINTENANCE_KEY,
+                AssetStateStoreModel.asset_id.in_([r[0] for r in rows]),
+            )
+        ).all()
+        maintenance = {asset_id: MaintenanceStatus.from_json(_json(value)) for asset_id, value in docs}
     statuses = []
     for asset_id, name, uri, value in rows:
         namespace, lake_table = _split_uri(uri)
         dag_id, task_id = producers.get(asset_id, (None, None))
-        state = TableState.from_json(json.loads(value) if isinstance(value, str) else value)
-        statuses.append(TieringStatus(asset_id, name, uri, namespace, lake_table, dag_id, task_id, state))
+        state = TableState.from_json(_json(value))
+        statuses.append(
+            TieringStatus(asset_id, name, uri, namespace, lake_table, dag_id, task_id, state, maintenance.get(asset_id))
+        )
     return sorted(statuses, key=lambda s: (s.namespace, s.lake_table, s.table))
 
 

@@ -28,6 +28,7 @@ STATUS_COLUMNS = (
     "consecutive_failures",
     "quarantined",
     "last_error",
+    "maintenance",
 )
 HISTORY_COLUMNS = ("timestamp", "epoch", "rows", "files", "duration_seconds", "end_offsets", "run_id")
 
@@ -74,8 +75,20 @@ def status(args: Namespace) -> None:
     records = [s.to_json() for s in found]
     if args.table and args.output in ("json", "yaml"):
         emit(records[0], args.output)
+    elif args.output in ("json", "yaml"):
+        emit(records, args.output)
     else:
-        emit(records, args.output, STATUS_COLUMNS)
+        emit([{**r, "maintenance": _maintenance_cell(r["maintenance"])} for r in records], args.output, STATUS_COLUMNS)
+
+
+def _maintenance_cell(maintenance: dict[str, Any] | None) -> str:
+    """One line for the table view: the last run, the lake's files and snapshots, an error if it failed."""
+    if maintenance is None:
+        return ""
+    text = f"{maintenance['last_outcome']}: {maintenance['data_files']} files, {maintenance['snapshots']} snapshots"
+    if maintenance["last_outcome"] == "failed":
+        text = f"failed: {maintenance['last_error']}"
+    return text
 
 
 @suppress_logs_and_warning

@@ -119,10 +119,15 @@ def _reconcile_with_lake(state: TableState, lake: LakeCommitView | None, now: da
             state.note = "the lake holds no tiering snapshot; tiering starts from the beginning"
         state.committed = None
     elif state.committed is None or state.committed.snapshot_id != lake.snapshot_id:
-        state.committed = CommittedSnapshot(
-            lake.snapshot_id, lake.epoch, dict(lake.end_offsets or {}), lake.committed_at
+        # Lake maintenance (a compaction's replace snapshot) carries the same commit on: not a repair.
+        maintained = state.committed is not None and (state.committed.epoch, state.committed.end_offsets) == (
+            lake.epoch,
+            dict(lake.end_offsets or {}),
         )
-        state.note = f"state repaired from lake snapshot {lake.snapshot_id} (epoch {lake.epoch})"
+        committed_at = state.committed.committed_at if maintained and state.committed else lake.committed_at
+        state.committed = CommittedSnapshot(lake.snapshot_id, lake.epoch, dict(lake.end_offsets or {}), committed_at)
+        if not maintained:
+            state.note = f"state repaired from lake snapshot {lake.snapshot_id} (epoch {lake.epoch})"
         if state.status is TableStatus.TIERING and lake.epoch >= state.epoch:
             state.transition(TableStatus.TIERED)
             state.last_tiered_time = lake.committed_at

@@ -277,6 +277,39 @@ class SparkSpec(_Strict):
     )
 
 
+class MaintenanceSpec(_Strict):
+    """Lake maintenance of the table (compaction, snapshot expiry, orphan removal): a task after its tiering task.
+
+    The defaults follow Iceberg's own (snapshots kept 5 days, orphan files removed after 3 days).
+    """
+
+    enabled: bool = Field(default=True, description="add the table's maintenance task to the tiering DAG")
+    interval_seconds: float = Field(
+        default=3600.0, ge=0, allow_inf_nan=False, description="run at most this often; the task skips when run sooner"
+    )
+    small_file_mb: float = Field(
+        default=32.0, gt=0, allow_inf_nan=False, description="data files smaller than this count as small"
+    )
+    max_small_files: int = Field(
+        default=50,
+        ge=1,
+        description="compact when the current snapshot has more small files than this",
+    )
+    snapshot_retention_seconds: float = Field(
+        default=5 * 86400.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="expire snapshots older than this (never the current one nor the latest tiering snapshot)",
+    )
+    min_snapshots_to_keep: int = Field(default=1, ge=1, description="the newest snapshots always kept")
+    orphan_min_age_seconds: float = Field(
+        default=3 * 86400.0,
+        ge=3600,
+        allow_inf_nan=False,
+        description="unreferenced files are removed once this old: longer than any round or compaction takes",
+    )
+
+
 class TableSpec(_Strict):
     """One hot table mapped to one Iceberg table, with the options of its rounds."""
 
@@ -284,7 +317,7 @@ class TableSpec(_Strict):
     source: SourceSpec
     lake: LakeSpec
     spark: SparkSpec = Field(default_factory=SparkSpec)
-    freshness_seconds: float = Field(default=300.0, gt=0, description="how stale the lake may get")
+    freshness_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="how stale the lake may get")
     max_rows_per_round: int = Field(default=20_000_000, gt=0)
     target_rows_per_split: int = Field(default=1_000_000, gt=0)
     target_file_size_mb: int = Field(default=128, gt=0, le=2048)
@@ -295,6 +328,7 @@ class TableSpec(_Strict):
     )
     max_retry_delay_seconds: float = Field(default=900.0, ge=0)
     max_consecutive_failures: int = Field(default=5, gt=0, description="then the table is quarantined")
+    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
 
     @field_validator("name")
     @classmethod

@@ -1,12 +1,15 @@
-"""A table's state document in Airflow 3.3's asset state store (one key, one JSON value)."""
+"""A table's state document, and its maintenance status, in Airflow 3.3's asset state store (one key, one JSON
+value each)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.state import TableState
 
 STATE_KEY = "tiering_state"
+MAINTENANCE_KEY = "tiering_maintenance"
 
 
 class AssetStateStore:
@@ -25,3 +28,18 @@ class AssetStateStore:
 
     def save(self, state: TableState) -> None:
         self.accessor.set(STATE_KEY, state.to_json())
+
+
+class MaintenanceStateStore:
+    """A table's maintenance status, beside its state document under its own key (a maintenance task never
+    writes the document a round reads and writes)."""
+
+    def __init__(self, accessor: Any) -> None:
+        self.accessor = accessor
+
+    def load(self) -> MaintenanceStatus | None:
+        doc = self.accessor.get(MAINTENANCE_KEY, default=None)
+        return None if not doc else MaintenanceStatus.from_json(doc)
+
+    def save(self, status: MaintenanceStatus) -> None:
+        self.accessor.set(MAINTENANCE_KEY, status.to_json())

@@ -45,6 +45,8 @@ START_PROPERTY = "tiering.start-offsets"
 END_PROPERTY = "tiering.end-offsets"
 TABLE_PROPERTY = "tiering.table"
 ATTEMPT_PROPERTY = "tiering.attempt"
+#: Set on snapshots that lake maintenance commits (e.g. "compaction"); tiering rounds' own snapshots lack it.
+OPERATION_PROPERTY = "tiering.operation"
 #: Table property set by every tiering commit, in the same atomic swap: its epoch and end offsets. It outlives the
 #: snapshot (snapshot expiry may remove the latest tiering snapshot from the current snapshot's ancestry).
 LAST_COMMIT_PROPERTY = "tiering.last-commit"
@@ -442,15 +444,28 @@ class IcebergLake:
     def _filesystem(self) -> tuple[pafs.FileSystem, str]:
         return filesystem_and_path(f"{self.table.location().rstrip('/')}/data/{STAGING_DIR}")
 
-    def referenced_paths(self, prefixes: Iterable[str]) -> set[str]:
-        """Data-file paths under ``prefixes`` referenced by any snapshot of the table."""
+    def referenced_paths(self, prefixes: Iterable[str], epochs: Iterable[int] | None = None) -> set[str]:
+        """Data-file paths under ``prefixes`` referenced by any snapshot of the table.
+
+        With ``epochs`` (those the prefixes hold files of), when each of them has its tiering snapshot in the
+        table, only the manifests those snapshots added are read: a round's files are added by its own commit,
+        and that snapshot's manifest lists them for as long as any snapshot can (one or two manifests, instead of
+        every manifest of every snapshot: that made each round's clean-up O(rounds so far)). Otherwise (an
+        epoch that never committed, or whose snapshot was expired) every snapshot is read.
+        """
         prefixes = tuple(prefixes)
         table = self.table
+        snapshots = table.snapshots()
+        wanted = None if epochs is None else set(epochs)
+        own = [s for s in snapshots if wanted is not None and _tiering_epoch(s) in wanted]
+        only_added = wanted is not None and {_tiering_epoch(s) for s in own} == wanted
         seen_manifests: set[str] = set()
         referenced: set[str] = set()
-        for snapshot in table.snapshots():
+        for snapshot in own if only_added else snapshots:
             for manifest in snapshot.manifests(table.io):
-                if manifest.manifest_path in seen_manifests:
+                if manifest.manifest_path in seen_manifests or (
+                    only_added and manifest.added_snapshot_id != snapshot.snapshot_id
+                ):
                     continue
                 seen_manifests.add(manifest.manifest_path)
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
@@ -468,13 +483,15 @@ class IcebergLake:
         filesystem, root = self._filesystem()
         entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         doomed_dirs = []
+        doomed_epochs = set()
         for info in entries:
             match = _EPOCH_DIR.match(info.base_name)
             if info.type == pafs.FileType.Directory and match and since_epoch < int(match.group(1)) < committed_epoch:
                 doomed_dirs.append(info.path)
+                doomed_epochs.add(int(match.group(1)))
         if not doomed_dirs:
             return 0
-        referenced = self.referenced_paths(doomed_dirs)
+        referenced = self.referenced_paths(doomed_dirs, epochs=doomed_epochs)
         removed = 0
         for directory in doomed_dirs:
             files = filesystem.get_file_info(pafs.FileSelector(directory, recursive=True))
@@ -507,6 +524,16 @@ class IcebergLake:
             except FileNotFoundError:
                 pass
         return removed
+
+
+def _tiering_epoch(snapshot: Any) -> int | None:
+    """The epoch of a tiering round's own snapshot (a compaction's snapshot carries the epoch on but added none of
+    that round's files: None)."""
+    summary = snapshot.summary
+    if summary is None or summary.get(OPERATION_PROPERTY) is not None:
+        return None
+    epoch = summary.get(EPOCH_PROPERTY)
+    return None if epoch is None else int(epoch)
 
 
 def _strip_scheme(uri: str) -> str:

@@ -15,19 +15,24 @@ class TieringSummaryOperator(BaseOperator):
     """Reports the outcome of every table task of the run by name (runs with ``trigger_rule="all_done"``).
 
     It fails when any table task did not succeed or skip, so the DAG run ends failed and alerts fire;
-    the table tasks themselves have already run (or failed) independently of each other.
+    the table tasks themselves have already run (or failed) independently of each other. Maintenance tasks'
+    outcomes are listed too, and a failed one is logged as a warning: it never fails the run.
     """
 
     ui_color = "#eeeeee"
 
-    def __init__(self, *, table_task_ids: Sequence[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *, table_task_ids: Sequence[str], maintenance_task_ids: Sequence[str] = (), **kwargs: Any
+    ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(**kwargs)
         self.table_task_ids = list(table_task_ids)
+        self.maintenance_task_ids = list(maintenance_task_ids)
 
     def execute(self, context: Any) -> dict[str, str]:
         ti = context["ti"]
-        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=self.table_task_ids, run_ids=[ti.run_id])
+        task_ids = self.table_task_ids + self.maintenance_task_ids
+        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=task_ids, run_ids=[ti.run_id])
         states: dict[str, str] = {}
         for by_task in found.values():
             states.update({task_id: str(state) for task_id, state in by_task.items()})
@@ -36,6 +41,12 @@ class TieringSummaryOperator(BaseOperator):
         for task_id, state in outcomes.items():
             label = {"success": "TIERED", "skipped": "NOTHING TO TIER"}.get(state, "FAILED")
             self.log.info("%s  %-15s (task %s)", task_id.ljust(width), label, state)
+        for task_id in self.maintenance_task_ids:
+            state = states.get(task_id, "unknown")
+            if state in OK_STATES:
+                self.log.info("%s  maintenance %s", task_id, state)
+            else:
+                self.log.warning("%s  maintenance %s (tiering is not affected; see the table's status)", task_id, state)
         failed = sorted(t for t, s in outcomes.items() if s not in OK_STATES)
         if failed:
             raise AirflowFailException(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")

@@ -30,6 +30,26 @@ router = APIRouter(prefix="/api", tags=["tiering"], dependencies=[can_read])
 TablePath = Annotated[str, Path(description="The tiered table's name in its DAG (its task id)")]
 
 
+class MaintenanceResponse(BaseModel):
+    """The table's lake maintenance: its last run, what compaction, expiry and orphan removal did, its last error."""
+
+    last_run_at: datetime | None
+    last_outcome: str | None = Field(description='"maintained" or "failed"')
+    data_files: int | None = Field(description="Data files of the current snapshot after the last run")
+    snapshots: int | None = Field(description="Snapshots of the table after the last run")
+    last_compaction_at: datetime | None
+    files_before_compaction: int | None
+    files_after_compaction: int | None
+    last_compaction_check: str | None = Field(description='"compacted", "below_threshold" or "gave_up"')
+    snapshots_expired: int
+    snapshots_expired_total: int
+    orphans_removed: int
+    orphans_removed_total: int
+    consecutive_failures: int
+    last_error: str | None = Field(description="The failing step and its root cause, masked; kept after a success")
+    last_error_time: datetime | None
+
+
 class TableStatusResponse(BaseModel):
     """One tiered table: its status, position, last round and last error (the state document, flattened)."""
 
@@ -58,6 +78,7 @@ class TableStatusResponse(BaseModel):
     last_error_time: datetime | None
     watermark_blockers: list[dict[str, Any]] = Field(description="Open transactions holding the safe watermark")
     note: str | None
+    maintenance: MaintenanceResponse | None = Field(description="None before the table's first maintenance run")
 
 
 class TableListResponse(BaseModel):

@@ -41,7 +41,9 @@ def tiering_setup(
 
 def table_function(namespace: str, **defaults: Any) -> str:
     """Source code of ``table(name, conn_id="hot_pg", **options)`` for a test DAG file: the spec of the PostgreSQL
-    table ``name`` (cursor ``id``) tiered into ``<namespace>.<name>``, with ``defaults`` under ``options``."""
+    table ``name`` (cursor ``id``) tiered into ``<namespace>.<name>``, with ``defaults`` under ``options``.
+    Lake maintenance is off unless asked for (a task per table: tests of other things need not pay for it)."""
+    defaults.setdefault("maintenance", {"enabled": False})
     return textwrap.dedent(
         f"""
         def table(name, conn_id="hot_pg", **options):

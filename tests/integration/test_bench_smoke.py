@@ -51,3 +51,15 @@ def test_landing_files_benchmark_runs_both_variants_at_small_size(tmp_path, caps
     assert report["runs"]["tiering round"][0]["rows"] == report["lines"]
     assert report["runs"]["spark json"][0]["rows"] == report["lines"]
     assert "files/s" in capsys.readouterr().out
+
+
+def test_compaction_benchmark_runs_at_small_size(tmp_path, capsys):
+    from benchmarks.bench_compaction import main as compaction_main
+
+    output = tmp_path / "compaction.json"
+    argv = ["--rounds", "12", "--rows-per-round", "50", "--max-small-files", "5", "--repeat", "1"]
+    assert compaction_main([*argv, "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert (report["files_before"], report["files_after"], report["rows"]) == (12, 1, 600)
+    assert report["queries"]["full scan"]["rows"] == 600 and report["queries"]["selective (1% id range)"]["rows"] == 6
+    assert "speed-up" in capsys.readouterr().out

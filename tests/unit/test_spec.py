@@ -32,6 +32,11 @@ def test_valid_spec_has_defaults():
         ({"lake": {"namespace": "sales", "table": "orders", "partition_by": ["a b"]}}, "lake.partition_by"),
         ({"freshness_seconds": 0}, "freshness_seconds"),
         ({"freshness_seconds": -5}, "freshness_seconds"),
+        ({"freshness_seconds": float("inf")}, "freshness_seconds"),
+        ({"maintenance": {"orphan_min_age_seconds": 60}}, "maintenance.orphan_min_age_seconds"),
+        ({"maintenance": {"max_small_files": 0}}, "maintenance.max_small_files"),
+        ({"maintenance": {"snapshot_retention_seconds": float("nan")}}, "maintenance.snapshot_retention_seconds"),
+        ({"maintenance": {"vacuum": True}}, "maintenance.vacuum"),
         ({"max_rows_per_round": 0}, "max_rows_per_round"),
         ({"colour": "blue"}, "colour"),
         ({"name": "bad name!"}, "name"),
@@ -94,5 +99,24 @@ def test_a_dag_of_200_tables_from_yaml_parses_quickly(tmp_path):
     started = time.perf_counter()
     dag = build_tiering_dag("many", path)
     elapsed = time.perf_counter() - started
-    assert len(dag.tasks) == 201 and dag.get_task("t199").downstream_task_ids == {"tiering_summary"}
+    assert len(dag.tasks) == 401  # a tier and a maintenance task per table, one summary
+    assert dag.get_task("t199").downstream_task_ids == {"t199.maintain", "tiering_summary"}
+    assert dag.get_task("t199.maintain").downstream_task_ids == {"tiering_summary"}
     assert elapsed < 10, f"building a 200-table DAG took {elapsed:.1f}s"
+
+
+def test_maintenance_tasks_follow_each_tier_task_and_only_the_summary_follows_them():
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    tables = [spec(), spec(name="events", lake={"namespace": "s", "table": "e"}, maintenance={"enabled": False})]
+    dag = build_tiering_dag("m", tables)
+    assert {t.task_id for t in dag.tasks} == {"orders", "orders.maintain", "events", "tiering_summary"}
+    maintain = dag.get_task("orders.maintain")
+    assert maintain.trigger_rule == "all_done" and maintain.upstream_task_ids == {"orders"}
+    assert maintain.outlets == [] and [a.name for a in maintain.inlets] == ["tiering/sales/orders"]
+    summary = dag.get_task("tiering_summary")
+    assert summary.table_task_ids == ["orders", "events"] and summary.maintenance_task_ids == ["orders.maintain"]
+
+    waiting = build_tiering_dag("w", [spec()], wait_until_due=True)
+    assert {t.task_id for t in waiting.tasks} == {"orders.due", "orders.tier", "orders.maintain", "tiering_summary"}
+    assert waiting.get_task("orders.maintain").upstream_task_ids == {"orders.tier"}

@@ -344,6 +344,23 @@
     );
   }
 
+  function maintenanceFacts(m) {
+    if (!m) return el("p", { id: "maintenance", className: "muted" }, "Not maintained yet.");
+    const compaction = m.last_compaction_at
+      ? `${fmtTime(m.last_compaction_at)}: ${fmtInt(m.files_before_compaction)} \u2192 ${fmtInt(m.files_after_compaction)} data files`
+      : "never";
+    return el(
+      "dl",
+      { className: "facts", id: "maintenance" },
+      fact("Last run", m.last_run_at ? `${fmtTime(m.last_run_at)} (${m.last_outcome})` : DASH),
+      fact("Lake now", `${fmtInt(m.data_files)} data files, ${fmtInt(m.snapshots)} snapshots`),
+      fact("Last compaction", compaction),
+      fact("Snapshots expired", `${fmtInt(m.snapshots_expired)} last run, ${fmtInt(m.snapshots_expired_total)} in all`),
+      fact("Orphan files removed", `${fmtInt(m.orphans_removed)} last run, ${fmtInt(m.orphans_removed_total)} in all`),
+      fact("Last error", m.last_error ? el("div", {}, el("div", { className: "muted" }, fmtTime(m.last_error_time)), el("pre", { className: "error-full" }, m.last_error)) : DASH),
+    );
+  }
+
   function renderDetail(t, rounds) {
     const section = document.getElementById("detail-view");
     const task = t.dag_id && t.task_id ? airflowLink(taskPath(t.dag_id, t.task_id), `${t.dag_id} / ${t.task_id}`) : DASH;
@@ -368,6 +385,8 @@
         fact("Watermark blockers", t.watermark_blockers.length ? el("pre", {}, JSON.stringify(t.watermark_blockers, null, 2)) : DASH),
         fact("Note", t.note || DASH),
       ),
+      el("h2", {}, "Lake maintenance"),
+      maintenanceFacts(t.maintenance),
       el("h2", {}, `Recent rounds (${rounds.length})`),
       el(
         "p",

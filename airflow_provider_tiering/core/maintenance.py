@@ -1,0 +1,167 @@
+"""One lake maintenance run of a table (compaction, snapshot expiry, orphan removal) and its status document.
+
+Airflow-free: the lake work is done by a :class:`Maintainer` (``lake/maintenance.py`` has the Iceberg one); the
+status is kept apart from the table's tiering state (its own document), so maintenance never writes what a
+round reads, and a maintenance failure is recorded without touching the table's tiering status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from airflow_provider_tiering.core.error_text import describe_error
+from airflow_provider_tiering.core.errors import TieringError
+from airflow_provider_tiering.core.spec import MaintenanceSpec
+
+STEPS = ("compaction", "expiry", "orphans")
+
+
+class MaintenanceFailed(TieringError):
+    """A maintenance run failed; the message is the recorded ``last_error``."""
+
+
+@dataclass
+class CompactionOutcome:
+    """What a compaction did: ``outcome`` is "compacted", "below_threshold" or "gave_up"."""
+
+    outcome: str
+    small_files: int
+    files_before: int
+    files_after: int
+    rewritten_files: int = 0
+    written_files: int = 0
+    snapshot_id: int | None = None
+    tries: int = 0
+    seconds: float = 0.0
+    note: str | None = None
+
+
+class Maintainer(Protocol):
+    """The lake side of maintenance, for one table."""
+
+    def compact(self, *, small_file_bytes: int, max_small_files: int, target_file_bytes: int) -> CompactionOutcome: ...
+
+    def expire_snapshots(self, *, older_than: datetime, keep_last: int) -> int: ...
+
+    def remove_orphan_files(self, *, min_age: timedelta, now: datetime) -> int: ...
+
+    def counts(self) -> tuple[int, int]:
+        """(data files of the current snapshot, snapshots)."""
+        ...
+
+
+class MaintenanceStore(Protocol):
+    def load(self) -> MaintenanceStatus | None: ...
+
+    def save(self, status: MaintenanceStatus) -> None: ...
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@dataclass
+class MaintenanceStatus:
+    """The maintenance document of one table: the last run, the last compaction, running totals, the last error."""
+
+    table: str
+    last_run_at: datetime | None = None
+    last_outcome: str | None = None  # "maintained" or "failed"
+    last_duration_seconds: float | None = None
+    data_files: int | None = None
+    snapshots: int | None = None
+    last_compaction_at: datetime | None = None
+    last_compaction: CompactionOutcome | None = None
+    last_check: CompactionOutcome | None = None
+    snapshots_expired: int = 0
+    snapshots_expired_total: int = 0
+    orphans_removed: int = 0
+    orphans_removed_total: int = 0
+    consecutive_failures: int = 0
+    last_error: str | None = None
+    last_error_time: datetime | None = None
+    last_error_step: str | None = None
+
+    def is_due(self, spec: MaintenanceSpec, now: datetime) -> bool:
+        """A failed run is retried at the next task; a successful one waits ``interval_seconds``."""
+        if self.last_run_at is None or self.last_outcome != "maintained":
+            return True
+        return now - self.last_run_at >= timedelta(seconds=spec.interval_seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        for key in ("last_run_at", "last_compaction_at", "last_error_time"):
+            doc[key] = _iso(getattr(self, key))
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> MaintenanceStatus:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in doc.items() if k in known}
+        for key in ("last_run_at", "last_compaction_at", "last_error_time"):
+            values[key] = _time(values.get(key))
+        for key in ("last_compaction", "last_check"):
+            if values.get(key) is not None:
+                values[key] = CompactionOutcome(**values[key])
+        return cls(**values)
+
+
+def run_maintenance(
+    table: str,
+    spec: MaintenanceSpec,
+    maintainer: Maintainer,
+    store: MaintenanceStore,
+    *,
+    target_file_bytes: int,
+    now: datetime,
+    secrets: Iterable[str] = (),
+) -> MaintenanceStatus:
+    """Compact, then expire snapshots, then remove orphan files; record the outcome. A failing step stops the run,
+    is recorded (``last_error`` names the step) and raises :class:`MaintenanceFailed`; what earlier steps did
+    stays recorded."""
+    status = store.load() or MaintenanceStatus(table)
+    started = time.monotonic()
+    status.snapshots_expired = status.orphans_removed = 0
+    step = STEPS[0]
+    try:
+        check = maintainer.compact(
+            small_file_bytes=int(spec.small_file_mb * 1024 * 1024),
+            max_small_files=spec.max_small_files,
+            target_file_bytes=target_file_bytes,
+        )
+        status.last_check = check
+        if check.outcome == "compacted":
+            status.last_compaction, status.last_compaction_at = check, now
+        step = STEPS[1]
+        status.snapshots_expired = maintainer.expire_snapshots(
+            older_than=now - timedelta(seconds=spec.snapshot_retention_seconds), keep_last=spec.min_snapshots_to_keep
+        )
+        status.snapshots_expired_total += status.snapshots_expired
+        step = STEPS[2]
+        status.orphans_removed = maintainer.remove_orphan_files(
+            min_age=timedelta(seconds=spec.orphan_min_age_seconds), now=now
+        )
+        status.orphans_removed_total += status.orphans_removed
+        status.data_files, status.snapshots = maintainer.counts()
+    except Exception as exc:
+        status.last_run_at, status.last_outcome = now, "failed"
+        status.last_duration_seconds = round(time.monotonic() - started, 3)
+        status.consecutive_failures += 1
+        status.last_error = f"{step}: {describe_error(exc, secrets)}"
+        status.last_error_time, status.last_error_step = now, step
+        store.save(status)
+        raise MaintenanceFailed(f"{table}: maintenance failed at {status.last_error}") from exc
+    status.last_run_at, status.last_outcome = now, "maintained"
+    status.last_duration_seconds = round(time.monotonic() - started, 3)
+    status.consecutive_failures = 0
+    store.save(status)
+    return status

@@ -1,0 +1,122 @@
+"""Under a real scheduler and LocalExecutor: each table's maintenance task runs after its tier task, compacts its
+small files and expires old snapshots without changing what the lake holds or its committed offsets, shows in the
+status (asset state, Tiering REST API, CLI), and when it fails it fails alone: the table's tiering, its state
+and the DAG run are unaffected."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from tests.e2e.airflow_cluster import AirflowCluster
+from tests.e2e.browser import chromium, log_in, wait_for
+from tests.e2e.test_cli import cli
+from tests.e2e.tiering_env import table_function, tiering_setup
+from tests.integration.hot_tables import COLUMNS, PostgresHot
+from tests.lake_check import digest, lake_rows
+
+DAG_ID = "tiering_maintained"
+MAINTENANCE = {"interval_seconds": 0, "max_small_files": 2, "snapshot_retention_seconds": 1}
+
+DAG_FILE = table_function(
+    "maint", retries=0, freshness_seconds=1, maintenance={"enabled": True, **MAINTENANCE}
+) + textwrap.dedent(
+    f'''
+    """Two PostgreSQL tables with lake maintenance after each round."""
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    dag = build_tiering_dag("{DAG_ID}", [table("m_ok"), table("m_damaged")])
+    '''
+)
+TABLES = ("m_ok", "m_damaged")
+
+
+def data_files(catalog: dict[str, str], name: str) -> list[str]:
+    table = load_catalog("default", **catalog).load_table(("maint", name))
+    return [task.file.file_path for task in table.scan().plan_files()]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_maintenance_compacts_after_rounds_and_its_failure_fails_only_itself(pg_server, tmp_path: Path) -> None:
+    hot = PostgresHot(pg_server.dsn)
+    for name in TABLES:
+        hot.create(name)
+    dags, catalog, env = tiering_setup(tmp_path, pg_server, DAG_FILE, "unused-pw-1b2c")
+    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID]) as af:
+        next_id = 1
+        for run in range(3):
+            for name in TABLES:
+                hot.insert(name, next_id, 200)
+            next_id += 200
+            if run == 2:
+                # A storage incident: one data file of m_damaged's current snapshot is gone. Its rounds only
+                # append (they still work); its compaction must read every small file, and fails.
+                lost = data_files(catalog, "m_damaged")[0]
+                Path(lost.removeprefix("file://")).unlink()
+            run_id = af.trigger_dag(DAG_ID)
+            assert af.wait_for_run(DAG_ID, run_id, timeout=400) == "success"  # a maintenance failure fails no run
+            states = af.task_instances(DAG_ID, run_id)
+            assert states == {
+                "m_ok": "success",
+                "m_ok.maintain": "success",
+                "m_damaged": "success",
+                "m_damaged.maintain": "failed" if run == 2 else "success",
+                "tiering_summary": "success",
+            }, f"run {run}"
+
+        ok_doc = af.asset_state_store("tiering/maint/m_ok")
+        state, maintenance = ok_doc["tiering_state"], ok_doc["tiering_maintenance"]
+        assert state["status"] == "TIERED" and state["epoch"] == 3 and state["note"] is None
+        # Three rounds left three small files (more than max_small_files=2): compacted into one, in one snapshot that
+        # carries the last round's offsets on.
+        compaction = maintenance["last_compaction"]
+        assert (compaction["outcome"], compaction["files_before"], compaction["files_after"]) == ("compacted", 3, 1)
+        assert maintenance["data_files"] == 1 == len(data_files(catalog, "m_ok"))
+        assert maintenance["snapshots_expired_total"] >= 2 and maintenance["consecutive_failures"] == 0
+        table = load_catalog("default", **catalog).load_table(("maint", "m_ok"))
+        head = table.current_snapshot()
+        assert head.summary["tiering.operation"] == "compaction"
+        assert json.loads(head.summary["tiering.end-offsets"]) == state["committed"]["end_offsets"]
+        assert digest(lake_rows(catalog, ("maint", "m_ok"), COLUMNS)) == digest(hot.rows("m_ok"))
+
+        damaged_doc = af.asset_state_store("tiering/maint/m_damaged")
+        state, maintenance = damaged_doc["tiering_state"], damaged_doc["tiering_maintenance"]
+        assert state["status"] == "TIERED" and state["epoch"] == 3 and state["last_error"] is None
+        assert maintenance["last_outcome"] == "failed" and maintenance["consecutive_failures"] == 1
+        assert maintenance["last_error"].startswith("compaction: ") and Path(lost).name in maintenance["last_error"]
+        assert "Traceback" not in maintenance["last_error"] and len(maintenance["last_error"].encode()) <= 2048
+        damaged = load_catalog("default", **catalog).load_table(("maint", "m_damaged"))
+        assert damaged.current_snapshot().summary["tiering.operation"] is None  # the round's own snapshot is the head
+        assert not list((Path(damaged.location().removeprefix("file://")) / "data" / "compaction").rglob("*.parquet"))
+        summary_log = af.task_log(DAG_ID, run_id, "tiering_summary", 1)
+        assert "m_damaged.maintain  maintenance failed" in summary_log
+
+        # The status surfaces show it: the Tiering REST API and the CLI.
+        listed = {t["table"]: t for t in af.get("/tiering/api/tables")["tables"]}
+        assert listed["m_ok"]["maintenance"]["files_after_compaction"] == 1
+        assert listed["m_damaged"]["maintenance"]["last_error"] == maintenance["last_error"]
+        shown = cli(af, "status", "m_damaged", "-o", "json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["maintenance"]["last_outcome"] == "failed"
+        table_view = cli(af, "status")
+        assert "maintained: 1 files" in table_view.stdout and "failed: compaction" in table_view.stdout
+
+        # And the Tiering page, in a browser: each table's detail has its maintenance facts.
+        with chromium() as driver:
+            log_in(driver, af.base_url, "admin", "admin")
+
+            def maintenance_text(d: Any) -> str:  # queried afresh: the page re-renders as it refreshes
+                return str(
+                    d.execute_script("const m = document.getElementById('maintenance'); return m ? m.textContent : ''")
+                )
+
+            for name, expected in (("m_ok", "3 \u2192 1 data files"), ("m_damaged", "compaction: ")):
+                driver.get(f"{af.base_url}/tiering/#table={name}")
+                wait_for(driver, lambda d, e=expected: e in maintenance_text(d), 60, f"{name}: {expected}")
