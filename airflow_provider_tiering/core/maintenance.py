@@ -27,7 +27,8 @@ class MaintenanceFailed(TieringError):
 
 @dataclass
 class CompactionOutcome:
-    """What a compaction did: ``outcome`` is "compacted", "below_threshold" or "gave_up"."""
+    """What a compaction did: ``outcome`` is "compacted", "below_threshold", "gave_up" (lost the commit race
+    every try) or "skipped" (see ``note``)."""
 
     outcome: str
     small_files: int

@@ -72,7 +72,8 @@ class LakeFileReader:
         from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
         from pyiceberg.table import FileScanTask
 
-        assert isinstance(split, CompactionSplit)
+        if not isinstance(split, CompactionSplit):
+            raise TypeError(f"a compaction reads CompactionSplits, not {type(split).__name__}")
         scan = ArrowScan(self.metadata, PyArrowFileIO(self.io_properties), self.metadata.schema(), AlwaysTrue())
         yield from scan.to_record_batches([FileScanTask(f) for f in split.files])
 
@@ -100,6 +101,20 @@ def live_data_files(table: Any) -> list[Any]:
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             files.append(entry.data_file)
     return files
+
+
+def has_live_delete_files(table: Any) -> bool:
+    """Whether the current snapshot has delete files (another engine's merge-on-read deletes): rewriting data
+    files without applying them would bring deleted rows back, so compaction leaves such a table alone."""
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return False
+    return any(
+        m.content == ManifestContent.DELETES and (m.has_added_files() or m.has_existing_files())
+        for m in snapshot.manifests(table.io)
+    )
 
 
 def _bins(files: Sequence[Any], target_bytes: int) -> list[list[Any]]:
@@ -139,6 +154,9 @@ def compact(
     small = [f for f in files if f.file_size_in_bytes < small_file_bytes]
     if len(small) <= max_small_files:
         return CompactionOutcome("below_threshold", len(small), len(files), len(files))
+    if has_live_delete_files(table):
+        note = "the table has delete files (merge-on-read deletes of another engine); compact it with that engine"
+        return CompactionOutcome("skipped", len(small), len(files), len(files), note=note)
     by_partition: dict[tuple[int, tuple[Any, ...]], list[Any]] = defaultdict(list)
     for data_file in small:
         by_partition[(data_file.spec_id, tuple(data_file.partition))].append(data_file)

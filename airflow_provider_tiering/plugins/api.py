@@ -40,7 +40,7 @@ class MaintenanceResponse(BaseModel):
     last_compaction_at: datetime | None
     files_before_compaction: int | None
     files_after_compaction: int | None
-    last_compaction_check: str | None = Field(description='"compacted", "below_threshold" or "gave_up"')
+    last_compaction_check: str | None = Field(description='"compacted", "below_threshold", "gave_up" or "skipped"')
     snapshots_expired: int
     snapshots_expired_total: int
     orphans_removed: int
