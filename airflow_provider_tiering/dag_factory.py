@@ -29,6 +29,7 @@ def build_tiering_dag(
     wait_until_due: bool = False,
     due_timeout: timedelta | float | None = None,
     due_poke_interval: timedelta | float = 60,
+    maintenance: bool = True,
     **dag_kwargs: Any,
 ) -> DAG:
     """Tables in, DAG out.
@@ -49,7 +50,9 @@ def build_tiering_dag(
     A table whose spec has ``maintenance.enabled`` (the default) also gets a :class:`MaintainTableOperator`
     (``<table>.maintain``) after its tier task, whatever that task's outcome (``trigger_rule="all_done"``). It runs
     at most every ``maintenance.interval_seconds`` and its failure is reported by the summary but fails neither the
-    table's tiering nor the DAG run.
+    table's tiering nor the DAG run. Each maintenance task that skips still costs a task start in every run: for
+    many tables scheduled often, pass ``maintenance=False`` and run :func:`build_maintenance_dag` on a slower
+    schedule instead.
     """
     specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
     if SUMMARY_TASK_ID in {s.name for s in specs}:
@@ -68,10 +71,10 @@ def build_tiering_dag(
         maintenance_tasks = []
         for spec in specs:
             if wait_until_due:
-                tier, maintain = _waiting_tier_task(spec, due_timeout, due_poke_interval)
+                tier, maintain = _waiting_tier_task(spec, due_timeout, due_poke_interval, maintenance)
             else:
                 tier = TierTableOperator(table=spec)
-                maintain = _maintenance_task(spec, tier, f"{spec.name}.maintain")
+                maintain = _maintenance_task(spec, tier, f"{spec.name}.maintain") if maintenance else None
             table_tasks.append(tier)
             if maintain is not None:
                 maintenance_tasks.append(maintain)
@@ -94,11 +97,41 @@ def _maintenance_task(spec: TableSpec, tier: TierTableOperator, task_id: str) ->
 
 
 def _waiting_tier_task(
-    spec: TableSpec, timeout: timedelta | float | None, poke_interval: timedelta | float
+    spec: TableSpec, timeout: timedelta | float | None, poke_interval: timedelta | float, maintenance: bool
 ) -> tuple[TierTableOperator, MaintainTableOperator | None]:
     with TaskGroup(group_id=spec.name, tooltip=f"tier {spec.name} when due"):
         sensor = TableDueSensor(task_id="due", table=spec, timeout=timeout, poke_interval=poke_interval)
         tier = TierTableOperator(task_id="tier", table=spec)
         sensor >> tier
-        maintain = _maintenance_task(spec, tier, "maintain")
+        maintain = _maintenance_task(spec, tier, "maintain") if maintenance else None
     return tier, maintain
+
+
+def build_maintenance_dag(
+    dag_id: str,
+    tables: Iterable[TableSpec | Mapping[str, Any]] | str | Path,
+    *,
+    schedule: Any = None,
+    start_date: datetime | None = None,
+    max_active_tasks: int | None = None,
+    tags: Iterable[str] = ("tiering", "maintenance"),
+    **dag_kwargs: Any,
+) -> DAG:
+    """Lake maintenance of the same tables on a schedule of its own (e.g. ``"@hourly"``): one
+    :class:`MaintainTableOperator` per table whose spec has ``maintenance.enabled``, independent of each other.
+    Use it with ``build_tiering_dag(..., maintenance=False)``; maintenance and rounds are safe side by side."""
+    specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
+    dag = DAG(
+        dag_id=dag_id,
+        schedule=schedule,
+        start_date=start_date or datetime(2024, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_tasks=max_active_tasks or 4,
+        tags=list(tags),
+        **dag_kwargs,
+    )
+    with dag:
+        for spec in specs:
+            if spec.maintenance.enabled:
+                MaintainTableOperator(table=spec)
+    return dag

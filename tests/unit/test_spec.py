@@ -120,3 +120,18 @@ def test_maintenance_tasks_follow_each_tier_task_and_only_the_summary_follows_th
     waiting = build_tiering_dag("w", [spec()], wait_until_due=True)
     assert {t.task_id for t in waiting.tasks} == {"orders.due", "orders.tier", "orders.maintain", "tiering_summary"}
     assert waiting.get_task("orders.maintain").upstream_task_ids == {"orders.tier"}
+
+
+def test_maintenance_on_a_schedule_of_its_own():
+    from airflow_provider_tiering.dag_factory import build_maintenance_dag, build_tiering_dag
+
+    tables = [spec(), spec(name="events", lake={"namespace": "s", "table": "e"}, maintenance={"enabled": False})]
+    assert {t.task_id for t in build_tiering_dag("t", tables, maintenance=False).tasks} == {
+        "orders",
+        "events",
+        "tiering_summary",
+    }
+    nightly = build_maintenance_dag("m", tables, schedule="@daily")
+    assert [t.task_id for t in nightly.tasks] == ["orders.maintain"] and not nightly.get_task(
+        "orders.maintain"
+    ).upstream_task_ids
