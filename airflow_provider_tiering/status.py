@@ -98,6 +98,9 @@ class TieringStatus:
             "last_error_time": _iso(state.last_error_time),
             "watermark_blockers": state.watermark_blockers,
             "note": state.note,
+            "last_round_evicted_rows": None if state.last_round is None else state.last_round.evicted_rows,
+            "evicted_rows_total": state.evicted_rows_total,
+            "eviction_note": state.eviction_note,
             "maintenance": _maintenance_json(self.maintenance),
         }
 

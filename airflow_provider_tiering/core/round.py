@@ -24,7 +24,7 @@ from airflow_provider_tiering.core.state_store import StateStore
 log = logging.getLogger(__name__)
 
 #: Phases reported to an observer, in order.
-PHASES = ("planned", "acquired", "writing", "written", "committed", "recorded", "cleaned")
+PHASES = ("planned", "acquired", "writing", "written", "committed", "recorded", "cleaned", "evicted")
 
 
 class LakeCommitView(Protocol):
@@ -109,7 +109,36 @@ class RoundResult:
             "lag_seconds": self.metrics.lag_seconds if self.metrics else None,
             "backlog_rows": self.metrics.backlog_rows if self.metrics else None,
             "rejected_rows": self.metrics.rejected_rows if self.metrics else 0,
+            "evicted_rows": self.metrics.evicted_rows if self.metrics else 0,
         }
+
+
+def _evict(
+    spec: TableSpec,
+    source: Any,
+    lake: Any,
+    state: TableState,
+    state_store: StateStore,
+    metrics: RoundMetrics,
+    epoch: int,
+    now: datetime,
+    secrets: Sequence[str],
+) -> None:
+    """Evict tiered rows after the commit (see ``core/eviction.py``). Its failure leaves the round tiered: the rows
+    stay in the hot store, the reason is recorded (``eviction_note``) and the next round tries again."""
+    from airflow_provider_tiering.core.eviction import evict_tiered_rows
+
+    try:
+        result = evict_tiered_rows(spec.eviction, spec.source.cursor_column, source, lake, epoch=epoch, now=now)
+        metrics.evicted_rows, state.eviction_note = result.rows, result.note
+        if result.rows:
+            log.info("%s: evicted %d tiered rows in %d batches", spec.name, result.rows, result.batches)
+    except Exception as exc:
+        state.eviction_note = f"eviction failed: {describe_error(exc, secrets)}"
+        log.warning("%s: %s", spec.name, state.eviction_note)
+    finally:
+        state.evicted_rows_total += metrics.evicted_rows
+        state_store.save(state)
 
 
 def _reconcile_with_lake(state: TableState, lake: LakeCommitView | None, now: datetime) -> None:
@@ -343,6 +372,9 @@ def run_round(
     except Exception as exc:  # best effort too: the next committed round catches up with every tiered file
         log.warning("%s: archiving tiered source files failed: %s", spec.name, describe_error(exc, secrets))
     notify("cleaned")
+    if spec.eviction.enabled:
+        _evict(spec, source, lake, state, state_store, metrics, epoch, clock(), secrets)
+        notify("evicted")
     return RoundResult(
         spec.name, "tiered", epoch, snapshot_id, start, dict(end), metrics, state.watermark_blockers, cleaned
     )

@@ -310,6 +310,21 @@ class MaintenanceSpec(_Strict):
     )
 
 
+class EvictionSpec(_Strict):
+    """Deleting tiered rows from the hot store (SQL tables only): after a round's commit, rows the lake holds (cursor
+    within the lake's committed offsets, each one checked in the lake) and older than ``retention_seconds``."""
+
+    enabled: bool = False
+    retention_seconds: float = Field(
+        default=86400.0, ge=0, allow_inf_nan=False, description="rows younger than this stay in the hot store"
+    )
+    age_column: Identifier | None = Field(
+        default=None, description="timestamp column that dates a row; by default the cursor column"
+    )
+    batch_rows: int = Field(default=5000, gt=0, le=100_000, description="rows deleted per hot-store transaction")
+    max_rows_per_round: int = Field(default=1_000_000, gt=0)
+
+
 class TableSpec(_Strict):
     """One hot table mapped to one Iceberg table, with the options of its rounds."""
 
@@ -329,6 +344,7 @@ class TableSpec(_Strict):
     max_retry_delay_seconds: float = Field(default=900.0, ge=0)
     max_consecutive_failures: int = Field(default=5, gt=0, description="then the table is quarantined")
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+    eviction: EvictionSpec = Field(default_factory=EvictionSpec)
 
     @field_validator("name")
     @classmethod
@@ -347,6 +363,16 @@ class TableSpec(_Strict):
             missing = [f.column for f in self.lake.partition_fields if f.column not in columns]
             if missing:
                 raise ValueError(f"lake.partition_by {missing} are not in source.columns")
+        return self
+
+    @model_validator(mode="after")
+    def _eviction_needs_a_sql_table(self) -> TableSpec:
+        if self.eviction.enabled and not isinstance(self.source, SqlSourceSpec):
+            raise ValueError("eviction deletes tiered rows from a SQL hot table; a landing zone has after_commit")
+        columns = self.source.column_names()
+        age = self.eviction.age_column
+        if self.eviction.enabled and age is not None and columns is not None and age not in columns:
+            raise ValueError(f"eviction.age_column {age!r} is not in source.columns")
         return self
 
     @property

@@ -68,6 +68,8 @@ class RoundMetrics:
     backlog_rows: int | None = None
     #: Bad records the round routed to the table's side table (``on_bad_record="side_table"``).
     rejected_rows: int = 0
+    #: Tiered rows the round deleted from the hot store after its commit (``eviction``).
+    evicted_rows: int = 0
 
 
 @dataclass
@@ -91,6 +93,9 @@ class TableState:
     cleaned_through_epoch: int = 0
     quarantined_since: datetime | None = None
     note: str | None = None
+    evicted_rows_total: int = 0
+    #: Why the last round's eviction did not run or stopped (its rows stay in the hot store); None when it ran.
+    eviction_note: str | None = None
 
     def transition(self, target: TableStatus) -> None:
         """Move to ``target``; raises IllegalTransition for a move the state machine forbids."""
@@ -185,4 +190,6 @@ class TableState:
             cleaned_through_epoch=int(doc.get("cleaned_through_epoch", 0)),
             quarantined_since=_parse_time(doc.get("quarantined_since")),
             note=doc.get("note"),
+            evicted_rows_total=int(doc.get("evicted_rows_total", 0)),
+            eviction_note=doc.get("eviction_note"),
         )

@@ -440,6 +440,25 @@ class IcebergLake:
             **statistics.to_serialized_dict(),
         )
 
+    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
+        """The current snapshot's rows with ``lower <= column <= upper`` (files outside the range are pruned by their
+        statistics), with the columns and types of ``like``."""
+        from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
+
+        table = self.load_table()
+        if table is None or table.current_snapshot() is None:
+            return like.schema.empty_table()
+        field_type = table.schema().find_field(column).field_type
+        bounds = [_iceberg_literal(v, field_type) for v in (lower, upper)]
+        found = table.scan(
+            row_filter=And(GreaterThanOrEqual(column, bounds[0]), LessThanOrEqual(column, bounds[1])),
+            selected_fields=tuple(like.schema.names),
+        ).to_arrow()
+        try:
+            return found.select(like.schema.names).cast(like.schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
+            raise LakeError(f"the lake's rows cannot be compared with the hot store's: {exc}") from None
+
     # -- cleanup -------------------------------------------------------------------------------
     def _filesystem(self) -> tuple[pafs.FileSystem, str]:
         return filesystem_and_path(f"{self.table.location().rstrip('/')}/data/{STAGING_DIR}")
@@ -524,6 +543,19 @@ class IcebergLake:
             except FileNotFoundError:
                 pass
         return removed
+
+
+def _iceberg_literal(value: Any, field_type: Any) -> Any:
+    """A hot store's cursor value as a pyiceberg filter literal of the column's type (ints as they are; times as
+    ISO text, with an offset for ``timestamptz``)."""
+    from pyiceberg.types import TimestamptzType
+
+    from airflow_provider_tiering.core.eviction import cursor_key
+
+    key = cursor_key(value)
+    if isinstance(key, str) and isinstance(field_type, TimestamptzType):
+        return f"{key}+00:00"
+    return key
 
 
 def _tiering_epoch(snapshot: Any) -> int | None:

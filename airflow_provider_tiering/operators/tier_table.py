@@ -129,7 +129,40 @@ class TierTableOperator(BaseOperator):
             raise AirflowSkipException(str(exc)) from None
         finally:
             writer.stop()
+        if result.outcome == "tiered":
+            self._lineage = self._round_lineage(source, lake, result)
         return self._report(result, context)
+
+    def _round_lineage(self, source: Source, lake: Any, result: RoundResult) -> Any:
+        """What the round read and wrote, for :meth:`get_openlineage_facets_on_complete` (None if unknown)."""
+        from airflow_provider_tiering.lineage import RoundLineage, arrow_fields, lake_dataset, source_dataset
+
+        spec = self.table_spec
+        try:
+            fields = arrow_fields(source.schema())
+            metrics = result.metrics
+            return RoundLineage(
+                source_dataset(source, spec, fields),
+                lake_dataset(lake.table.location(), spec.lake.namespace, spec.lake.table, fields),
+                rows=metrics.rows if metrics else 0,
+                bytes=metrics.bytes if metrics else 0,
+                files=metrics.files if metrics else 0,
+            )
+        except Exception as exc:  # lineage is reporting: it never fails a round that committed
+            self.log.warning("%s: no lineage for this round: %s", spec.name, exc)
+            return None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage input (the hot table) and output (the Iceberg table) of the round, with schema and row
+        counts; called by Airflow's OpenLineage provider when it is installed and configured."""
+        from airflow_provider_tiering.lineage import operator_lineage
+
+        lineage = getattr(self, "_lineage", None)
+        if lineage is None:
+            from airflow.providers.openlineage.extractors import OperatorLineage
+
+            return OperatorLineage()
+        return operator_lineage(lineage)
 
     def _skip_unless_due(self, state_store: AssetStateStore, state: TableState | None) -> None:
         now = utcnow()

@@ -78,6 +78,9 @@ class TableStatusResponse(BaseModel):
     last_error_time: datetime | None
     watermark_blockers: list[dict[str, Any]] = Field(description="Open transactions holding the safe watermark")
     note: str | None
+    last_round_evicted_rows: int | None = Field(description="Tiered rows the last round deleted from the hot store")
+    evicted_rows_total: int = Field(description="Tiered rows deleted from the hot store so far (eviction)")
+    eviction_note: str | None = Field(description="Why the last round's eviction did not run or stopped")
     maintenance: MaintenanceResponse | None = Field(description="None before the table's first maintenance run")
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -210,7 +211,77 @@ class PostgresSource(SqlSource):
         values = [cursor_to_json(v) for v in (quantiles or [])]
         return CursorDistribution(lower, upper, rows, values)
 
+    # -- eviction ------------------------------------------------------------------------------
+    def _age_before(self, column: str, field: pa.Field, cutoff: datetime) -> str:
+        utc = cutoff.astimezone(UTC)
+        if pa.types.is_timestamp(field.type) and field.type.tz is not None:
+            return f"{column} < CAST({quote_string(utc.isoformat())} AS timestamptz)"
+        naive = utc.replace(tzinfo=None).isoformat()
+        sql_type = "timestamp" if pa.types.is_timestamp(field.type) else "date"
+        return f"{column} < CAST({quote_string(naive)} AS {sql_type})"
+
+    def _row_id_sql(self) -> str:
+        return "ctid::text AS __row_id"
+
+    def _evict_in_transaction(self, select_sql: str, schema: pa.Schema, verify: Callable[[pa.Table], None]) -> int:
+        from airflow_provider_tiering.sources.conform import conform_batch
+
+        conn = self._connect()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute("BEGIN")
+                cur.execute(f"{select_sql} FOR UPDATE")  # locked: what is verified is what is deleted
+                found = cur.fetch_arrow_table()
+            except Exception as exc:
+                cur.execute("ROLLBACK")
+                raise SourceError(f"{self.display_name}: reading rows to evict failed: {exc}") from None
+            if found.num_rows == 0:
+                cur.execute("ROLLBACK")
+                verify(schema.empty_table())
+                return 0
+            rows = pa.Table.from_batches(
+                [conform_batch(b, schema) for b in found.drop_columns(["__row_id"]).to_batches()], schema=schema
+            )
+            try:
+                verify(rows)
+                ids = ", ".join(quote_string(v) for v in found.column("__row_id").to_pylist())
+                cur.execute(f"DELETE FROM {self.table_ref} WHERE ctid = ANY(ARRAY[{ids}]::tid[])")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+            return rows.num_rows
+        finally:
+            conn.close()
+
     # -- reading -------------------------------------------------------------------------------
+    @contextmanager
+    def _snapshot(self) -> Iterator[Callable[[str, pa.Schema], Iterator[pa.RecordBatch]]]:
+        conn = self._connect()
+        try:
+            cur = conn.cursor()
+            try:
+                # REPEATABLE READ: the snapshot is taken by the transaction's first query and used by all its queries.
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cur.execute("SELECT 1")
+                cur.fetchall()
+            except Exception as exc:
+                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from None
+
+            def run(sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+                try:
+                    cur.execute(sql)
+                    reader = cur.fetch_record_batch()
+                except Exception as exc:
+                    raise SourceError(f"{self.display_name}: reading failed: {exc}") from None
+                yield from reader
+
+            yield run
+            cur.execute("COMMIT")
+        finally:
+            conn.close()
+
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         conn = self._connect()
         try:

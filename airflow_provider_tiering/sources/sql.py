@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -172,3 +173,88 @@ class SqlSource(Source):
     @abstractmethod
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """Stream the result of a query as Arrow batches."""
+
+    # -- eviction of tiered rows ----------------------------------------------------------------------
+    @abstractmethod
+    def _age_before(self, column: str, field: pa.Field, cutoff: datetime) -> str:
+        """SQL predicate: the (quoted) date/time ``column`` is before ``cutoff`` (an aware UTC datetime)."""
+
+    @abstractmethod
+    def _evict_in_transaction(self, select_sql: str, schema: pa.Schema, verify: Callable[[pa.Table], None]) -> int:
+        """In one transaction: read the rows of ``select_sql`` (its first column a row id, locked against change),
+        hand them (without the row id, as ``schema``) to ``verify``, which raises to roll back, then delete exactly
+        those rows. Returns the rows deleted."""
+
+    def _age_field(self, age_column: str | None) -> pa.Field:
+        import pyarrow as pa
+
+        name = age_column or self.spec.cursor_column
+        schema = self.schema()
+        if name not in schema.names:
+            raise SourceError(f"{self.display_name}: eviction age column {name!r} is not a tiered column")
+        field = schema.field(name)
+        if not (pa.types.is_timestamp(field.type) or pa.types.is_date(field.type)):
+            raise SourceError(
+                f"{self.display_name}: eviction needs a date or timestamp age column; {name!r} is {field.type} "
+                "(set eviction.age_column)"
+            )
+        return field
+
+    def evict_batch(
+        self,
+        after: Any | None,
+        upto: Any,
+        cutoff: datetime,
+        age_column: str | None,
+        limit: int,
+        verify: Callable[[pa.Table], None],
+    ) -> tuple[int, Any | None]:
+        """Delete up to ``limit`` rows with ``after < cursor <= upto`` older than ``cutoff`` (in cursor order), each
+        one only if ``verify`` (given them, as tiered) accepts the lot; returns (rows deleted, the batch's last
+        cursor value as an offset value, None when no row qualified)."""
+        field = self._age_field(age_column)
+        schema = self.schema()
+        columns = ", ".join(self.select_expression(f) for f in schema)
+        age = self._age_before(quote_identifier(field.name), field, cutoff)
+        order = f"ORDER BY {self.cursor_ref} LIMIT {int(limit)}"
+        predicate = f"{self.range_predicate(after, upto)} AND {age}"
+        select = f"SELECT {self._row_id_sql()}, {columns} FROM {self.table_ref} WHERE {predicate} {order}"
+        last: list[Any] = []
+
+        def check(rows: pa.Table) -> None:
+            if rows.num_rows:
+                last.append(rows.column(self.spec.cursor_column)[-1].as_py())
+                verify(rows)
+
+        deleted = self._evict_in_transaction(select, schema, check)
+        return deleted, cursor_to_json(last[0]) if last else None
+
+    @abstractmethod
+    def _row_id_sql(self) -> str:
+        """The select expression of a row's physical id, named ``__row_id``."""
+
+    # -- a consistent read (read across tiers) ------------------------------------------------------
+    @abstractmethod
+    def _snapshot(self) -> AbstractContextManager[Callable[[str, pa.Schema], Iterator[pa.RecordBatch]]]:
+        """A read-only transaction whose snapshot of the database is fixed on entry; yields a function that runs
+        a query in it as Arrow batches."""
+
+    @contextmanager
+    def rows_after_reader(self) -> Iterator[Callable[[Offsets | None], pa.Table]]:
+        """Fix a snapshot of the hot table now; inside the block, ``read(offsets)`` returns its rows beyond
+        ``offsets`` as of that moment, whatever is inserted or deleted meanwhile (``None``: every row)."""
+        import pyarrow as pa
+
+        schema = self.schema()
+        columns = ", ".join(self.select_expression(field) for field in schema)
+        with self._snapshot() as run:
+
+            def read(offsets: Offsets | None) -> pa.Table:
+                lower = None if offsets is None else offsets["cursor"]
+                sql = f"SELECT {columns} FROM {self.table_ref} WHERE {self.range_predicate(lower, None)}"
+                from airflow_provider_tiering.sources.conform import conform_batch
+
+                batches = [conform_batch(batch, schema) for batch in run(sql, schema)]
+                return pa.Table.from_batches(batches, schema=schema)
+
+            yield read

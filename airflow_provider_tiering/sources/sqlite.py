@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -133,9 +134,15 @@ class SqliteSource(SqlSource):
         return quote_identifier(self.spec.table)
 
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        conn = self._connect()
+        try:
+            yield from self._batches(conn, sql, schema)
+        finally:
+            conn.close()
+
+    def _batches(self, conn: sqlite3.Connection, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        conn = self._connect()
         try:
             cur = conn.execute(sql)
             while rows := cur.fetchmany(BATCH_ROWS):
@@ -145,7 +152,57 @@ class SqliteSource(SqlSource):
                     arrays.append(self._to_arrow(values, field))
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
         except sqlite3.Error as exc:
-            raise SourceError(f"{self.display_name}: reading a split failed: {exc}") from None
+            raise SourceError(f"{self.display_name}: reading failed: {exc}") from None
+
+    def _age_before(self, column: str, field: pa.Field, cutoff: datetime) -> str:
+        # SQLite keeps times as text: datetime() normalizes both sides ('T' or ' ', fractions) before comparing.
+        naive = cutoff.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")
+        return f"datetime({column}) < datetime({quote_string(naive)})"
+
+    def _row_id_sql(self) -> str:
+        return "rowid AS __row_id"
+
+    def _evict_in_transaction(self, select_sql: str, schema: pa.Schema, verify: Callable[[pa.Table], None]) -> int:
+        import pyarrow as pa
+
+        try:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)  # writable, unlike _connect
+        except sqlite3.Error as exc:
+            raise SourceError(f"{self.display_name}: cannot open {self.path}: {exc}") from None
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # the database's write lock: nothing changes until COMMIT
+            try:
+                with_id = pa.schema([pa.field("__row_id", pa.int64()), *schema])
+                found = pa.Table.from_batches(list(self._batches(conn, select_sql, with_id)), schema=with_id)
+                rows = found.drop_columns(["__row_id"])
+                verify(rows)
+                if rows.num_rows:
+                    ids = ", ".join(str(int(v)) for v in found.column("__row_id").to_pylist())
+                    conn.execute(f"DELETE FROM {self.table_ref} WHERE rowid IN ({ids})")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return rows.num_rows
+        except sqlite3.Error as exc:
+            raise SourceError(f"{self.display_name}: evicting tiered rows failed: {exc}") from None
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Callable[[str, pa.Schema], Iterator[pa.RecordBatch]]]:
+        conn = self._connect()
+        conn.isolation_level = None  # transactions by hand
+        try:
+            try:
+                # A read transaction: its first read fixes what it sees (a WAL snapshot, or a shared lock that
+                # holds writers off until it ends).
+                conn.execute("BEGIN")
+                conn.execute(f"SELECT 1 FROM {self.table_ref} LIMIT 1").fetchall()
+            except sqlite3.Error as exc:
+                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from None
+            yield lambda sql, schema: self._batches(conn, sql, schema)
+            conn.execute("COMMIT")
         finally:
             conn.close()
 

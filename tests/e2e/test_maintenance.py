@@ -1,7 +1,8 @@
 """Under a real scheduler and LocalExecutor: each table's maintenance task runs after its tier task, compacts its
 small files and expires old snapshots without changing what the lake holds or its committed offsets, shows in the
-status (asset state, Tiering REST API, CLI), and when it fails it fails alone: the table's tiering, its state
-and the DAG run are unaffected."""
+status (asset state, Tiering REST API, CLI, Tiering page), and when it fails it fails alone: the table's tiering, its
+state and the DAG run are unaffected. With Airflow's OpenLineage integration configured (a file transport), each
+round reports its hot table as input and its Iceberg table as output, with schema and row counts."""
 
 from __future__ import annotations
 
@@ -49,7 +50,13 @@ def test_maintenance_compacts_after_rounds_and_its_failure_fails_only_itself(pg_
     for name in TABLES:
         hot.create(name)
     dags, catalog, env = tiering_setup(tmp_path, pg_server, DAG_FILE, "unused-pw-1b2c")
-    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID]) as af:
+    events_file = tmp_path / "openlineage.jsonl"
+    lineage = {
+        "openlineage": {"transport": json.dumps({"type": "file", "log_file_path": str(events_file), "append": True})}
+    }
+    with AirflowCluster(
+        home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID], config_overrides=lineage
+    ) as af:
         next_id = 1
         for run in range(3):
             for name in TABLES:
@@ -120,3 +127,20 @@ def test_maintenance_compacts_after_rounds_and_its_failure_fails_only_itself(pg_
             for name, expected in (("m_ok", "3 \u2192 1 data files"), ("m_damaged", "compaction: ")):
                 driver.get(f"{af.base_url}/tiering/#table={name}")
                 wait_for(driver, lambda d, e=expected: e in maintenance_text(d), 60, f"{name}: {expected}")
+
+        # Lineage: each round's COMPLETE event names the hot table as input and the Iceberg table as output.
+        events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+        completes = [e for e in events if e.get("eventType") == "COMPLETE" and e["job"]["name"] == f"{DAG_ID}.m_ok"]
+        assert len(completes) == 3, [e["job"]["name"] for e in events]
+        for event in completes:
+            (source,), (target,) = event["inputs"], event["outputs"]
+            assert (source["namespace"], source["name"]) == (
+                f"postgres://127.0.0.1:{pg_server.port}",
+                f"{pg_server.dbname}.public.m_ok",
+            )
+            assert [f["name"] for f in source["facets"]["schema"]["fields"]] == list(COLUMNS)
+            assert source["inputFacets"]["inputStatistics"]["rowCount"] == 200
+            assert (target["namespace"], target["name"]) == ("file", table.location().removeprefix("file://"))
+            assert target["facets"]["symlinks"]["identifiers"][0]["name"] == "maint.m_ok"
+            assert target["outputFacets"]["outputStatistics"]["rowCount"] == 200
+            assert pg_server.password not in json.dumps(event)

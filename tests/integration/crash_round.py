@@ -40,6 +40,23 @@ def kill_when_files_appear(staging: Path, before: set[str], marker: Path) -> Non
         time.sleep(0.01)
 
 
+class SqliteSourceKilledInItsSecondEvictionBatch(SqliteSource):
+    """Dies inside the second eviction batch's transaction: its rows read and locked, none deleted yet."""
+
+    batches = 0
+
+    def evict_batch(self, after, upto, cutoff, age_column, limit, verify):  # type: ignore[no-untyped-def]
+        self.batches += 1
+        if self.batches < 2:
+            return super().evict_batch(after, upto, cutoff, age_column, limit, verify)
+
+        def die(rows) -> None:  # type: ignore[no-untyped-def]
+            print(f"phase evicting (a batch of {rows.num_rows} rows in flight)", flush=True)
+            kill_everything()
+
+        return super().evict_batch(after, upto, cutoff, age_column, limit, die)
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     spec = TableSpec.parse(config["spec"])
@@ -57,7 +74,12 @@ def main() -> None:
             kill_everything()
 
     writer = SparkSplitWriter(SparkSettings(master="local[2]"))
-    source = FileSource(spec.source) if spec.source.kind == "files" else SqliteSource(spec.source, config["hot"])
+    if spec.source.kind == "files":
+        source = FileSource(spec.source)
+    elif kill_at == "evicting":
+        source = SqliteSourceKilledInItsSecondEvictionBatch(spec.source, config["hot"])
+    else:
+        source = SqliteSource(spec.source, config["hot"])
     run_round(
         spec,
         source,

@@ -695,8 +695,19 @@ def test_15_unknown_field_is_refused_naming_it(where: str | None) -> None:
     assert str(raised.value) == f"table 'orders': field '{field}': Extra inputs are not permitted"
 
 
-@pytest.mark.parametrize("freshness", [0, 0.0, -1, -300.5, float("nan")], ids=repr)
-def test_16_zero_negative_or_nan_freshness_is_refused(freshness: float) -> None:
+@pytest.mark.parametrize(
+    ("freshness", "problem"),
+    [
+        (0, "Input should be greater than 0"),
+        (0.0, "Input should be greater than 0"),
+        (-1, "Input should be greater than 0"),
+        (-300.5, "Input should be greater than 0"),
+        (float("nan"), "Input should be a finite number"),
+        (float("inf"), "Input should be a finite number"),
+    ],
+    ids=repr,
+)
+def test_16_zero_negative_nan_or_infinite_freshness_is_refused(freshness: float, problem: str) -> None:
     with pytest.raises(InvalidTableSpec) as raised:
         TableSpec.parse({**base_spec(), "freshness_seconds": freshness})
-    assert str(raised.value) == "table 'orders': field 'freshness_seconds': Input should be greater than 0"
+    assert str(raised.value) == f"table 'orders': field 'freshness_seconds': {problem}"

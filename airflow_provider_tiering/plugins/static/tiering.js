@@ -384,6 +384,7 @@
         fact("Last error", t.last_error ? el("div", {}, el("div", { className: "muted" }, fmtTime(t.last_error_time)), el("pre", { className: "error-full" }, t.last_error)) : DASH),
         fact("Watermark blockers", t.watermark_blockers.length ? el("pre", {}, JSON.stringify(t.watermark_blockers, null, 2)) : DASH),
         fact("Note", t.note || DASH),
+        fact("Evicted from the hot store", `${fmtInt(t.evicted_rows_total)} rows${t.eviction_note ? ` (${t.eviction_note})` : ""}`),
       ),
       el("h2", {}, "Lake maintenance"),
       maintenanceFacts(t.maintenance),

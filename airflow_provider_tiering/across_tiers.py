@@ -1,0 +1,110 @@
+"""Read a tiered table across both tiers: the lake's current snapshot plus the hot rows beyond its committed offsets.
+
+Every row once, whatever has been tiered (or evicted from the hot store) so far, as of one moment:
+
+1. a read-only transaction on the hot store fixes its snapshot first;
+2. then the lake's current snapshot is loaded, with the end offsets of its latest tiering commit;
+3. then, in the hot snapshot, the rows beyond those offsets are read.
+
+A round committing between 1 and 2 only moves the offsets forward: its rows are in the lake snapshot and excluded
+from the hot part. Rows a round (or eviction) handles after 1 are still in the hot snapshot, and beyond the lake's
+offsets unless that round committed before 2. A row is in the lake part exactly when its cursor is within the
+committed offsets (the safe watermark guarantees it) - so no row is missing or counted twice.
+
+Only SQL hot stores (a cursor column). The lake part keeps the lake's schema: hot columns the lake does not have
+yet (a schema change the next round will apply) are left out, lake columns the hot table lost read as nulls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_tiering.core.errors import LakeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_provider_tiering.core.spec import TableSpec
+    from airflow_provider_tiering.lake.iceberg import IcebergLake
+    from airflow_provider_tiering.sources.sql import SqlSource
+
+
+@dataclass(frozen=True)
+class AcrossTiers:
+    """One consistent read of both tiers; ``lake_files`` are the data files of ``snapshot_id`` (for engines that
+    read them themselves, e.g. Spark), ``hot`` the hot rows beyond ``committed_offsets``."""
+
+    snapshot_id: int | None
+    committed_offsets: dict[str, Any] | None
+    schema: pa.Schema
+    lake_files: tuple[str, ...]
+    hot: pa.Table
+    lake_has_delete_files: bool
+    _table: Any  # the pyiceberg table as loaded
+
+    def lake(self) -> pa.Table:
+        """The lake part, read with pyiceberg."""
+        if self.snapshot_id is None:
+            return self.schema.empty_table()
+        return self._table.scan(snapshot_id=self.snapshot_id).to_arrow().cast(self.schema)
+
+    def to_arrow(self) -> pa.Table:
+        """Both parts as one Arrow table (query it with DuckDB, Polars, pandas …)."""
+        import pyarrow as pa
+
+        return pa.concat_tables([self.lake(), self.hot])
+
+    def to_spark(self, spark: Any) -> Any:
+        """Both parts as one Spark DataFrame: Spark reads the lake snapshot's data files itself; the hot part (rows
+        not yet tiered, at most a freshness interval of them) is handed over from Arrow."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        if self.lake_has_delete_files:
+            raise LakeError("the lake snapshot has delete files (another engine's deletes): read it with .to_arrow()")
+        spark_schema = from_arrow_schema(self.schema)
+        hot = spark.createDataFrame(self.hot, schema=spark_schema)
+        if not self.lake_files:
+            return hot
+        lake = spark.read.schema(spark_schema).parquet(*self.lake_files)
+        return lake.unionByName(hot)
+
+
+def read_across_tiers(source: SqlSource, lake: IcebergLake) -> AcrossTiers:
+    """Both tiers as of now (see the module's description)."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from airflow_provider_tiering.lake.iceberg import IcebergLake
+    from airflow_provider_tiering.lake.maintenance import has_live_delete_files, live_data_files
+    from airflow_provider_tiering.sources.conform import conform_batch
+
+    with source.rows_after_reader() as rows_after:
+        table = lake.load_table()
+        if table is None:  # never tiered: everything is hot
+            hot = rows_after(None)
+            return AcrossTiers(None, None, hot.schema, (), hot, False, None)
+        snapshot = table.current_snapshot()
+        commit = IcebergLake._latest_tiering_commit(table)
+        offsets = None if commit is None else commit.end_offsets
+        hot_rows = rows_after(offsets)
+    schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    batches = [conform_batch(batch, schema) for batch in hot_rows.to_batches()]
+    hot = pa.Table.from_batches(batches, schema=schema)
+    files = () if snapshot is None else tuple(f.file_path for f in live_data_files(table))
+    snapshot_id = None if snapshot is None else snapshot.snapshot_id
+    return AcrossTiers(snapshot_id, offsets, schema, files, hot, has_live_delete_files(table), table)
+
+
+def read_table_across_tiers(table: TableSpec | dict[str, Any]) -> AcrossTiers:
+    """:func:`read_across_tiers` for a table spec, through its Airflow connections (hot store and catalog)."""
+    from airflow_provider_tiering.core.spec import SqlSourceSpec, TableSpec
+    from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, TieringSourceHook
+    from airflow_provider_tiering.lake.iceberg import IcebergLake
+
+    spec = TableSpec.parse(table)
+    if not isinstance(spec.source, SqlSourceSpec):
+        raise ValueError(f"table {spec.name!r}: reading across tiers needs a SQL hot store (a cursor column)")
+    source = TieringSourceHook(spec.source).get_source()
+    catalog = IcebergCatalogHook(spec.lake.catalog_conn_id).get_conn()
+    return read_across_tiers(source, IcebergLake(catalog, spec.lake.namespace, spec.lake.table))

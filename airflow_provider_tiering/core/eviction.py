@@ -1,0 +1,120 @@
+"""Evicting tiered rows from the hot store, after a round's commit (opt-in per table, SQL tables).
+
+A row is deleted only when the lake holds it: its cursor is within the end offsets of the lake's latest tiering
+commit (read from the lake, never from the state document), that commit is the one this round just made, and the
+lake's current snapshot has that very row, value for value (read as tiered from the hot store, locked, compared with
+the lake's rows of the same cursor range, then deleted by physical row id in the same transaction: a row written
+meanwhile, even with the same cursor value, is never deleted unseen). Rows go in batches of ``batch_rows``, one
+short transaction each. A crash anywhere leaves every row in at least one tier: the next round's eviction carries on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Protocol
+
+from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.spec import EvictionSpec
+
+
+class EvictionLake(Protocol):
+    def committed(self) -> Any: ...
+
+    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: Any) -> Any:
+        """The current snapshot's rows with ``lower <= column <= upper``, as an Arrow table shaped ``like`` the
+        given one (its columns and types)."""
+        ...
+
+
+class EvictionSource(Protocol):
+    def evict_batch(
+        self,
+        after: Any | None,
+        upto: Any,
+        cutoff: datetime,
+        age_column: str | None,
+        limit: int,
+        verify: Callable[[Any], None],
+    ) -> tuple[int, Any | None]: ...
+
+
+@dataclass
+class EvictionResult:
+    rows: int
+    batches: int
+    seconds: float
+    note: str | None = None
+
+
+def _row_tuples(table: Any) -> list[tuple[Any, ...]]:
+    columns = [table.column(name).to_pylist() for name in table.schema.names]
+    return list(zip(*columns))
+
+
+def cursor_key(value: Any) -> Any:
+    """One spelling per cursor value, whichever tier it comes from (ints as ints; times as naive-UTC ISO text:
+    the lake gives datetimes, PostgreSQL datetimes, SQLite text)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.isoformat(timespec="microseconds")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def evict_tiered_rows(
+    spec: EvictionSpec,
+    cursor_column: str,
+    source: EvictionSource,
+    lake: EvictionLake,
+    *,
+    epoch: int,
+    now: datetime,
+) -> EvictionResult:
+    """Delete hot rows that the lake holds and that are older than the retention (see the module description).
+    ``epoch`` is the round's: eviction runs only while the lake's latest tiering commit is that round's."""
+    started = time.monotonic()
+    commit = lake.committed()
+    if commit is None or commit.epoch != epoch or not commit.end_offsets:
+        found = "no tiering commit" if commit is None else f"epoch {commit.epoch}"
+        return EvictionResult(0, 0, 0.0, f"not evicted: the lake's latest commit is {found}, not this round's")
+    upto = commit.end_offsets["cursor"]
+    cutoff = now - timedelta(seconds=spec.retention_seconds)
+
+    def verify(rows: Any) -> None:
+        """Every row about to be deleted is in the lake, whole (compared value by value, as tiered)."""
+        if rows.num_rows == 0:
+            return
+        cursor = rows.column(cursor_column)
+        lower, upper = cursor[0].as_py(), cursor[rows.num_rows - 1].as_py()
+        held = Counter(_row_tuples(lake.rows_in_cursor_range(cursor_column, lower, upper, rows)))
+        missing = Counter(_row_tuples(rows)) - held
+        if missing:
+            first = min(missing, key=lambda row: row[rows.schema.names.index(cursor_column)])
+            raise LakeError(
+                f"{sum(missing.values())} hot row(s) with cursor <= {upto} are not in the lake as they are in the hot "
+                f"store (first: {cursor_column}={first[rows.schema.names.index(cursor_column)]!r}); nothing of "
+                "this batch was evicted. The lake and the hot store disagree: check the table"
+            )
+
+    after: Any = None
+    rows = batches = 0
+    while rows < spec.max_rows_per_round:
+        limit = min(spec.batch_rows, spec.max_rows_per_round - rows)
+        deleted, last = source.evict_batch(after, upto, cutoff, spec.age_column, limit, verify)
+        if last is None:
+            break
+        rows += deleted
+        batches += 1
+        after = last
+    return EvictionResult(rows, batches, round(time.monotonic() - started, 3))
