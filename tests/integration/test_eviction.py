@@ -169,3 +169,25 @@ def test_eviction_refuses_rows_the_lake_does_not_hold(tmp_path: Path, catalog_pr
         document.eviction_note
     )
     assert [r[0] for r in hot.rows("guarded")] == [250, *range(501, 511)]  # nothing evicted in that batch
+
+
+def test_eviction_by_a_timestamp_cursor(tmp_path: Path, catalog_properties) -> None:
+    data = spec("timed", retention_seconds=retention_for(300))
+    data["source"]["cursor_column"] = "created_at"
+    data["eviction"]["age_column"] = None  # the cursor dates the rows
+    table_spec = TableSpec.parse(data)
+    hot = SqliteHot(tmp_path / "hot.db")
+    hot.create("timed")
+    hot.insert("timed", 1, 600)
+    everything = hot.rows("timed")
+    source = hot.source(table_spec.source)
+    lake = IcebergLake(load_catalog("default", catalog_properties), "it", "timed")
+    writer = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+
+    result = run_round(table_spec, source, lake, writer, JsonFileStateStore(tmp_path / "state.json"))
+
+    left = [r[0] for r in hot.rows("timed")]
+    assert result.metrics.rows == 600 and result.metrics.evicted_rows == 600 - len(left)
+    assert 290 <= result.metrics.evicted_rows < 310 and left == list(range(601 - len(left), 601))  # the young rows
+    assert digest(lake_rows(catalog_properties, ("it", "timed"), COLUMNS)) == digest(everything)
+    assert digest(view_rows(read_across_tiers(source, lake))) == digest(everything)
