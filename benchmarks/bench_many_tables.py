@@ -58,12 +58,17 @@ DAG_FILE = textwrap.dedent(
         ]
 
 
+    # Tiering only (maintenance=False), comparable with earlier results.
     for r in range({repeat}):
-        globals()[f"par{{r}}"] = build_tiering_dag(f"tpch_parallel_{{r}}", tables(f"par{{r}}", list(CURSORS)))
-        globals()[f"seq{{r}}"] = build_tiering_dag(
-            f"tpch_sequential_{{r}}", tables(f"seq{{r}}", list(CURSORS)), max_active_tasks=1
+        globals()[f"par{{r}}"] = build_tiering_dag(
+            f"tpch_parallel_{{r}}", tables(f"par{{r}}", list(CURSORS)), maintenance=False
         )
-        globals()[f"li{{r}}"] = build_tiering_dag(f"tpch_lineitem_{{r}}", tables(f"li{{r}}", ["lineitem"]))
+        globals()[f"seq{{r}}"] = build_tiering_dag(
+            f"tpch_sequential_{{r}}", tables(f"seq{{r}}", list(CURSORS)), max_active_tasks=1, maintenance=False
+        )
+        globals()[f"li{{r}}"] = build_tiering_dag(
+            f"tpch_lineitem_{{r}}", tables(f"li{{r}}", ["lineitem"]), maintenance=False
+        )
     """
 )
 
