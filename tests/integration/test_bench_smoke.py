@@ -63,3 +63,15 @@ def test_compaction_benchmark_runs_at_small_size(tmp_path, capsys):
     assert (report["files_before"], report["files_after"], report["rows"]) == (12, 1, 600)
     assert report["queries"]["full scan"]["rows"] == 600 and report["queries"]["selective (1% id range)"]["rows"] == 6
     assert "speed-up" in capsys.readouterr().out
+
+
+def test_eviction_benchmark_runs_both_variants_at_small_size(pg_server, tmp_path, capsys):
+    from benchmarks.bench_eviction import main as eviction_main
+
+    output = tmp_path / "eviction.json"
+    argv = ["--dsn", pg_server.dsn, "--rows", "3000", "--batch-rows", "500", "--repeat", "1"]
+    assert eviction_main([*argv, "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert report["rows"] == 3000 and set(report["results"]) == {"verified", "unverified"}
+    assert report["ratio_verified_to_unverified"] > 0
+    assert "verified / unverified" in capsys.readouterr().out
