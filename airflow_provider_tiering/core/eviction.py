@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Protocol
@@ -31,6 +32,8 @@ class EvictionLake(Protocol):
 
 
 class EvictionSource(Protocol):
+    def evicting(self) -> AbstractContextManager[None]: ...
+
     def evict_batch(
         self,
         after: Any | None,
@@ -48,6 +51,18 @@ class EvictionResult:
     batches: int
     seconds: float
     note: str | None = None
+
+
+def _same_rows(a: Any, b: Any) -> bool:
+    """Whether two Arrow tables of one schema hold the same rows, in any order (sorted by every column, then
+    compared; nulls equal)."""
+    if a.num_rows != b.num_rows:
+        return False
+    keys = [(name, "ascending") for name in a.schema.names]
+    try:
+        return bool(a.sort_by(keys).equals(b.sort_by(keys)))
+    except Exception:  # a column type Arrow cannot sort: compare value by value instead
+        return False
 
 
 def _row_tuples(table: Any) -> list[tuple[Any, ...]]:
@@ -97,7 +112,10 @@ def evict_tiered_rows(
             return
         cursor = rows.column(cursor_column)
         lower, upper = cursor[0].as_py(), cursor[rows.num_rows - 1].as_py()
-        held = Counter(_row_tuples(lake.rows_in_cursor_range(cursor_column, lower, upper, rows)))
+        lake_rows = lake.rows_in_cursor_range(cursor_column, lower, upper, rows)
+        if _same_rows(rows, lake_rows):  # the usual case, compared in Arrow
+            return
+        held = Counter(_row_tuples(lake_rows))
         missing = Counter(_row_tuples(rows)) - held
         if missing:
             first = min(missing, key=lambda row: row[rows.schema.names.index(cursor_column)])
@@ -109,12 +127,13 @@ def evict_tiered_rows(
 
     after: Any = None
     rows = batches = 0
-    while rows < spec.max_rows_per_round:
-        limit = min(spec.batch_rows, spec.max_rows_per_round - rows)
-        deleted, last = source.evict_batch(after, upto, cutoff, spec.age_column, limit, verify)
-        if last is None:
-            break
-        rows += deleted
-        batches += 1
-        after = last
+    with source.evicting():
+        while rows < spec.max_rows_per_round:
+            limit = min(spec.batch_rows, spec.max_rows_per_round - rows)
+            deleted, last = source.evict_batch(after, upto, cutoff, spec.age_column, limit, verify)
+            if last is None:
+                break
+            rows += deleted
+            batches += 1
+            after = last
     return EvictionResult(rows, batches, round(time.monotonic() - started, 3))

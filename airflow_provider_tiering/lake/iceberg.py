@@ -47,6 +47,8 @@ TABLE_PROPERTY = "tiering.table"
 ATTEMPT_PROPERTY = "tiering.attempt"
 #: Set on snapshots that lake maintenance commits (e.g. "compaction"); tiering rounds' own snapshots lack it.
 OPERATION_PROPERTY = "tiering.operation"
+#: How much of the lake's decoded rows ``rows_in_cursor_range`` keeps between calls (eviction's batches).
+RANGE_CACHE_BYTES = 256 * 1024 * 1024
 #: Table property set by every tiering commit, in the same atomic swap: its epoch and end offsets. It outlives the
 #: snapshot (snapshot expiry may remove the latest tiering snapshot from the current snapshot's ancestry).
 LAST_COMMIT_PROPERTY = "tiering.last-commit"
@@ -156,6 +158,8 @@ class IcebergLake:
         self.identifier = (namespace, table)
         self.partition_fields = tuple(parse_partition_field(text) for text in partition_by)
         self._table: Any = None
+        self._range_cache_key: tuple[Any, ...] | None = None
+        self._range_cache: dict[str, pa.Table] = {}
 
     # -- table ---------------------------------------------------------------------------------
     def load_table(self) -> Any | None:
@@ -441,23 +445,48 @@ class IcebergLake:
         )
 
     def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
-        """The current snapshot's rows with ``lower <= column <= upper`` (files outside the range are pruned by their
-        statistics), with the columns and types of ``like``."""
-        from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
+        """The current snapshot's rows with ``lower <= column <= upper``, with the columns and types of ``like``.
+
+        Files outside the range are pruned by their statistics; a file's rows, once decoded, are kept (up to
+        ``RANGE_CACHE_BYTES``) for the next range of the same snapshot: eviction asks for consecutive batches of
+        one round's file, which a row filter would decode again for each batch (70x slower than a plain delete
+        for 200,000 rows in batches of 5,000)."""
+        import pyarrow.compute as pc
+        from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThanOrEqual
+        from pyiceberg.io.pyarrow import ArrowScan
 
         table = self.load_table()
         if table is None or table.current_snapshot() is None:
             return like.schema.empty_table()
+        names = tuple(like.schema.names)
+        key = (table.current_snapshot().snapshot_id, names)
+        if self._range_cache_key != key:
+            self._range_cache_key, self._range_cache = key, {}
         field_type = table.schema().find_field(column).field_type
         bounds = [_iceberg_literal(v, field_type) for v in (lower, upper)]
-        found = table.scan(
-            row_filter=And(GreaterThanOrEqual(column, bounds[0]), LessThanOrEqual(column, bounds[1])),
-            selected_fields=tuple(like.schema.names),
-        ).to_arrow()
+        row_filter = And(GreaterThanOrEqual(column, bounds[0]), LessThanOrEqual(column, bounds[1]))
+        projected = table.schema().select(*names)
+        parts = []
         try:
-            return found.select(like.schema.names).cast(like.schema)
+            for task in table.scan(row_filter=row_filter, selected_fields=names).plan_files():
+                rows = self._range_cache.pop(task.file.file_path, None)
+                if rows is None:
+                    rows = ArrowScan(table.metadata, table.io, projected, AlwaysTrue()).to_table([task])
+                    rows = rows.select(list(names)).cast(like.schema)
+                self._range_cache[task.file.file_path] = rows  # most recently used last
+                parts.append(rows)
+            while len(self._range_cache) > 1 and sum(t.nbytes for t in self._range_cache.values()) > RANGE_CACHE_BYTES:
+                self._range_cache.pop(next(iter(self._range_cache)))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
             raise LakeError(f"the lake's rows cannot be compared with the hot store's: {exc}") from None
+        if not parts:
+            return like.schema.empty_table()
+        found = pa.concat_tables(parts)
+        values = found.column(column)
+        cursor_type = like.schema.field(column).type
+        low, high = pa.scalar(lower, cursor_type), pa.scalar(upper, cursor_type)
+        keep = pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
+        return found.filter(keep)
 
     # -- cleanup -------------------------------------------------------------------------------
     def _filesystem(self) -> tuple[pafs.FileSystem, str]:

@@ -185,6 +185,11 @@ class SqlSource(Source):
         hand them (without the row id, as ``schema``) to ``verify``, which raises to roll back, then delete exactly
         those rows. Returns the rows deleted."""
 
+    @contextmanager
+    def evicting(self) -> Iterator[None]:
+        """Around the batches of one eviction (a dialect may keep a connection open meanwhile)."""
+        yield
+
     def _age_field(self, age_column: str | None) -> pa.Field:
         import pyarrow as pa
 
