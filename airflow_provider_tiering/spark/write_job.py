@@ -97,6 +97,9 @@ class SparkSplitWriter:
 
     @property
     def spark(self) -> Any:
+        if self._spark is not None and not self.settings.remote and self._spark.sparkContext._jsc is None:
+            # Stopped by someone else: a classic session is shared by the whole process (getOrCreate).
+            self._spark = None
         if self._spark is None:
             self._spark = create_spark_session(self.settings)
         return self._spark
