@@ -19,6 +19,8 @@ from airflow_provider_tiering.core.errors import TieringError
 from airflow_provider_tiering.core.spec import MaintenanceSpec
 
 STEPS = ("compaction", "expiry", "orphans")
+#: The step of an error before maintenance could start (its catalog connection is missing or unusable).
+SETUP_STEP = "setup"
 
 
 class MaintenanceFailed(TieringError):
@@ -154,15 +156,35 @@ def run_maintenance(
         status.orphans_removed_total += status.orphans_removed
         status.data_files, status.snapshots = maintainer.counts()
     except Exception as exc:
-        status.last_run_at, status.last_outcome = now, "failed"
-        status.last_duration_seconds = round(time.monotonic() - started, 3)
-        status.consecutive_failures += 1
-        status.last_error = f"{step}: {describe_error(exc, secrets)}"
-        status.last_error_time, status.last_error_step = now, step
-        store.save(status)
-        raise MaintenanceFailed(f"{table}: maintenance failed at {status.last_error}") from exc
+        raise _record_failure(status, store, step, exc, now, secrets, time.monotonic() - started) from exc
     status.last_run_at, status.last_outcome = now, "maintained"
     status.last_duration_seconds = round(time.monotonic() - started, 3)
     status.consecutive_failures = 0
     store.save(status)
     return status
+
+
+def record_failure_before_maintenance(
+    table: str, store: MaintenanceStore, exc: BaseException, *, now: datetime, secrets: Iterable[str] = ()
+) -> MaintenanceFailed:
+    """Record an error that stopped maintenance before its first step as a failed run (step ``setup``);
+    returns the :class:`MaintenanceFailed` to raise."""
+    return _record_failure(store.load() or MaintenanceStatus(table), store, SETUP_STEP, exc, now, secrets, 0.0)
+
+
+def _record_failure(
+    status: MaintenanceStatus,
+    store: MaintenanceStore,
+    step: str,
+    exc: BaseException,
+    now: datetime,
+    secrets: Iterable[str],
+    duration: float,
+) -> MaintenanceFailed:
+    status.last_run_at, status.last_outcome = now, "failed"
+    status.last_duration_seconds = round(duration, 3)
+    status.consecutive_failures += 1
+    status.last_error = f"{step}: {describe_error(exc, secrets)}"
+    status.last_error_time, status.last_error_step = now, step
+    store.save(status)
+    return MaintenanceFailed(f"{status.table}: maintenance failed at {status.last_error}")

@@ -202,6 +202,36 @@ def _fail(
         state.next_retry_at = None
 
 
+def _refuse_if_quarantined(state: TableState, spec: TableSpec) -> None:
+    if state.quarantined_since is not None:
+        raise QuarantinedError(
+            f"table {spec.name!r} is quarantined since {state.quarantined_since.isoformat()} after "
+            f"{state.consecutive_failures} consecutive failed rounds (last error: {state.last_error}); "
+            "reset it to tier it again"
+        )
+
+
+def record_failure_before_round(
+    spec: TableSpec,
+    state_store: StateStore,
+    exc: BaseException,
+    *,
+    secrets: Sequence[str] = (),
+    retry_delay: timedelta | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> None:
+    """Record an error that stopped a round before it could start (say, its Airflow connection is missing)
+    as a failed round of the table: FAILED, ``last_error``, counted towards the quarantine like any other.
+
+    Raises :class:`QuarantinedError`, recording nothing, when the table is quarantined already: as
+    :func:`run_round` would, so a broken set-up does not keep failing tasks after the quarantine.
+    """
+    state = state_store.load() or TableState(table=spec.name)
+    _refuse_if_quarantined(state, spec)
+    _fail(state, spec, exc, secrets, clock(), retry_delay)
+    state_store.save(state)
+
+
 def run_round(
     spec: TableSpec,
     source: Any,
@@ -237,12 +267,7 @@ def run_round(
     attempt = uuid.uuid4().hex[:16]
     state = state_store.load() or TableState(table=spec.name)
     secrets = [*secrets, *source.secrets()]
-    if state.quarantined_since is not None:
-        raise QuarantinedError(
-            f"table {spec.name!r} is quarantined since {state.quarantined_since.isoformat()} after "
-            f"{state.consecutive_failures} consecutive failed rounds (last error: {state.last_error}); "
-            "reset it to tier it again"
-        )
+    _refuse_if_quarantined(state, spec)
 
     # 1. Plan, from the lake's committed offsets.
     try:

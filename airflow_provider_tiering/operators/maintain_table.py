@@ -9,7 +9,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_tiering.assets import table_asset
-from airflow_provider_tiering.core.maintenance import run_maintenance
+from airflow_provider_tiering.core.maintenance import record_failure_before_maintenance, run_maintenance
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import MaintenanceStateStore
@@ -59,7 +59,12 @@ class MaintainTableOperator(BaseOperator):
         from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
         catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
-        catalog_hook.catalog_properties()
+        try:
+            catalog_hook.catalog_properties()
+        except Exception as exc:  # recorded like a failed step, so the status shows why maintenance does not run
+            raise record_failure_before_maintenance(
+                spec.name, store, exc, now=now, secrets=catalog_hook.secrets()
+            ) from exc
         catalog = LazyCatalog(catalog_hook.get_conn, repr(spec.lake.catalog_conn_id))
         lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
         maintainer = IcebergMaintainer(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_tiering.assets import table_asset
 from airflow_provider_tiering.core.errors import QuarantinedError
-from airflow_provider_tiering.core.round import RoundResult, run_round
+from airflow_provider_tiering.core.round import RoundResult, record_failure_before_round, run_round
 from airflow_provider_tiering.core.schedule import due_at, is_due, record_not_due, settled_offsets
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, utcnow
@@ -87,17 +88,21 @@ class TierTableOperator(BaseOperator):
         # pyiceberg or pyspark (measured: 0.68 s -> 0.45 s to parse a 200-table DAG).
         from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, TieringSourceHook, spark_settings
 
-        source = TieringSourceHook(spec.source).get_source()
+        retry_delay = self._retry_delay(context)
+        with self._setup_failure_recorded(state_store, context, retry_delay):
+            source = TieringSourceHook(spec.source).get_source()
         self._skip_if_nothing_new(state_store, state, source)
         from airflow_provider_tiering.lake.iceberg import IcebergLake, LazyCatalog
         from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
         catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
-        catalog_hook.catalog_properties()  # resolves the connection and its secrets (masked in errors) up front
+        with self._setup_failure_recorded(state_store, context, retry_delay, catalog_hook.secrets):
+            catalog_hook.catalog_properties()  # resolves the connection and its secrets (masked in errors) up front
+            settings = spark_settings(spec.spark)
         # The catalog itself is loaded inside the round, so a catalog that cannot be reached is the table's error.
         catalog = LazyCatalog(catalog_hook.get_conn, repr(spec.lake.catalog_conn_id))
         lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
-        writer = SparkSplitWriter(spark_settings(spec.spark), local_single_split=spec.spark.local_single_split)
+        writer = SparkSplitWriter(settings, local_single_split=spec.spark.local_single_split)
         rejects = None
         if getattr(spec.source, "on_bad_record", "fail") == "side_table":
             from airflow_provider_tiering.lake.rejects import RejectsTable
@@ -111,27 +116,55 @@ class TierTableOperator(BaseOperator):
                 writer,
                 state_store,
                 secrets=catalog_hook.secrets(),
-                retry_delay=earliest_retry_delay(
-                    context["ti"].try_number,
-                    self.retries or 0,
-                    self.retry_delay,
-                    float(self.retry_exponential_backoff or 0),
-                    self.max_retry_delay,
-                ),
+                retry_delay=retry_delay,
                 observe=lambda phase: self.log.info("%s: %s", spec.name, phase),
                 rejects=rejects,
             )
         except QuarantinedError as exc:
-            if context["ti"].try_number > 1:
-                # This task's own failed tries quarantined the table: fail loudly (so the run fails and
-                # alerts fire) and stop retrying, rather than end "skipped".
-                raise AirflowFailException(str(exc)) from None
-            raise AirflowSkipException(str(exc)) from None
+            raise self._quarantine_exit(exc, context) from None
         finally:
             writer.stop()
         if result.outcome == "tiered":
             self._lineage = self._round_lineage(source, lake, result)
         return self._report(result, context)
+
+    def _retry_delay(self, context: Any) -> timedelta | None:
+        return earliest_retry_delay(
+            context["ti"].try_number,
+            self.retries or 0,
+            self.retry_delay,
+            float(self.retry_exponential_backoff or 0),
+            self.max_retry_delay,
+        )
+
+    @contextmanager
+    def _setup_failure_recorded(
+        self,
+        state_store: AssetStateStore,
+        context: Any,
+        retry_delay: timedelta | None,
+        secrets: Callable[[], list[str]] = list,
+    ) -> Iterator[None]:
+        """An error before the round (a missing or unusable Airflow connection) is recorded as the table's
+        failed round, so it shows in the status and counts towards the quarantine, and then fails the task."""
+        try:
+            yield
+        except Exception as exc:
+            try:
+                record_failure_before_round(
+                    self.table_spec, state_store, exc, secrets=secrets(), retry_delay=retry_delay
+                )
+            except QuarantinedError as quarantined:
+                raise self._quarantine_exit(quarantined, context) from None
+            raise
+
+    @staticmethod
+    def _quarantine_exit(exc: QuarantinedError, context: Any) -> Exception:
+        if context["ti"].try_number > 1:
+            # This task's own failed tries quarantined the table: fail loudly (so the run fails and
+            # alerts fire) and stop retrying, rather than end "skipped".
+            return AirflowFailException(str(exc))
+        return AirflowSkipException(str(exc))
 
     def _round_lineage(self, source: Source, lake: Any, result: RoundResult) -> Any:
         """What the round read and wrote, for :meth:`get_openlineage_facets_on_complete` (None if unknown)."""

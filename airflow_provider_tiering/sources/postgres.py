@@ -112,7 +112,11 @@ class PostgresSource(SqlSource):
                 continue
             if name == self.spec.cursor_column:
                 self._cursor_sql_type = data_type
-            fields.append(pa.field(name, _arrow_type(name, data_type, precision, scale), nullable=nullable == "YES"))
+            try:
+                arrow_type = _arrow_type(name, data_type, precision, scale)
+            except SourceError as exc:
+                raise SourceError(f"{self.display_name}: {exc}") from None
+            fields.append(pa.field(name, arrow_type, nullable=nullable == "YES"))
         return pa.schema(fields)
 
     def _cursor_literal(self, value: Any) -> str:

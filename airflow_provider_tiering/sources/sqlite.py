@@ -147,9 +147,10 @@ class SqliteSource(SqlSource):
             cur = conn.execute(sql)
             while rows := cur.fetchmany(BATCH_ROWS):
                 columns = list(zip(*rows))
-                arrays = []
-                for values, field in zip(columns, schema):
-                    arrays.append(self._to_arrow(values, field))
+                try:
+                    arrays = [self._to_arrow(values, field) for values, field in zip(columns, schema)]
+                except SourceError as exc:
+                    raise SourceError(f"{self.display_name}: {exc}") from None
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
         except sqlite3.Error as exc:
             raise SourceError(f"{self.display_name}: reading failed: {exc}") from None

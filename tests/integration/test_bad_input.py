@@ -20,6 +20,8 @@ Real parts throughout: the session's PostgreSQL (``pg_server``), a pyiceberg SQL
  7. unreachable host (a closed port)           -> "Connection refused", fast
  8. catalog unreachable (SQLite catalog under a regular file, PostgreSQL catalog on a closed port)
     -> LakeError "Iceberg catalog ... cannot be loaded", recorded by the round (also through the operator)
+    A missing Airflow connection, or one of a type we cannot use, fails the task before any round starts and
+    is recorded the same way (counted towards the quarantine; maintenance records it as its ``setup`` step)
  9. Spark master unreachable                   -> SparkUnavailable naming the master and the cause, at once
 10. quotes, semicolons, SQL keywords in names  -> refused at spec parse time naming the field; keyword
     names are tiered with quoting; a canary table is untouched
@@ -315,7 +317,7 @@ def test_05_unsupported_column_type(
     state_path = tmp_path / "state.json"
     with pytest.raises(SourceError, match=re.escape(message)):
         run(spec, pg.source(spec.source), catalog_of(catalog_properties), state_path, writer)
-    assert_failed_round(state_path, f"SourceError: {message}")
+    assert_failed_round(state_path, f"SourceError: postgres table public.{name}: {message}")
     assert_nothing_committed(catalog_properties, name, exists=False)
     assert_sibling_tiers(pg, catalog_properties, tmp_path, writer)
 
@@ -462,6 +464,96 @@ def test_08_unreachable_catalog_is_recorded_by_the_operator(
     assert state.status is TableStatus.FAILED and state.consecutive_failures == 1
     assert "Iceberg catalog 'iceberg_bad_input' cannot be loaded" in (state.last_error or "")
     assert cause in (state.last_error or "") and pg_server.password not in (state.last_error or "")
+
+
+@pytest.mark.parametrize("which", ["source-missing", "source-unsupported-type", "catalog-missing"])
+def test_08_missing_or_unusable_connection_is_the_tables_recorded_failure(
+    pg_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """A connection that is missing or of a type we cannot use fails the task before any round starts; it is
+    still the table's failed round in its state (FAILED, ``last_error``, no password), counted towards the
+    quarantine, after which the task skips instead of failing again (or fails without retry on its own retry)."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from airflow_provider_tiering.operators.tier_table import TierTableOperator
+    from tests.airflow_context import saved_state, task_context
+
+    name = unique("noconn")
+    pg = PostgresHot(pg_server.dsn)
+    pg.create(name)
+    pg.insert(name, 1, 10)
+    secret = f"conn-secret-{uuid.uuid4().hex[:8]}"
+    unsupported = which == "source-unsupported-type"
+    hot_conn: dict[str, Any] = {
+        "conn_type": "mysql" if unsupported else "postgres",
+        "host": "127.0.0.1",
+        "port": pg_server.port,
+        "login": pg_server.user,
+        "password": secret if unsupported else pg_server.password,
+        "schema": pg_server.dbname,
+    }
+    source_conn, catalog_conn = "hot_pg_conn_bad_input", "iceberg_conn_bad_input"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{source_conn.upper()}", json.dumps(hot_conn))
+    properties = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": f"file://{tmp_path}/w"}
+    catalog_json = json.dumps({"conn_type": "iceberg", "extra": properties})
+    monkeypatch.setenv(f"AIRFLOW_CONN_{catalog_conn.upper()}", catalog_json)
+    if which == "source-missing":
+        source_conn = expected = "nowhere_src_bad_input"
+    elif which == "catalog-missing":
+        catalog_conn = expected = "nowhere_cat_bad_input"
+    else:
+        expected = f"connection {source_conn!r} has type 'mysql'"
+    operator = TierTableOperator(
+        table={
+            "name": name,
+            "source": {"conn_id": source_conn, "table": name, "cursor_column": "id"},
+            "lake": {"namespace": NAMESPACE, "table": name, "catalog_conn_id": catalog_conn},
+            "retries": 1,
+            "max_consecutive_failures": 2,
+        }
+    )
+    context = task_context(operator.table_asset, None)
+    for failures in (1, 2):
+        with pytest.raises(Exception, match=re.escape(expected)):
+            operator.execute(context)
+        state = saved_state(context, operator.table_asset)
+        assert state.status is TableStatus.FAILED and state.consecutive_failures == failures
+        assert expected in (state.last_error or "") and len((state.last_error or "").encode()) <= MAX_ERROR_BYTES
+        assert secret not in (state.last_error or "") and pg_server.password not in (state.last_error or "")
+        assert state.epoch == 0  # no round started: no epoch acquired
+    assert state.quarantined_since is not None
+    with pytest.raises(AirflowSkipException, match="quarantined"):
+        operator.execute(context)
+    context["ti"].try_number = 2
+    with pytest.raises(AirflowFailException, match="quarantined"):
+        operator.execute(context)
+    assert saved_state(context, operator.table_asset).consecutive_failures == 2  # a quarantined table is not retried
+    assert not (tmp_path / "w").exists()  # nothing was written to the warehouse
+
+
+def test_08_missing_catalog_connection_is_the_recorded_maintenance_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The maintenance task records a catalog connection it cannot resolve as a failed run (step ``setup``)."""
+    from airflow_provider_tiering.core.maintenance import MaintenanceFailed
+    from airflow_provider_tiering.hooks.asset_state import MaintenanceStateStore
+    from airflow_provider_tiering.operators.maintain_table import MaintainTableOperator
+    from tests.airflow_context import task_context
+
+    name = unique("nocatmaint")
+    operator = MaintainTableOperator(
+        table={
+            "name": name,
+            "source": {"conn_id": "unused", "table": name, "cursor_column": "id"},
+            "lake": {"namespace": NAMESPACE, "table": name, "catalog_conn_id": "nowhere_maint_bad_input"},
+        }
+    )
+    context = task_context(operator.table_asset, None)
+    with pytest.raises(MaintenanceFailed, match="nowhere_maint_bad_input"):
+        operator.execute(context)
+    status = MaintenanceStateStore(context["asset_state_store"][operator.table_asset]).load()
+    assert status is not None and status.last_outcome == "failed" and status.last_error_step == "setup"
+    assert "nowhere_maint_bad_input" in (status.last_error or "") and status.consecutive_failures == 1
 
 
 # -- 9: Spark master -------------------------------------------------------------------------------
