@@ -52,9 +52,9 @@ class LakeCommitRace:
 
     Its rows are marked (``writer = 'external'``, negative ids) so the final check can tell them from tiered rows.
     Each append moves the table's current snapshot, so a round committing meanwhile loses the catalog's swap and
-    must re-validate (a property update would not do: pyiceberg re-applies it onto the newer metadata). The burst
-    goes on until ``done`` is set (the round has ended), ``pause`` seconds apart, for ``seconds`` at most: longer than
-    a round writes, or the appends would stop before the round commits.
+    must re-validate (a property update would not do: pyiceberg re-applies it onto the newer metadata). The harness
+    makes the first append land between the round's fence check and its swap (the worker's swap gate), then the
+    burst goes on until ``done`` is set (the round has ended), ``pause`` seconds apart, for ``seconds`` at most.
     """
 
     def __init__(self, catalog_properties: dict[str, str], first_id: int) -> None:
@@ -74,37 +74,43 @@ class LakeCommitRace:
     def run(
         self, identifier: tuple[str, str], done: threading.Event, seconds: float = 120.0, pause: float = 0.2
     ) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not done.is_set():
+            if not self.append_once(identifier):
+                return
+            done.wait(pause)
+
+    def append_once(self, identifier: tuple[str, str]) -> bool:
+        """Append 3 marked rows in one commit; False when the table does not exist."""
         import pyarrow as pa
         from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not done.is_set():
-            ids = [self.next_id - i for i in range(3)]
-            self.next_id -= 3
-            try:
-                table = self.catalog.load_table(identifier)
-                rows = [
-                    {
-                        "id": i,
-                        "writer": "external",
-                        "seq": -i,
-                        "amount": Decimal("1.00"),
-                        "created_at": datetime.now(UTC),
-                        "note": "appended by another writer",
-                    }
-                    for i in ids
-                ]
-                table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
-                self.committed_ids.extend(ids)
-            except CommitFailedException:
-                self.lost += 1  # the round won this swap
-            except NoSuchTableError:
-                return
-            except Exception as exc:
-                if "locked" not in str(exc):
-                    raise
-                self.uncertain_ids.extend(ids)
-            done.wait(pause)
+        ids = [self.next_id - i for i in range(3)]
+        self.next_id -= 3
+        try:
+            table = self.catalog.load_table(identifier)
+            rows = [
+                {
+                    "id": i,
+                    "writer": "external",
+                    "seq": -i,
+                    "amount": Decimal("1.00"),
+                    "created_at": datetime.now(UTC),
+                    "note": "appended by another writer",
+                }
+                for i in ids
+            ]
+            table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+            self.committed_ids.extend(ids)
+        except CommitFailedException:
+            self.lost += 1  # the round won this swap
+        except NoSuchTableError:
+            return False
+        except Exception as exc:
+            if "locked" not in str(exc):
+                raise
+            self.uncertain_ids.extend(ids)
+        return True
 
 
 class WarehouseMount:

@@ -122,6 +122,7 @@ class ChaosRun:
         }
         self.state_dir = self.workdir / "state"
         self.idle_file = self.workdir / "worker.until-idle"
+        self.swap_gate = self.workdir / "worker.swap-gate"
         self.events_log = self.workdir / "events.jsonl"
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
@@ -208,6 +209,7 @@ class ChaosRun:
             "catalog": self.catalog_properties,
             "state_dir": str(self.state_dir),
             "idle_file": str(self.idle_file),
+            "swap_gate": str(self.swap_gate),
         }
 
     def start_worker(self) -> None:
@@ -255,22 +257,28 @@ class ChaosRun:
             raced: dict[str, Any] = {}
 
             def start_race(event: dict[str, Any]) -> None:
+                # The round stands between its fence check and its catalog swap (the worker's swap gate): commit
+                # there first, so its swap is lost for sure, then keep appending until the round has ended.
                 raced["table"] = race.table = record.table = event["table"]
                 raced["at"] = event["t"]
-                args = ((NAMESPACE, event["table"]), done)
-                raced["thread"] = threading.Thread(target=race.run, args=args, daemon=True)
+                identifier = (NAMESPACE, event["table"])
+                race.append_once(identifier)
+                raced["thread"] = threading.Thread(target=race.run, args=(identifier, done), daemon=True)
                 raced["thread"].start()
+                self.swap_gate.unlink(missing_ok=True)
 
             done = threading.Event()
-            # From the moment the round starts writing (its files take a while) until it has committed.
-            if self.when_phase({"writing"}, start_race, timeout=30):
+            self.swap_gate.touch()
+            hit = self.when_phase({"swapping"}, start_race, timeout=30)
+            self.swap_gate.unlink(missing_ok=True)
+            if hit:
                 self.wait_round_end(raced["table"], after=raced["at"], timeout=30)
                 done.set()
                 raced["thread"].join()
-                record.phase, record.commits = "writing", race.committed
+                record.phase, record.commits = "swapping", race.committed
                 record.detail = f"{race.committed} competing commits on {raced['table']} ({race.lost} lost the swap)"
             else:
-                record.detail = "no round reached 'writing'"
+                record.detail = "no round reached its catalog swap"
         elif kind == "disk_full":
             assert self.mount is not None
             seconds = rng.uniform(4.0, 8.0)

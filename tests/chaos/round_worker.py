@@ -5,7 +5,7 @@ tiering task would (its own catalog, source and state store; the Spark session i
 worker's would be); once the idle file exists, it stops after each table has had a round with nothing to tier.
 It reports on stdout, one JSON object per line::
 
-    {"event": "phase", "table": "t1", "phase": "written", "epoch": 7}
+    {"event": "phase", "table": "t1", "phase": "written", "epoch": 7}   (also "swapping": see GatedCatalog)
     {"event": "round", "table": "t1", "outcome": "tiered" | "nothing_to_tier" | "failed" | "fenced", ...}
 """
 
@@ -64,14 +64,53 @@ class CommitRetries(logging.Handler):
             self.count += 1
 
 
+class GatedCatalog:
+    """A pyiceberg catalog whose first ``commit_table`` of a round stops at the swap gate while its file exists.
+
+    The harness's handle on the instant between a round's fence check and its catalog swap: it creates the gate,
+    and when a round reports phase ``swapping`` it commits to the same table as another writer and removes the
+    gate, so the round's swap is lost for sure (pyiceberg then retries it, through the fence). Without a gate file
+    this is the plain catalog.
+    """
+
+    def __init__(self, catalog: Any, gate: Path, table: str, epoch: dict[str, int]) -> None:
+        self._catalog = catalog
+        self._gate = gate
+        self._table = table
+        self._epoch = epoch
+        self._stopped = False
+
+    def commit_table(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._stopped and self._gate.exists():
+            self._stopped = True
+            emit(event="phase", table=self._table, phase="swapping", epoch=self._epoch.get("value"))
+            deadline = time.monotonic() + 20  # the harness removes the gate within a second; never hang a round
+            while self._gate.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return self._catalog.commit_table(*args, **kwargs)
+
+    def load_table(self, identifier: Any) -> Any:
+        table = self._catalog.load_table(identifier)
+        table.catalog = self  # a table commits through its catalog
+        return table
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._catalog, name)
+
+
 def run_one(table: str, config: dict[str, Any], writer: SparkSplitWriter, retries: CommitRetries) -> str:
     spec = table_spec(table)
-    catalog = LazyCatalog(lambda: load_catalog("default", config["catalog"]), "default")
+    epoch: dict[str, int] = {}
+    gate = Path(config["swap_gate"])
+
+    def gated_catalog() -> GatedCatalog:
+        return GatedCatalog(load_catalog("default", config["catalog"]), gate, table, epoch)
+
+    catalog = LazyCatalog(gated_catalog, "default")
     lake = IcebergLake(catalog, NAMESPACE, table)
     state = JsonFileStateStore(Path(config["state_dir"]) / f"{table}.json")
     retries.count = 0
     began = time.monotonic()
-    epoch: dict[str, int] = {}
 
     def observe(phase: str) -> None:
         loaded = state.load() if phase == "acquired" else None
