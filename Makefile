@@ -14,10 +14,11 @@ $(STAMP): requirements.lock pyproject.toml scripts/setup.sh
 demo: setup spark-cds
 	$(BIN)/python demo/run_demo.py
 
-## The whole test suite: lint, unit, integration (PostgreSQL, Spark, pyiceberg), e2e (real Airflow scheduler).
+## The whole suite: lint, unit, integration (PostgreSQL, Spark, pyiceberg), e2e (real Airflow scheduler); the e2e
+## tests run beside the others, then the timing-sensitive ones alone (scripts/run_tests.sh).
 test: setup spark-cds
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests
+	VENV=$(VENV) bash scripts/run_tests.sh
 
 ## Unit tests only (seconds).
 test-fast: setup

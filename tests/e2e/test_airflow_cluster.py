@@ -57,6 +57,7 @@ DAG_FILE = textwrap.dedent(
 
 
 @pytest.mark.e2e
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("metadata", ["sqlite", "postgres"])

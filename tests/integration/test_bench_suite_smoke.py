@@ -14,7 +14,8 @@ import pytest
 
 from benchmarks.bench_round import REPO
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# serial: run alone after the parallel pass (make test); its timing margins assume the machine to itself.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.mark.timeout(1200)

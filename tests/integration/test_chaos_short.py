@@ -10,7 +10,8 @@ import pytest
 from tests.chaos.faults import WarehouseMount
 from tests.chaos.harness import KINDS, ChaosConfig, ChaosRun
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# serial: run alone after the parallel pass (make test); its timing margins assume the machine to itself.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path):
