@@ -19,10 +19,8 @@
 # without TLS only to "localhost").
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${VENV:-.venv}"
-case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
-PYTHON="$VENV/bin/python"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PORT="${SPARK_CONNECT_PORT:-15002}"
 MASTER="${SPARK_CONNECT_MASTER:-local[*]}"
 DIR="${SPARK_CONNECT_DIR:-$ROOT/.cache/spark-connect}"
@@ -31,19 +29,7 @@ PID_FILE="$DIR/server.pid"
 LOG_FILE="$DIR/server.log"
 
 running_pid() {
-    [[ -f "$PID_FILE" ]] || return 1
-    local pid
-    pid="$(cat "$PID_FILE")"
-    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
-}
-
-listening() {
-    "$PYTHON" - "$PORT" <<'EOF'
-import socket, sys
-with socket.socket() as s:
-    s.settimeout(0.5)
-    sys.exit(s.connect_ex(("127.0.0.1", int(sys.argv[1]))))
-EOF
+    pid_from_file "$PID_FILE"
 }
 
 start() {
@@ -51,7 +37,7 @@ start() {
         echo "Spark Connect server already running (pid $pid) at sc://127.0.0.1:$PORT"
         return 0
     fi
-    if listening; then
+    if listening "$PORT"; then
         echo "port $PORT on 127.0.0.1 is taken by another process; set SPARK_CONNECT_PORT" >&2
         return 1
     fi
@@ -61,7 +47,7 @@ start() {
         export SPARK_CONNECT_AUTHENTICATE_TOKEN="$SPARK_CONNECT_TOKEN"
     fi
     local spark_home
-    spark_home="$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
+    spark_home="$(pyspark_home)"
     # The server's Python workers run the virtualenv's interpreter, so they import airflow_provider_tiering
     # (and unpickle the functions a client sends) exactly as a task's own interpreter would.
     # shellcheck disable=SC2086
@@ -87,7 +73,7 @@ start() {
     local pid=$!
     echo "$pid" >"$PID_FILE"
     local waited=0
-    until listening; do
+    until listening "$PORT"; do
         if ! kill -0 "$pid" 2>/dev/null; then
             echo "Spark Connect server exited during start-up; last lines of $LOG_FILE:" >&2
             tail -n 30 "$LOG_FILE" >&2
@@ -127,7 +113,7 @@ stop() {
 status() {
     local pid
     if pid="$(running_pid)"; then
-        if listening; then
+        if listening "$PORT"; then
             echo "Spark Connect server running (pid $pid) at sc://127.0.0.1:$PORT"
         else
             echo "Spark Connect server starting (pid $pid), not yet listening on 127.0.0.1:$PORT"

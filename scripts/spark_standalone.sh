@@ -21,10 +21,8 @@
 # run this virtualenv's Python (the driver's spark.pyspark.python), so they import airflow_provider_tiering.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${VENV:-.venv}"
-case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
-PYTHON="$VENV/bin/python"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DIR="${SPARK_STANDALONE_DIR:-$ROOT/.cache/spark-standalone}"
 MASTER_PORT="${SPARK_MASTER_PORT:-7077}"
 MASTER_WEBUI_PORT="${SPARK_MASTER_WEBUI_PORT:-8080}"
@@ -37,19 +35,7 @@ MASTER_URL="spark://127.0.0.1:$MASTER_PORT"
 STATUS_URL="http://127.0.0.1:$MASTER_WEBUI_PORT/json/"
 
 pid_of() { # a daemon's pid (= its process group) if it runs
-    local file="$DIR/$1.pid" pid
-    [[ -f "$file" ]] || return 1
-    pid="$(cat "$file")"
-    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
-}
-
-listening() {
-    "$PYTHON" - "$1" <<'EOF'
-import socket, sys
-with socket.socket() as s:
-    s.settimeout(0.5)
-    sys.exit(s.connect_ex(("127.0.0.1", int(sys.argv[1]))))
-EOF
+    pid_from_file "$DIR/$1.pid"
 }
 
 alive_workers() { # how many workers the master lists as ALIVE (nothing printed if it does not answer)
@@ -117,7 +103,7 @@ start() {
             return 1
         fi
     done
-    SPARK_HOME_DIR="$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
+    SPARK_HOME_DIR="$(pyspark_home)"
     mkdir -p "$DIR/tmp" "$DIR/work" "$DIR/logs"
     # No REST submission server (port 6066): jobs reach the cluster only through a driver.
     SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false ${SPARK_MASTER_OPTS:-}" \
