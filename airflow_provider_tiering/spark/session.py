@@ -176,7 +176,10 @@ def stop_spark_session(spark: Any) -> None:
     """Stop a session; if this process's driver JVM records a class data sharing archive, let it exit and
     publish the archive (the next session in this process starts a new JVM)."""
     global _recording
+    classic = getattr(spark, "_sc", None) is not None  # a Connect session leaves this process's local JVM alone
     spark.stop()
+    if not classic:
+        return
     archive, _recording = _recording, None
     if archive is None:
         return

@@ -128,3 +128,35 @@ def test_a_process_may_use_a_local_session_and_spark_connect_in_turn(
         assert result.metrics.rows == 500
         assert digest(lake_rows(catalog_properties, ("it", table), COLUMNS)) == digest(hot.rows(table))
         assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+
+
+RECORDING_THEN_CONNECT = """
+import sys
+from airflow_provider_tiering.spark.session import SparkSettings, create_spark_session, stop_spark_session
+from airflow_provider_tiering.spark import session
+
+local = create_spark_session(SparkSettings(master="local[1]"))
+assert session._recording is not None, "a fresh archive directory: this JVM records"
+remote = create_spark_session(SparkSettings(remote=sys.argv[1]))
+assert remote.range(3).count() == 3
+stop_spark_session(remote)
+assert local.range(5).count() == 5, "the local session still runs"
+stop_spark_session(local)
+print("ok")
+"""
+
+
+def test_stopping_a_connect_session_leaves_the_recording_local_session_running(spark_connect, tmp_path) -> None:
+    """Stopping a Connect session once also ended this process's local JVM, when that JVM was recording the class
+    data sharing archive (its session then failed with 'Connection refused')."""
+    env = {**os.environ, "AIRFLOW_PROVIDER_TIERING_CDS_DIR": str(tmp_path / "cds")}
+    result = subprocess.run(
+        [sys.executable, "-c", RECORDING_THEN_CONNECT, spark_connect],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    assert list((tmp_path / "cds").glob("*.jsa")), "the recording was published when the local session stopped"
