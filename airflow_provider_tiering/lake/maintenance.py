@@ -10,8 +10,8 @@ All three are safe while rounds run (DESIGN §4):
   times, or gives up and deletes what it wrote.
 - **Expiry** removes snapshots older than a retention, never the current snapshot, nor the latest tiering snapshot,
   nor any snapshot between them (the committed offsets are read along that ancestry).
-- **Orphan removal** deletes files under the table's ``data/`` that no snapshot references and that are older than
-  a safety age, so a round still writing (its files are new) is never touched.
+- **Orphan removal** deletes files under the table's ``data/`` and ``metadata/`` that nothing references and that
+  are older than a safety age, so a round still writing or committing (its files are new) is never touched.
 """
 
 from __future__ import annotations
@@ -329,6 +329,10 @@ def expire_snapshots(lake: IcebergLake, *, older_than: datetime, keep_last: int 
     return ExpiryResult(len(doomed), len(table.snapshots()) - len(doomed), sorted(set(protected)))
 
 
+def _without_scheme(uri: str) -> str:
+    return uri.split("://", 1)[-1]
+
+
 def referenced_data_paths(table: Any) -> set[str]:
     """Every data file any snapshot of the table references (without the URI scheme)."""
     referenced: set[str] = set()
@@ -339,19 +343,24 @@ def referenced_data_paths(table: Any) -> set[str]:
                 continue
             seen.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                referenced.add(entry.data_file.file_path.split("://", 1)[-1])
+                referenced.add(_without_scheme(entry.data_file.file_path))
     return referenced
 
 
-def remove_orphan_files(lake: IcebergLake, *, min_age: timedelta, now: datetime | None = None) -> list[str]:
-    """Delete files under the table's ``data/`` that no snapshot references and were last modified more than
-    ``min_age`` ago (choose it longer than any round takes: a round's files are referenced only once it commits)."""
-    table = lake.load_table()
-    if table is None:
-        return []
-    cutoff = (now or datetime.now(UTC)) - min_age
-    referenced = referenced_data_paths(table)
-    filesystem, root = filesystem_and_path(f"{table.location().rstrip('/')}/data")
+def referenced_metadata_paths(table: Any) -> set[str]:
+    """Every metadata file the table's current metadata reaches (without the URI scheme): itself, the previous
+    metadata files of its log, each snapshot's manifest list and manifests, and its statistics files."""
+    metadata = table.metadata
+    referenced = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    referenced.update(f.statistics_path for f in (*metadata.statistics, *metadata.partition_statistics))
+    for snapshot in metadata.snapshots:
+        referenced.add(snapshot.manifest_list)
+        referenced.update(m.manifest_path for m in snapshot.manifests(table.io))
+    return {_without_scheme(path) for path in referenced}
+
+
+def _remove_unreferenced(directory_uri: str, referenced: set[str], cutoff: datetime) -> list[str]:
+    filesystem, root = filesystem_and_path(directory_uri)
     removed = []
     for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
         if info.type != pafs.FileType.File or info.path in referenced:
@@ -360,6 +369,21 @@ def remove_orphan_files(lake: IcebergLake, *, min_age: timedelta, now: datetime 
             continue
         filesystem.delete_file(info.path)
         removed.append(info.path)
+    return removed
+
+
+def remove_orphan_files(lake: IcebergLake, *, min_age: timedelta, now: datetime | None = None) -> list[str]:
+    """Delete files under the table's ``data/`` and ``metadata/`` that nothing references and were last modified
+    more than ``min_age`` ago (choose it longer than any round takes: a round's files are referenced only once it
+    commits). In ``metadata/`` these are the manifests and manifest lists of expired snapshots and the metadata
+    files that dropped out of the metadata log (``write.metadata.previous-versions-max``, 100 by default)."""
+    table = lake.load_table()
+    if table is None:
+        return []
+    cutoff = (now or datetime.now(UTC)) - min_age
+    location = table.location().rstrip("/")
+    removed = _remove_unreferenced(f"{location}/data", referenced_data_paths(table), cutoff)
+    removed += _remove_unreferenced(f"{location}/metadata", referenced_metadata_paths(table), cutoff)
     if removed:
         log.info("%s: removed %d orphan files", ".".join(table.name()), len(removed))
     return removed

@@ -223,3 +223,41 @@ def test_expiry_and_orphan_removal_never_touch_a_paused_round_or_the_current_fil
     table = tiered.table()
     assert tiered.lake().committed().end_offsets == result.end_offsets
     assert all(Path(f.file_path.removeprefix("file://")).exists() for f in live_data_files(table))
+
+
+def test_orphan_removal_deletes_the_metadata_of_expired_snapshots_and_keeps_what_the_table_reaches(
+    tmp_path, catalog_properties
+):
+    tiered = Tiered(tmp_path, catalog_properties)
+    tiered.insert(10)
+    tiered.round()
+    with tiered.table().transaction() as tx:  # a short metadata log, so old metadata files drop out of it
+        tx.set_properties({"write.metadata.previous-versions-max": "3"})
+    for _ in range(12):
+        tiered.insert(10)
+        tiered.round()
+    expire_snapshots(tiered.lake(), older_than=datetime.now(UTC) + timedelta(seconds=1))
+    metadata_dir = Path(tiered.table().location().removeprefix("file://")) / "metadata"
+    long_ago = time.time() - 3 * 3600
+    for path in metadata_dir.iterdir():  # everything so far is old enough to be an orphan candidate
+        os.utime(path, (long_ago, long_ago))
+    before = {str(p) for p in metadata_dir.iterdir()}
+
+    table = tiered.table()  # what the table reaches, read with pyiceberg alone
+    reached = {table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)}
+    for snapshot in table.snapshots():
+        reached.add(snapshot.manifest_list)
+        reached.update(m.manifest_path for m in snapshot.manifests(table.io))
+    reached = {p.removeprefix("file://") for p in reached}
+    assert reached < before and len(table.metadata.metadata_log) == 3
+
+    removed = set(remove_orphan_files(tiered.lake(), min_age=timedelta(hours=1)))
+
+    assert removed == before - reached  # the expired snapshots' manifests and lists, the metadata files out of the log
+    assert {str(p) for p in metadata_dir.iterdir()} == reached
+    tiered.assert_lake_equals_hot()
+    for snapshot in tiered.table().snapshots():  # every snapshot left can still be read
+        tiered.table().scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+    tiered.insert(7)
+    assert tiered.round().metrics.rows == 7  # the next round commits on the pruned metadata
+    tiered.assert_lake_equals_hot()
