@@ -236,6 +236,9 @@ class PostgresSource(SqlSource):
             cur = conn.cursor()
             try:
                 cur.execute("BEGIN")
+                # A batch is the next LIMIT rows in cursor order: walk the cursor's index. Without fresh statistics
+                # the planner picks a bitmap scan of the whole remaining range plus a sort, once per batch.
+                cur.execute("SET LOCAL enable_sort = off")
                 cur.execute(f"{select_sql} FOR UPDATE")  # locked: what is verified is what is deleted
                 found = cur.fetch_arrow_table()
             except Exception as exc:
