@@ -333,30 +333,25 @@ def _without_scheme(uri: str) -> str:
     return uri.split("://", 1)[-1]
 
 
-def referenced_data_paths(table: Any) -> set[str]:
-    """Every data file any snapshot of the table references (without the URI scheme)."""
-    referenced: set[str] = set()
+def referenced_paths(table: Any) -> tuple[set[str], set[str]]:
+    """(data files, metadata files) that the table's current metadata reaches, without the URI scheme: every data
+    file of any snapshot; the metadata file itself, the previous ones of its log, each snapshot's manifest list
+    and manifests, and its statistics files. Each manifest list and manifest is read once."""
+    metadata = table.metadata
+    data: set[str] = set()
+    meta = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    meta.update(f.statistics_path for f in (*metadata.statistics, *metadata.partition_statistics))
     seen: set[str] = set()
-    for snapshot in table.snapshots():
+    for snapshot in metadata.snapshots:
+        meta.add(snapshot.manifest_list)
         for manifest in snapshot.manifests(table.io):
             if manifest.manifest_path in seen:
                 continue
             seen.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                referenced.add(_without_scheme(entry.data_file.file_path))
-    return referenced
-
-
-def referenced_metadata_paths(table: Any) -> set[str]:
-    """Every metadata file the table's current metadata reaches (without the URI scheme): itself, the previous
-    metadata files of its log, each snapshot's manifest list and manifests, and its statistics files."""
-    metadata = table.metadata
-    referenced = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
-    referenced.update(f.statistics_path for f in (*metadata.statistics, *metadata.partition_statistics))
-    for snapshot in metadata.snapshots:
-        referenced.add(snapshot.manifest_list)
-        referenced.update(m.manifest_path for m in snapshot.manifests(table.io))
-    return {_without_scheme(path) for path in referenced}
+                data.add(_without_scheme(entry.data_file.file_path))
+    meta |= seen
+    return data, {_without_scheme(path) for path in meta}
 
 
 def _remove_unreferenced(directory_uri: str, referenced: set[str], cutoff: datetime) -> list[str]:
@@ -382,8 +377,9 @@ def remove_orphan_files(lake: IcebergLake, *, min_age: timedelta, now: datetime 
         return []
     cutoff = (now or datetime.now(UTC)) - min_age
     location = table.location().rstrip("/")
-    removed = _remove_unreferenced(f"{location}/data", referenced_data_paths(table), cutoff)
-    removed += _remove_unreferenced(f"{location}/metadata", referenced_metadata_paths(table), cutoff)
+    data, metadata = referenced_paths(table)
+    removed = _remove_unreferenced(f"{location}/data", data, cutoff)
+    removed += _remove_unreferenced(f"{location}/metadata", metadata, cutoff)
     if removed:
         log.info("%s: removed %d orphan files", ".".join(table.name()), len(removed))
     return removed
