@@ -24,17 +24,18 @@ print("session ok")
 """
 
 
-def _session(archive_dir: Path, workdir: Path, java_options: str) -> subprocess.CompletedProcess[str]:
+def run_with_archive_dir(script: str, *args: str, archive_dir: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a child Python whose class data sharing archives live in ``archive_dir``; it must succeed."""
     env = {**os.environ, "AIRFLOW_PROVIDER_TIERING_CDS_DIR": str(archive_dir)}
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, java_options],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _session(archive_dir: Path, workdir: Path, java_options: str) -> subprocess.CompletedProcess[str]:
+    result = run_with_archive_dir(CHILD, java_options, archive_dir=archive_dir, cwd=workdir)
     assert "session ok" in result.stdout
     return result
 

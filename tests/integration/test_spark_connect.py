@@ -23,6 +23,7 @@ from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_cata
 from airflow_provider_tiering.spark.session import SparkSettings
 from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 from tests.integration.hot_tables import COLUMNS, SqliteHot
+from tests.integration.test_spark_class_data_sharing import run_with_archive_dir
 from tests.lake_check import digest, lake_rows, unreferenced_data_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -149,14 +150,6 @@ print("ok")
 def test_stopping_a_connect_session_leaves_the_recording_local_session_running(spark_connect, tmp_path) -> None:
     """Stopping a Connect session once also ended this process's local JVM, when that JVM was recording the class
     data sharing archive (its session then failed with 'Connection refused')."""
-    env = {**os.environ, "AIRFLOW_PROVIDER_TIERING_CDS_DIR": str(tmp_path / "cds")}
-    result = subprocess.run(
-        [sys.executable, "-c", RECORDING_THEN_CONNECT, spark_connect],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    result = run_with_archive_dir(RECORDING_THEN_CONNECT, spark_connect, archive_dir=tmp_path / "cds", cwd=REPO)
+    assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]
     assert list((tmp_path / "cds").glob("*.jsa")), "the recording was published when the local session stopped"
