@@ -14,10 +14,11 @@ $(STAMP): requirements.lock pyproject.toml scripts/setup.sh
 demo: setup spark-cds
 	$(BIN)/python demo/run_demo.py
 
-## The whole suite: lint, unit, integration (PostgreSQL, Spark, pyiceberg), e2e (real Airflow scheduler); the e2e
+## The whole suite: lint, type check, unit, integration (PostgreSQL, MariaDB, Spark, pyiceberg), e2e (real Airflow scheduler); the e2e
 ## tests run beside the others, then the timing-sensitive ones alone (scripts/run_tests.sh).
 test: setup spark-cds
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	VENV=$(VENV) bash scripts/run_tests.sh
 
 ## Unit tests only (seconds).
@@ -27,6 +28,7 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 ## The benchmark suite (TPC-H, SF=1 by default; about 25 minutes): B1 full load vs COPY, bare Spark, pyiceberg,
 ## dlt; B2 incremental; B3 8 tables in one DAG run; B4 memory. Writes benchmarks/results/ and docs/benchmarks.md.

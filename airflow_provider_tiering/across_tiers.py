@@ -20,14 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.errors import InvalidTableSpec, LakeError, SourceError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.table import Table
 
+    from airflow_provider_tiering.core.ports import Source
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.lake.iceberg import IcebergLake
-    from airflow_provider_tiering.sources.sql import SqlSource
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,11 @@ class AcrossTiers:
     lake_files: tuple[str, ...]
     hot: pa.Table
     lake_has_delete_files: bool
-    _table: Any  # the pyiceberg table as loaded
+    _table: Table | None  # the pyiceberg table as loaded
 
     def lake(self) -> pa.Table:
         """The lake part, read with pyiceberg."""
-        if self.snapshot_id is None:
+        if self.snapshot_id is None or self._table is None:
             return self.schema.empty_table()
         return self._table.scan(snapshot_id=self.snapshot_id).to_arrow().cast(self.schema)
 
@@ -70,22 +71,29 @@ class AcrossTiers:
         return lake.unionByName(hot)
 
 
-def read_across_tiers(source: SqlSource, lake: IcebergLake) -> AcrossTiers:
-    """Both tiers as of now (see the module's description)."""
+def read_across_tiers(source: Source[Any, Any], lake: IcebergLake) -> AcrossTiers:
+    """Both tiers as of now (see the module's description).
+
+    Raises:
+        SourceError: the source has no cursor to read beyond (a landing zone), or cannot be read.
+    """
     import pyarrow as pa
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from airflow_provider_tiering.lake.iceberg import IcebergLake
-    from airflow_provider_tiering.lake.maintenance import has_live_delete_files, live_data_files
+    from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
+    from airflow_provider_tiering.lake.tiering_commits import latest_tiering_commit
     from airflow_provider_tiering.sources.conform import conform_batch
 
-    with source.rows_after_reader() as rows_after:
+    reader = source.tiers_reader()
+    if reader is None:
+        raise SourceError(f"{source.display_name}: reading across tiers needs a SQL hot store (a cursor column)")
+    with reader.rows_after_reader() as rows_after:
         table = lake.load_table()
         if table is None:  # never tiered: everything is hot
             hot = rows_after(None)
             return AcrossTiers(None, None, hot.schema, (), hot, False, None)
         snapshot = table.current_snapshot()
-        commit = IcebergLake._latest_tiering_commit(table)
+        commit = latest_tiering_commit(table)
         offsets = None if commit is None else commit.end_offsets
         hot_rows = rows_after(offsets)
     schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
@@ -98,13 +106,11 @@ def read_across_tiers(source: SqlSource, lake: IcebergLake) -> AcrossTiers:
 
 def read_table_across_tiers(table: TableSpec | dict[str, Any]) -> AcrossTiers:
     """:func:`read_across_tiers` for a table spec, through its Airflow connections (hot store and catalog)."""
-    from airflow_provider_tiering.core.spec import SqlSourceSpec, TableSpec
-    from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, TieringSourceHook
-    from airflow_provider_tiering.lake.iceberg import IcebergLake
+    from airflow_provider_tiering.core.spec import TableSpec
+    from airflow_provider_tiering.hooks.tiering import TieringHook
 
     spec = TableSpec.parse(table)
-    if not isinstance(spec.source, SqlSourceSpec):
-        raise ValueError(f"table {spec.name!r}: reading across tiers needs a SQL hot store (a cursor column)")
-    source = TieringSourceHook(spec.source).get_source()
-    catalog = IcebergCatalogHook(spec.lake.catalog_conn_id).get_conn()
-    return read_across_tiers(source, IcebergLake(catalog, spec.lake.namespace, spec.lake.table))
+    if spec.source.cursor() is None:
+        raise InvalidTableSpec(f"table {spec.name!r}: reading across tiers needs a SQL hot store (a cursor column)")
+    with TieringHook(spec).build_round() as parts:
+        return read_across_tiers(parts.source, parts.lake)

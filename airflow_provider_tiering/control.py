@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound, TriggerFailed
 from airflow_provider_tiering.status import ASSET_GROUP, session_scope
 
 #: Task instance states after which a table's task will not run again in that DAG run.
@@ -59,25 +60,32 @@ def table_tasks(*, session: Any | None = None) -> dict[str, list[TableTask]]:
 def trigger_tables(
     tables: Iterable[str], *, triggered_by: str = "cli", user: str | None = None, session: Any | None = None
 ) -> list[TriggeredRun]:
-    """Start, for each DAG involved, one run that tiers only the named tables. Raises KeyError for a table no
-    DAG tiers, and ValueError when a table is tiered by several DAGs (name the DAG's tables separately)."""
+    """Start, for each DAG involved, one run that tiers only the named tables.
+
+    Raises:
+        TableNotFound: no DAG tiers a table of that name.
+        AmbiguousTable: several DAGs tier it (name the DAG's tables separately).
+        InvalidRunConf: no table is named.
+        TriggerFailed: Airflow did not start a run.
+    """
     from airflow.api.common.trigger_dag import trigger_dag
     from airflow.models.dag import DagModel
     from airflow.utils.types import DagRunTriggeredByType
 
     wanted = list(dict.fromkeys(tables))
     if not wanted:
-        raise ValueError("name at least one table")
+        raise InvalidRunConf("name at least one table")
     with session_scope(session) as s:
         known = table_tasks(session=s)
         by_dag: dict[str, dict[str, str]] = {}
         for table in wanted:
             places = known.get(table)
             if not places:
-                raise KeyError(f"no DAG tiers a table named {table!r} (known: {', '.join(sorted(known)) or 'none'})")
+                known_tables = ", ".join(sorted(known)) or "none"
+                raise TableNotFound(f"no DAG tiers a table named {table!r} (known: {known_tables})")
             dags = sorted({p.dag_id for p in places})
             if len(dags) > 1:
-                raise ValueError(f"table {table!r} is tiered by several DAGs: {', '.join(dags)}")
+                raise AmbiguousTable(f"table {table!r} is tiered by several DAGs: {', '.join(dags)}")
             by_dag.setdefault(places[0].dag_id, {})[table] = places[0].task_id
         runs = []
         for dag_id, tasks in by_dag.items():
@@ -90,7 +98,7 @@ def trigger_tables(
                 session=s,
             )
             if dag_run is None:
-                raise RuntimeError(f"DAG {dag_id!r} did not start a run")
+                raise TriggerFailed(f"DAG {dag_id!r} did not start a run")
             paused = bool(s.get(DagModel, dag_id) and s.get(DagModel, dag_id).is_paused)
             runs.append(TriggeredRun(dag_id, dag_run.run_id, dict(tasks), paused))
     return runs

@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import DAG, TaskGroup
 
+from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.spec import TableSpec, load_table_specs, parse_table_specs
 from airflow_provider_tiering.operators.maintain_table import MaintainTableOperator
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
@@ -56,7 +57,7 @@ def build_tiering_dag(
     """
     specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
     if SUMMARY_TASK_ID in {s.name for s in specs}:
-        raise ValueError(f"{SUMMARY_TASK_ID!r} is reserved for the summary task")
+        raise InvalidTableSpec(f"table {SUMMARY_TASK_ID!r}: field 'name': reserved for the summary task")
     dag = DAG(
         dag_id=dag_id,
         schedule=schedule,

@@ -1,4 +1,9 @@
-"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point.
+
+The UI plugin is not listed here: Airflow reads a provider's ``plugins`` only with ``[core]
+lazy_discover_providers = False``, so it is registered through the ``airflow.plugins`` entry point instead
+(``pyproject.toml``), which Airflow always reads.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,34 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-tiering",
         "name": "Tiering",
-        "description": "Tier hot-store tables (PostgreSQL, SQLite) into Apache Iceberg with PySpark, exactly once.",
+        "description": (
+            "Tier hot tables (PostgreSQL, MariaDB/MySQL, SQLite) and landing zones of files (JSON lines, CSV, "
+            "Parquet) into Apache Iceberg with PySpark, exactly once, one Airflow task per table; with lake "
+            "maintenance (compaction, snapshot expiry, orphan files)."
+        ),
         "versions": [__version__],
-        "hooks": [{"integration-name": "Tiering", "python-modules": ["airflow_provider_tiering.hooks.tiering"]}],
+        "integrations": [
+            {
+                "integration-name": "Tiering",
+                "external-doc-url": "https://iceberg.apache.org/",
+                "tags": ["software"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Tiering",
+                "python-modules": [
+                    "airflow_provider_tiering.hooks.tiering",
+                    "airflow_provider_tiering.hooks.asset_state",
+                ],
+            }
+        ],
         "operators": [
             {
                 "integration-name": "Tiering",
                 "python-modules": [
                     "airflow_provider_tiering.operators.tier_table",
+                    "airflow_provider_tiering.operators.maintain_table",
                     "airflow_provider_tiering.operators.summary",
                 ],
             }

@@ -2,25 +2,21 @@
 their schema and the round's row counts, for Airflow's OpenLineage integration (catalogs such as Marquez or DataHub
 then show hot -> lake).
 
-Names follow OpenLineage's dataset naming: PostgreSQL ``postgres://host:port`` / ``database.schema.table``;
-a landing zone and an Iceberg table by their location (``file`` or ``scheme://authority`` / path), the Iceberg table
-also by its catalog name (a symlink). A SQLite hot table: ``sqlite://<database file>`` / ``table``.
+Names follow OpenLineage's dataset naming. Each source kind names its own hot table (``Source.lineage_dataset``:
+PostgreSQL ``postgres://host:port`` / ``database.schema.table``, MariaDB ``mysql://host:port`` / ``database.table``,
+SQLite ``sqlite://<database file>`` / ``table``, a landing zone by its location); the Iceberg table is named by its
+location (``file`` or ``scheme://authority`` / path), and by its catalog name as a symlink.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
+from airflow_provider_tiering.core.ports import LineageDataset, location_dataset_name
 
-@dataclass(frozen=True)
-class LineageDataset:
-    namespace: str
-    name: str
-    fields: tuple[tuple[str, str], ...]  # (column, type)
-    symlink: tuple[str, str] | None = None  # (namespace, name) of the same dataset under another name
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -32,36 +28,13 @@ class RoundLineage:
     files: int
 
 
-def _location(uri: str) -> tuple[str, str]:
-    parts = urlsplit(uri)
-    if parts.scheme in ("", "file"):
-        return "file", str(Path(parts.path).resolve()) if parts.scheme == "" else parts.path
-    return f"{parts.scheme}://{parts.netloc}", parts.path
-
-
-def source_dataset(source: Any, spec: Any, fields: tuple[tuple[str, str], ...]) -> LineageDataset:
-    """The hot table as an OpenLineage dataset (never with credentials)."""
-    from airflow_provider_tiering.sources.postgres import PostgresSource
-    from airflow_provider_tiering.sources.sqlite import SqliteSource
-
-    if isinstance(source, PostgresSource):
-        dsn = urlsplit(source.dsn)
-        database = dsn.path.lstrip("/") or "postgres"
-        name = f"{database}.{spec.source.db_schema or 'public'}.{spec.source.table}"
-        return LineageDataset(f"postgres://{dsn.hostname}:{dsn.port or 5432}", name, fields)
-    if isinstance(source, SqliteSource):
-        return LineageDataset(f"sqlite://{Path(source.path).resolve()}", spec.source.table, fields)
-    namespace, name = _location(spec.source.path)
-    return LineageDataset(namespace, name, fields)
-
-
 def lake_dataset(location: str, namespace: str, table: str, fields: tuple[tuple[str, str], ...]) -> LineageDataset:
     """The Iceberg table by its location, with its catalog name as a symlink."""
-    ns, name = _location(location)
+    ns, name = location_dataset_name(location)
     return LineageDataset(ns, name, fields, symlink=("iceberg", f"{namespace}.{table}"))
 
 
-def arrow_fields(schema: Any) -> tuple[tuple[str, str], ...]:
+def arrow_fields(schema: pa.Schema) -> tuple[tuple[str, str], ...]:
     return tuple((field.name, str(field.type)) for field in schema)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_tiering.core.errors import InvalidRunConf
+
 
 def selected_tables(context: Any) -> list[str] | None:
     """``conf["tables"]`` of the DAG run: the only tables to tier, due or not (None: every table, when due)."""
@@ -13,5 +15,5 @@ def selected_tables(context: Any) -> list[str] | None:
     if tables is None:
         return None
     if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
-        raise ValueError(f'dag run conf "tables" must be a list of table names, got {tables!r}')
+        raise InvalidRunConf(f'dag run conf "tables" must be a list of table names, got {tables!r}')
     return tables

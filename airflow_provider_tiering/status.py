@@ -13,15 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_tiering.core.documents import iso_time
+from airflow_provider_tiering.core.errors import TableNotFound
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
 
 ASSET_GROUP = "tiering"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
 
 
 @dataclass(frozen=True)
@@ -82,8 +80,8 @@ class TieringStatus:
             "task_id": self.task_id,
             "status": state.status.value,
             "epoch": state.epoch,
-            "last_tiered_time": _iso(state.last_tiered_time),
-            "last_checked_time": _iso(state.last_checked_time),
+            "last_tiered_time": iso_time(state.last_tiered_time),
+            "last_checked_time": iso_time(state.last_checked_time),
             "staleness_seconds": self.staleness_seconds(now),
             "lag_seconds": self.lag_seconds,
             "backlog_rows": self.backlog_rows,
@@ -91,11 +89,11 @@ class TieringStatus:
             "committed_offsets": None if state.committed is None else state.committed.end_offsets,
             "snapshot_id": None if state.committed is None else state.committed.snapshot_id,
             "consecutive_failures": state.consecutive_failures,
-            "next_retry_at": _iso(state.next_retry_at),
+            "next_retry_at": iso_time(state.next_retry_at),
             "quarantined": self.quarantined,
-            "quarantined_since": _iso(state.quarantined_since),
+            "quarantined_since": iso_time(state.quarantined_since),
             "last_error": state.last_error,
-            "last_error_time": _iso(state.last_error_time),
+            "last_error_time": iso_time(state.last_error_time),
             "watermark_blockers": state.watermark_blockers,
             "note": state.note,
             "last_round_evicted_rows": None if state.last_round is None else state.last_round.evicted_rows,
@@ -111,11 +109,11 @@ def _maintenance_json(status: MaintenanceStatus | None) -> dict[str, Any] | None
         return None
     compaction = status.last_compaction
     return {
-        "last_run_at": _iso(status.last_run_at),
+        "last_run_at": iso_time(status.last_run_at),
         "last_outcome": status.last_outcome,
         "data_files": status.data_files,
         "snapshots": status.snapshots,
-        "last_compaction_at": _iso(status.last_compaction_at),
+        "last_compaction_at": iso_time(status.last_compaction_at),
         "files_before_compaction": None if compaction is None else compaction.files_before,
         "files_after_compaction": None if compaction is None else compaction.files_after,
         "last_compaction_check": None if status.last_check is None else status.last_check.outcome,
@@ -125,7 +123,7 @@ def _maintenance_json(status: MaintenanceStatus | None) -> dict[str, Any] | None
         "orphans_removed_total": status.orphans_removed_total,
         "consecutive_failures": status.consecutive_failures,
         "last_error": status.last_error,
-        "last_error_time": _iso(status.last_error_time),
+        "last_error_time": iso_time(status.last_error_time),
     }
 
 
@@ -224,11 +222,11 @@ def list_tiering_statuses(
 
 
 def get_tiering_status(table: str, *, session: Any | None = None) -> TieringStatus:
-    """The status of the tiered table named ``table`` (its name in the DAG); KeyError when unknown."""
+    """The status of the tiered table named ``table`` (its name in the DAG); TableNotFound when unknown."""
     for found in list_tiering_statuses(session=session):
         if found.table == table:
             return found
-    raise KeyError(f"no tiered table named {table!r} has a state document")
+    raise TableNotFound(f"no tiered table named {table!r} has a state document")
 
 
 def tiering_history(table: str, limit: int = 50, *, session: Any | None = None) -> list[TieringRound]:
@@ -272,9 +270,11 @@ def tiering_history(table: str, limit: int = 50, *, session: Any | None = None) 
 def reset_table(table: str, *, session: Any | None = None) -> TableState:
     """Lift the quarantine of a tiered table (by its name in the DAG) so its next round runs again.
 
-    Writes the state document through Airflow's state backend. Raises KeyError when no tiered table of
+    Writes the state document through Airflow's state backend. Raises TableNotFound when no tiered table of
     that name has a state document.
     """
+    # The state backend is how the API server writes an asset's state (as its REST endpoint does); in Airflow 3.3
+    # its scope type lives in a private module.
     from airflow._shared.state import AssetScope
     from airflow.state import get_state_backend
 

@@ -2,7 +2,7 @@
 
 A SQLite hot table receives ``--rows-per-round`` rows, then a round tiers them, ``--rounds`` times (500 by
 default: a day of rounds every three minutes). Each round is ``run_round`` as the operator runs it (a round of one
-split is written by this process, without Spark). Then ``compact`` (lake/maintenance.py) rewrites the small files.
+split is written by this process, without Spark). Then ``compact`` (lake/compaction.py) rewrites the small files.
 
 Reads are timed with pyiceberg (plan + read into Arrow) on the snapshot before compaction (time travel) and on the
 snapshot after it, interleaved ``--repeat`` times so machine load hits both alike:
@@ -62,13 +62,14 @@ def insert(path: Path, start: int, count: int) -> None:
 
 def tier_small_rounds(work: Path, rounds: int, rows_per_round: int) -> tuple[Any, Any, float]:
     """Create the hot table, run ``rounds`` rounds of ``rows_per_round`` rows; return (lake, writer, seconds)."""
-    from airflow_provider_tiering.core.round import run_round
+    from dataclasses import replace
+
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
-    from airflow_provider_tiering.sources.sqlite import SqliteSource
+    from airflow_provider_tiering.sources.registry import build_source
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.hot_tables import SqliteHot
+    from testbed.rounds import catalog, round_parts
 
     hot = work / "hot.db"
     create_hot(hot)
@@ -79,19 +80,21 @@ def tier_small_rounds(work: Path, rounds: int, rows_per_round: int) -> tuple[Any
             "lake": {"namespace": NAMESPACE, "table": TABLE},
         }
     )
-    catalog = load_catalog(
-        "default", {"type": "sql", "uri": f"sqlite:///{work}/catalog.db", "warehouse": f"file://{work}/warehouse"}
-    )
-    lake = IcebergLake(catalog, NAMESPACE, TABLE)
-    writer = SparkSplitWriter(SparkSettings(master="local[2]"), local_single_split=True)
+    properties = {"type": "sql", "uri": f"sqlite:///{work}/catalog.db", "warehouse": f"file://{work}/warehouse"}
+    handle = catalog(properties).handle()
+    handle.get()  # the catalog is loaded before the rounds are timed
+    connection = SqliteHot(hot).connection()
+    # One lake and one writer (``local[2]``; the spec's ``local_single_split``: a round of one split is written
+    # without Spark) for every round and the compaction; a fresh source per round, as each task builds its own.
+    parts = round_parts(spec, connection, properties, catalog_handle=handle, spark=SparkSettings(master="local[2]"))
     state = JsonFileStateStore(work / "state.json")
     started = time.perf_counter()
     for i in range(rounds):
         insert(hot, 1 + i * rows_per_round, rows_per_round)
-        result = run_round(spec, SqliteSource(spec.source, str(hot)), lake, writer, state)
+        result = replace(parts, source=build_source(spec.source, connection)).run(state)
         if result.outcome != "tiered":
             raise RuntimeError(f"round {i}: {result.outcome}")
-    return lake, writer, time.perf_counter() - started
+    return parts.lake, parts.writer, time.perf_counter() - started
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 
-    from airflow_provider_tiering.lake.maintenance import compact, live_data_files
+    from airflow_provider_tiering.lake.compaction import compact
+    from airflow_provider_tiering.lake.live_files import live_data_files
 
     total_rows = args.rounds * args.rows_per_round
     with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:

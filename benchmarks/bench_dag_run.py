@@ -1,16 +1,17 @@
 """Benchmark: the wall time of one DAG run of a tiering DAG of N tables that have nothing to tier, next to a DAG of
 N empty ``@task``s, under a real Airflow (api-server, scheduler, dag-processor, LocalExecutor; the e2e harness
-``tests.e2e.airflow_cluster.AirflowCluster`` with its default settings), in the same Airflow, same session.
+``testbed.airflow_cluster.AirflowCluster`` with its default settings), in the same Airflow, same session.
 
 The N hot tables live in one SQLite file with ``--rows`` rows each. Before Airflow starts they are tiered once,
 outside Airflow, with ``run_round`` and the real SQLite source, Iceberg lake (pyiceberg SQL catalog on SQLite) and
-Spark writer (one local Spark session for all of them), so the lake sits at their high watermark; each table's
-resulting state document is then written into Airflow's asset state store (REST ``PUT .../state-store``), as if a
-DAG run had tiered it. Three DAGs, each in its own file (a task process parses only its own DAG's file):
+Spark writer (each round built by ``build_round``; one local Spark session for all of them), so the lake sits at
+their high watermark; each table's resulting state document is then written into Airflow's asset state store (REST
+``PUT .../state-store``), as if a DAG run had tiered it. Three DAGs, each in its own file (a task process parses
+only its own DAG's file):
 
-* ``bench_tiering_nothing_new``  the N tables with ``freshness_seconds`` ~0: every task is due, runs a round
-                                 (catalog, source, lake offsets, watermark) that finds nothing new, and skips
-                                 without starting Spark;
+* ``bench_tiering_nothing_new``  the N tables with ``freshness_seconds`` ~0: every task is due, asks the hot store
+                                 whether it has rows beyond the recorded offsets, finds none and skips without
+                                 opening the lake or starting Spark;
 * ``bench_tiering_not_due``      the same N tables (same assets, same state) with a freshness of ~30 years: every
                                  task reads its state, finds the table not due and skips at once;
 * ``bench_empty``                N ``@task`` functions that return None.
@@ -48,10 +49,10 @@ from typing import Any
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run as a script: make ``tests.e2e`` and ``benchmarks`` importable
+if str(REPO) not in sys.path:  # run as a script: make ``testbed`` and ``benchmarks`` importable
     sys.path.insert(0, str(REPO))
 
-from tests.e2e.airflow_cluster import AirflowCluster  # noqa: E402
+from testbed.airflow_cluster import AirflowCluster  # noqa: E402
 
 EMPTY = "bench_empty"
 NOTHING_NEW = "bench_tiering_nothing_new"
@@ -129,25 +130,27 @@ def make_hot_tables(path: Path, tables: int, rows: int) -> None:
 
 
 def tier_once(workdir: Path, tables: int) -> dict[str, Any]:
-    """Tier every hot table once with ``run_round`` and the real source, lake and Spark writer (child process)."""
-    from airflow_provider_tiering.core.round import run_round
+    """Tier every hot table once with ``run_round`` and the real source, lake and Spark writer, each round built by
+    ``build_round`` on one catalog and one Spark writer for all (child process)."""
+    from airflow_provider_tiering.build import build_writer
+    from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
-    from airflow_provider_tiering.sources.sqlite import SqliteSource
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.rounds import catalog, round_parts
 
     started = time.perf_counter()
-    catalog = load_catalog("default", catalog_properties(workdir))
-    writer = SparkSplitWriter(SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
+    properties = catalog_properties(workdir)
+    handle = catalog(properties).handle()
+    handle.get()
+    writer = build_writer(SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
+    hot = ConnectionInfo("sqlite", host=str(workdir / "hot.db"))
     rows = 0
     try:
         for i in range(tables):
             spec = TableSpec.parse(table_spec(i))
             store = JsonFileStateStore(workdir / "state" / f"{spec.name}.json")
-            lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table)
-            result = run_round(spec, SqliteSource(spec.source, str(workdir / "hot.db")), lake, writer, store)
+            result = round_parts(spec, hot, properties, writer=writer, catalog_handle=handle).run(store)
             if result.outcome != "tiered":
                 raise RuntimeError(f"{spec.name}: expected a tiered round, got {result.outcome}")
             rows += result.metrics.rows if result.metrics else 0
@@ -340,6 +343,8 @@ def with_worker_slot_times(runs: list[dict[str, Any]], scheduler_log: Path) -> l
 
 
 # -- where a tiering task's time goes, outside Airflow (each step in a fresh process) -------------------------------
+# The round's parts are built as the task builds them (``build_round``, its catalog loaded on its own to time it); the
+# round finds nothing to tier. (A task whose table is at rest asks the hot store first and skips without the round.)
 PROFILE = textwrap.dedent(
     """
     import json, sys, time
@@ -354,27 +359,26 @@ PROFILE = textwrap.dedent(
     bag = DagBag({dag_file!r})
     assert not bag.import_errors, bag.import_errors
     lap("parse the DAG file (DagBag)")
-    from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, spark_settings
-    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
-    lap("execute(): imports (hooks, pyiceberg, pyarrow, pyspark)")
-    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.hooks.tiering import TieringHook
+    from airflow_provider_tiering.build import CatalogConfig, TableConnections, build_round
+    lap("execute(): imports (hooks, builder, pyarrow)")
+    from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.sources.sqlite import SqliteSource
     from airflow_provider_tiering.spark.session import SparkSettings
     spec = TableSpec.parse({spec!r})
-    catalog = load_catalog("default", {catalog!r})
+    catalog = CatalogConfig("default", {catalog!r})
+    handle = catalog.handle()
+    handle.get()
     lap("load the catalog")
-    source = SqliteSource(spec.source, {hot!r})
-    lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table)
-    writer = SparkSplitWriter(SparkSettings(master="local[1]"))
+    hot = ConnectionInfo("sqlite", host={hot!r})
+    parts = build_round(spec, TableConnections(hot, catalog, SparkSettings(master="local[1]")), catalog=handle)
     lap("source, lake, writer objects")
     state = JsonFileStateStore({state!r})
-    result = run_round(spec, source, lake, writer, state)
+    result = parts.run(state)
     assert result.outcome == "nothing_to_tier", result
     lap("run_round: nothing to tier")
-    result = run_round(spec, source, lake, writer, state)
+    result = parts.run(state)
     lap("run_round again, warm (same process)")
     print(json.dumps(out))
     """

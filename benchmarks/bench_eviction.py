@@ -54,17 +54,16 @@ def table_spec(table: str, batch_rows: int) -> Any:
     )
 
 
-def load_and_tier(dsn: str, table: str, rows: int, catalog: Any, work: Path, batch_rows: int) -> tuple[Any, Any, int]:
-    """(Re)create ``table`` with ``rows`` rows and tier it in one round without eviction; returns (source, lake,
-    epoch)."""
+def load_and_tier(
+    dsn: str, table: str, rows: int, catalog: Any, handle: Any, work: Path, batch_rows: int
+) -> tuple[Any, Any, int]:
+    """(Re)create ``table`` with ``rows`` rows and tier it in one round without eviction, on the lake's catalog
+    (``CatalogConfig``; ``handle``: its catalog, loaded once for all tables); returns (source, lake, epoch)."""
     import psycopg
 
-    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.build import TableConnections, build_round
+    from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake
-    from airflow_provider_tiering.sources.postgres import PostgresSource
-    from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DROP TABLE IF EXISTS "{table}"')
@@ -80,25 +79,25 @@ def load_and_tier(dsn: str, table: str, rows: int, catalog: Any, work: Path, bat
     spec = table_spec(table, batch_rows)
     no_eviction = spec.model_copy(update={"eviction": spec.eviction.model_copy(update={"enabled": False})})
     try:
-        catalog.drop_table((NAMESPACE, table))
+        handle.get().drop_table((NAMESPACE, table))
     except Exception:  # not there yet
         pass
-    source = PostgresSource(spec.source, dsn)
-    lake = IcebergLake(catalog, NAMESPACE, table)
-    writer = SparkSplitWriter(SparkSettings(), local_single_split=True)
-    result = run_round(no_eviction, source, lake, writer, JsonFileStateStore(work / f"{table}.state.json"))
-    writer.stop()
+    # The spec's Spark part: a round of one split is written by this process, without Spark.
+    parts = build_round(no_eviction, TableConnections(ConnectionInfo.from_uri(dsn), catalog), catalog=handle)
+    with parts:
+        result = parts.run(JsonFileStateStore(work / f"{table}.state.json"))
     (work / f"{table}.state.json").unlink()
     if result.metrics is None or result.metrics.rows != rows:
         raise RuntimeError(f"{table}: the set-up round tiered {result.metrics}")
-    return source, lake, result.epoch
+    return parts.source, parts.lake, result.epoch
 
 
 def verified(dsn: str, table: str, source: Any, lake: Any, epoch: int, batch_rows: int) -> int:
     from airflow_provider_tiering.core.eviction import evict_tiered_rows
 
     spec = table_spec(table, batch_rows)
-    return evict_tiered_rows(spec.eviction, "id", source, lake, epoch=epoch, now=datetime.now(UTC)).rows
+    evictor = source.evictor()
+    return evict_tiered_rows(spec.eviction, "id", evictor, lake, epoch=epoch, now=datetime.now(UTC)).rows
 
 
 def unverified(dsn: str, table: str, source: Any, lake: Any, epoch: int, batch_rows: int) -> int:
@@ -130,20 +129,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
 
-    from airflow_provider_tiering.lake.iceberg import load_catalog
+    from testbed.rounds import catalog as catalog_config
 
     runs: dict[str, list[float]] = {v: [] for v in VARIANTS}
     functions = {"verified": verified, "unverified": unverified}
     with tempfile.TemporaryDirectory(prefix="bench-eviction-") as tmp:
         work = Path(tmp)
-        catalog = load_catalog(
-            "default", {"type": "sql", "uri": f"sqlite:///{work}/catalog.db", "warehouse": f"file://{work}/warehouse"}
+        catalog = catalog_config(
+            {"type": "sql", "uri": f"sqlite:///{work}/catalog.db", "warehouse": f"file://{work}/warehouse"}
         )
+        handle = catalog.handle()
         for r in range(args.repeat):
             order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
             for variant in order:
                 table = f"evict_{variant}"
-                source, lake, epoch = load_and_tier(args.dsn, table, args.rows, catalog, work, args.batch_rows)
+                source, lake, epoch = load_and_tier(args.dsn, table, args.rows, catalog, handle, work, args.batch_rows)
                 started = time.perf_counter()
                 deleted = functions[variant](args.dsn, table, source, lake, epoch, args.batch_rows)
                 runs[variant].append(time.perf_counter() - started)

@@ -80,29 +80,27 @@ def tier_once(
     local_single_split: bool | None = None,
     before_stop: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
-    """One ``run_round`` of ``table`` in this process, its writer built as the operator builds it, timed from
-    before the writer exists to the round's end. ``local_single_split`` overrides the spec's ``spark`` default
-    (a round of one split is written without starting Spark); ``before_stop`` gets the writer before its
-    session is stopped (to look into the JVM)."""
-    from airflow_provider_tiering.core.round import run_round
+    """One round of ``table`` in this process, its parts built by ``build_round`` as the operator builds them,
+    timed from before the parts (the writer among them) exist to the round's end. ``local_single_split``
+    overrides the spec's ``spark`` default (a round of one split is written without starting Spark);
+    ``before_stop`` gets the writer before its session is stopped (to look into the JVM)."""
+    from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
-    from airflow_provider_tiering.sources.postgres import PostgresSource
-    from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.rounds import round_parts
 
     spec = table_spec(table)
-    if local_single_split is None:
-        local_single_split = spec.spark.local_single_split
+    if local_single_split is not None:
+        spark = spec.spark.model_copy(update={"local_single_split": local_single_split})
+        spec = spec.model_copy(update={"spark": spark})
     started = time.perf_counter()
-    writer = SparkSplitWriter(SparkSettings(), local_single_split=local_single_split)
-    lake = IcebergLake(load_catalog("default", catalog), NAMESPACE, table)
-    result = run_round(spec, PostgresSource(spec.source, dsn), lake, writer, JsonFileStateStore(state_path))
-    seconds = time.perf_counter() - started
-    spark_session = writer._spark is not None
-    if before_stop is not None:
-        before_stop(writer)
-    writer.stop()
+    parts = round_parts(spec, ConnectionInfo.from_uri(dsn), catalog)
+    with parts:
+        result = parts.run(JsonFileStateStore(state_path))
+        seconds = time.perf_counter() - started
+        writer = parts.writer
+        spark_session = writer._spark is not None
+        if before_stop is not None:
+            before_stop(writer)
     metrics = result.metrics
     return {
         "rows": metrics.rows if metrics else 0,

@@ -1,9 +1,10 @@
 """Benchmark: a landing zone of many small JSON-lines files tiered in one round, next to Spark reading the same
 files into Parquet with no commit, in the same run, on the same Spark settings.
 
-* ``tiering round``  ``core.round.run_round`` with the landing-zone ``FileSource`` (listing, settle check,
-                     offsets log, bin-packed splits, pyarrow JSON reader in Spark tasks, Parquet, one Iceberg
-                     commit), a fresh SQL catalog on SQLite and a local warehouse;
+* ``tiering round``  a round built by ``build_round`` (``core.round.run_round`` with the landing-zone
+                     ``FileSource`` of ``sources/files/``: listing, settle check, offsets log, bin-packed splits,
+                     pyarrow JSON reader in Spark tasks, Parquet, one Iceberg commit), a fresh SQL catalog on
+                     SQLite and a local warehouse;
 * ``spark json``     ``spark.read.schema(...).json(dir)`` then ``.write.parquet`` (Spark's own file source and
                      writer: no offsets, no commit, no state).
 
@@ -68,14 +69,11 @@ def make_landing_zone(root: Path, files: int, file_kb: int) -> int:
 def run_round_variant(landing: Path, root: Path, lines: int, master: str) -> dict[str, Any]:
     from pyiceberg.catalog import load_catalog
 
-    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake
-    from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-    from airflow_provider_tiering.sources.files import FileSource
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.rounds import round_parts
 
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -93,20 +91,18 @@ def run_round_variant(landing: Path, root: Path, lines: int, master: str) -> dic
             "lake": {"namespace": "bench", "table": "readings"},
         }
     )
-    writer = SparkSplitWriter(SparkSettings(master=master))
+    # Always a Spark job, as the Spark variant's (``local_single_split`` off).
+    writer = build_writer(SparkSettings(master=master))
     assert writer.parallelism > 0  # starts the session outside the timing, as the Spark variant's is
     phases: dict[str, float] = {}
     started = time.perf_counter()
-    result = run_round(
-        spec,
-        FileSource(spec.source),
-        IcebergLake(load_lake_catalog("default", properties), "bench", "readings"),
-        writer,
-        JsonFileStateStore(root / "state.json"),
-        observe=lambda phase: phases.setdefault(phase, time.perf_counter() - started),
-    )
-    seconds = time.perf_counter() - started
-    writer.stop()
+    parts = round_parts(spec, None, properties, writer=writer)  # a local landing zone needs no connection
+    with parts:
+        result = parts.run(
+            JsonFileStateStore(root / "state.json"),
+            observe=lambda phase: phases.setdefault(phase, time.perf_counter() - started),
+        )
+        seconds = time.perf_counter() - started
     lake = load_catalog("default", **properties).load_table(("bench", "readings")).scan(selected_fields=("id",))
     ids = lake.to_arrow().column("id")
     if len(ids) != lines or len(ids.unique()) != lines:

@@ -1,7 +1,7 @@
 """Benchmark B3 (and B1's Airflow-task figure): the 8 TPC-H tables tiered by one DAG run under a real Airflow,
 their tasks in parallel, next to the same DAG with its tasks one after another, in the same Airflow, same run.
 
-Airflow is the e2e harness ``tests.e2e.airflow_cluster.AirflowCluster`` (api-server, scheduler, dag-processor,
+Airflow is the e2e harness ``testbed.airflow_cluster.AirflowCluster`` (api-server, scheduler, dag-processor,
 LocalExecutor) with ``[core] parallelism`` = ``--parallelism`` (default 2: one task per core here). The hot tables
 are the TPC-H tables in a PostgreSQL on 127.0.0.1 (``benchmarks.tpch_data.load_tpch``, a surrogate identity
 cursor per table); the lake is a pyiceberg SQL catalog on SQLite with a local warehouse. DAGs, each run once per
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.scratch import postgres_scratch
     from benchmarks.tpch_data import load_tpch
-    from tests.e2e.airflow_cluster import AirflowCluster
+    from testbed.airflow_cluster import AirflowCluster
 
     with postgres_scratch(args.workdir, args.dsn, "tiering-bench-many-") as (workdir, dsn):
         started = time.perf_counter()

@@ -2,13 +2,15 @@
 its baselines, in the same run on the same data:
 
 * ``copy-binary``  the read limit: ``COPY lineitem TO STDOUT (FORMAT binary)`` drained to nowhere;
-* ``bare-spark``   the same Spark job as a round (same splits, same ADBC reader, same Parquet writer),
+* ``bare-spark``   the same Spark job as a round (same splits, same ADBC reader, same Parquet writer: the
+                   round's source and writer from ``build_round``), into a staging directory of its own,
                    without Iceberg commit, state or planning of offsets;
 * ``adbc-append``  one process: ADBC reads the table into Arrow, pyiceberg ``append`` writes and commits;
 * ``dlt``          dlt's ``sql_database`` source into Iceberg on the local filesystem (``benchmarks/alt_dlt.py``,
                    run by the bench virtualenv's Python: ``scripts/setup_bench_venv.sh``, dlt is kept out of
                    Airflow's environment);
-* ``round``        ``run_round`` exactly as the operator runs it (plan, epoch, write, fenced commit, record, clean);
+* ``round``        a round built by ``build_round`` and run exactly as the operator runs it (plan, epoch, write,
+                   fenced commit, record, clean);
 * ``idle-round``   the next round, with nothing to tier.
 
 Each variant runs in its own Python process (its own Spark JVM where it uses Spark: every variant pays
@@ -61,26 +63,34 @@ def run_copy_binary(dsn: str, workdir: Path) -> dict[str, Any]:
     return {"bytes": result.nbytes, "seconds": result.seconds}
 
 
+def _connection(dsn: str) -> Any:
+    from airflow_provider_tiering.core.connections import ConnectionInfo
+
+    return ConnectionInfo.from_uri(dsn)
+
+
 def run_bare_spark(dsn: str, workdir: Path) -> dict[str, Any]:
-    from airflow_provider_tiering.sources.postgres import PostgresSource
+    from airflow_provider_tiering.build import build_writer
+    from airflow_provider_tiering.core.ports import WriteTarget
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.rounds import round_parts
 
     spec = _spec()
-    out = workdir / "bare-spark"
-    shutil.rmtree(out, ignore_errors=True)
+    # The round's source and a Spark writer, from the builder; the lake part is never used (nothing is committed,
+    # so its catalog is never loaded). The writer always runs a Spark job, as a round of several splits does.
+    properties = _catalog(workdir, "bare-spark")
+    out = workdir / "bare-spark" / "staging"
     started = time.perf_counter()
-    source = PostgresSource(spec.source, dsn)
-    schema = source.schema()
-    end = source.safe_watermark(None, None).end
-    plan = source.plan_range(None, end, spec.max_rows_per_round)
-    writer = SparkSplitWriter(SparkSettings())
-    splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
-    files = writer.write(
-        source, splits, schema, f"file://{out}", target_file_bytes=spec.target_file_size_mb * 1024 * 1024
-    )
-    seconds = time.perf_counter() - started
-    writer.stop()
+    parts = round_parts(spec, _connection(dsn), properties, writer=build_writer(SparkSettings()))
+    with parts:
+        source, writer = parts.source, parts.writer
+        schema = source.schema()
+        end = source.safe_watermark(None, None).end
+        plan = source.plan(None, end, spec.max_rows_per_round)
+        splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
+        target = WriteTarget(f"file://{out}", schema, target_file_bytes=spec.target_file_size_mb * 1024 * 1024)
+        files = writer.write(source, splits, schema, target)
+        seconds = time.perf_counter() - started
     return {"rows": sum(f.rows for f in files), "seconds": seconds, "files": len(files), "splits": len(splits)}
 
 
@@ -90,11 +100,12 @@ def run_adbc_append(dsn: str, workdir: Path) -> dict[str, Any]:
     from pyiceberg.catalog import load_catalog
 
     from airflow_provider_tiering.sources.conform import conform_batch
-    from airflow_provider_tiering.sources.postgres import PostgresSource
+    from airflow_provider_tiering.sources.registry import build_source
 
+    # The baseline: plain pyiceberg on its own catalog; only the Arrow schema is the round's (its source's).
     catalog = load_catalog("default", **_catalog(workdir, "adbc-append"))
     started = time.perf_counter()
-    schema = PostgresSource(_spec().source, dsn).schema()
+    schema = build_source(_spec().source, _connection(dsn)).schema()
     with pg.connect(dsn) as conn, conn.cursor() as cur:
         cur.execute("SELECT * FROM lineitem")
         reader = cur.fetch_record_batch()
@@ -107,23 +118,19 @@ def run_adbc_append(dsn: str, workdir: Path) -> dict[str, Any]:
 
 
 def _round(dsn: str, workdir: Path, fresh: bool) -> dict[str, Any]:
-    from airflow_provider_tiering.core.round import run_round
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
-    from airflow_provider_tiering.sources.postgres import PostgresSource
-    from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.rounds import round_parts
 
     spec = _spec()
     properties = _catalog(workdir, "round") if fresh else json.loads((workdir / "round.json").read_text())
     (workdir / "round.json").write_text(json.dumps(properties))
     state = JsonFileStateStore(workdir / "round" / "state.json")
     started = time.perf_counter()
-    writer = SparkSplitWriter(SparkSettings(), local_single_split=spec.spark.local_single_split)  # as the operator
-    lake = IcebergLake(load_catalog("default", properties), "bench", "lineitem")
-    result = run_round(spec, PostgresSource(spec.source, dsn), lake, writer, state)
-    seconds = time.perf_counter() - started
-    writer.stop()
+    # As the operator builds it: the writer from the spec's Spark part, the catalog loaded inside the round.
+    parts = round_parts(spec, _connection(dsn), properties)
+    with parts:
+        result = parts.run(state)
+        seconds = time.perf_counter() - started
     rows = result.metrics.rows if result.metrics else 0
     return {
         "rows": rows,

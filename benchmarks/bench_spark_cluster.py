@@ -2,9 +2,9 @@
 worker versus 2 workers (one core each), in the same run on the same data.
 
 * The table: TPC-H ``lineitem`` at ``--sf`` (default 0.83, about 5M rows; ``benchmarks.tpch_data``), or ``--rows``
-  generated rows of the integration tests' ``orders`` table (``tests.integration.hot_tables``), in a throw-away
+  generated rows of the integration tests' ``orders`` table (``testbed.hot_tables``), in a throw-away
   PostgreSQL server on 127.0.0.1 (or ``--dsn``).
-* Each configuration gets a fresh cluster (``scripts/spark_standalone.sh`` through ``tests.spark_standalone``: a
+* Each configuration gets a fresh cluster (``scripts/spark_standalone.sh`` through ``testbed.spark_standalone``: a
   master and N workers, 127.0.0.1 only), a fresh Iceberg SQL catalog with a local warehouse (shared by the driver
   and the executors: one machine), and one ``run_round`` with ``SparkSplitWriter`` on ``spark://127.0.0.1:<port>``
   in its own Python process (its own driver JVM), as an Airflow task runs it. ``spark.cores.max`` = N and the
@@ -39,7 +39,7 @@ TIMING_KEYS = ("session_start", "executors_registered", "plan", "split_cut", "wr
 def load_table(dsn: str, args: argparse.Namespace, workdir: Path) -> tuple[str, str, int]:
     """(table, cursor column, rows) of the hot table, created in ``dsn`` if missing."""
     if args.rows:
-        from tests.integration.hot_tables import PostgresHot
+        from testbed.hot_tables import PostgresHot
 
         hot = PostgresHot(dsn)
         hot.create("orders")
@@ -64,7 +64,7 @@ def check_lake(catalog: dict[str, str], table: str, cursor: str, rows: int) -> N
 def run_config(
     workers: int, dsn: str, table: str, cursor: str, rows: int, args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
-    from tests.spark_standalone import StandaloneCluster, round_in_child
+    from testbed.spark_standalone import StandaloneCluster, round_in_child
 
     root = workdir / f"w{workers}"
     shutil.rmtree(root, ignore_errors=True)

@@ -6,11 +6,11 @@
                             started once by ``scripts/spark_connect_server.sh`` before the tasks; its start-up
                             time is reported on its own and added in a third line.
 
-The hot tables live in one SQLite file (rows from ``tests.integration.hot_tables.make_rows``); each mode gets its
+The hot tables live in one SQLite file (rows from ``testbed.hot_tables.make_rows``); each mode gets its
 own fresh Iceberg SQL catalog on SQLite and local warehouse, and runs ``core.round.run_round`` with the real
-SQLite source, Iceberg lake and Spark writer, the state in a ``JsonFileStateStore``. ``--concurrency`` processes
-run at once (default 2, one per core here). After each mode every lake table is read back with pyiceberg: it must
-hold exactly R rows with R distinct ids.
+SQLite source, Iceberg lake and Spark writer (built by ``build_round``; the writer always runs a Spark job), the
+state in a ``JsonFileStateStore``. ``--concurrency`` processes run at once (default 2, one per core here). After
+each mode every lake table is read back with pyiceberg: it must hold exactly R rows with R distinct ids.
 
     python -m benchmarks.bench_spark_connect                       # 50 tables x 10,000 rows
     python -m benchmarks.bench_spark_connect --tables 2 --rows 200 # smoke run
@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -60,7 +59,7 @@ def child_env() -> dict[str, str]:
 
 # -- the data ---------------------------------------------------------------------------------------------------------
 def create_hot_tables(path: Path, tables: int, rows: int) -> None:
-    from tests.integration.hot_tables import SqliteHot
+    from testbed.hot_tables import SqliteHot
 
     path.unlink(missing_ok=True)
     hot = SqliteHot(path)
@@ -97,13 +96,12 @@ def check_lake(properties: dict[str, str], tables: int, rows: int) -> list[str]:
 # -- one task (a child process) ---------------------------------------------------------------------------------------
 def run_task(table: str, hot: str, catalog: str, state_dir: str, remote: str | None) -> dict[str, Any]:
     imported = time.perf_counter()
-    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.build import build_writer
+    from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
-    from airflow_provider_tiering.sources.sqlite import SqliteSource
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.rounds import round_parts
 
     spec = TableSpec.parse(
         {
@@ -113,14 +111,15 @@ def run_task(table: str, hot: str, catalog: str, state_dir: str, remote: str | N
         }
     )
     session_started = time.perf_counter()
-    writer = SparkSplitWriter(SparkSettings(remote=remote) if remote else SparkSettings())
+    # Every round runs a Spark job here (``local_single_split`` off): the sessions are what is compared.
+    writer = build_writer(SparkSettings(remote=remote) if remote else SparkSettings())
     _ = writer.spark  # start (or attach to) the session here, to time it apart from the round
     round_started = time.perf_counter()
-    lake = IcebergLake(load_catalog("default", json.loads(catalog)), NAMESPACE, table)
+    parts = round_parts(spec, ConnectionInfo("sqlite", host=hot), json.loads(catalog), writer=writer)
     store = JsonFileStateStore(Path(state_dir) / f"{table}.json")
-    result = run_round(spec, SqliteSource(spec.source, hot), lake, writer, store)
+    result = parts.run(store)
     round_done = time.perf_counter()
-    writer.stop()
+    parts.stop()
     return {
         "table": table,
         "outcome": result.outcome,
@@ -171,12 +170,6 @@ def run_mode(
 
 
 # -- the shared server ------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ConnectServer:
     """scripts/spark_connect_server.sh with its own port and directory."""
 
@@ -297,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(REPO))
+    from testbed.ports import find_free_port
+
     modes = [m for m in args.modes.split(",") if m]
     if not set(modes) <= set(MODES):
         parser.error(f"--modes: choose among {', '.join(MODES)}")
@@ -314,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             remote = None
             if mode == "connect":
-                server = ConnectServer(workdir / "spark-connect", free_port())
+                server = ConnectServer(workdir / "spark-connect", find_free_port())
                 start_seconds = server.start()
                 remote = server.remote
                 print(f"Spark Connect server up at {remote} in {start_seconds:.1f}s", flush=True)

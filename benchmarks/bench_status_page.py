@@ -1,6 +1,6 @@
 """Benchmark: the Tiering page and its list endpoint with many tables, under a real Airflow api-server.
 
-A real Airflow (the e2e harness ``tests.e2e.airflow_cluster.AirflowCluster``: api-server, scheduler,
+A real Airflow (the e2e harness ``testbed.airflow_cluster.AirflowCluster``: api-server, scheduler,
 dag-processor, LocalExecutor, SQLite metadata DB) with one DAG that never runs, whose task has the tables' assets
 as outlets (Airflow deletes the state of assets no DAG references); ``--tables`` state documents (default 500,
 across 10 namespaces, one in ten FAILED with a multi-line error) are written straight into its asset state store,
@@ -34,12 +34,12 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run as a script: make ``tests.e2e`` importable
+if str(REPO) not in sys.path:  # run as a script: make ``testbed`` importable
     sys.path.insert(0, str(REPO))
 
-from tests.e2e.airflow_cluster import AirflowCluster  # noqa: E402
-from tests.e2e.browser import chromium, log_in, wait_for  # noqa: E402
-from tests.e2e.state_documents import assets_dag_file, state_document, write_in_cluster  # noqa: E402
+from testbed.airflow_cluster import AirflowCluster  # noqa: E402
+from testbed.browser import chromium, log_in, wait_for  # noqa: E402
+from testbed.state_documents import assets_dag_file, state_document, write_in_cluster  # noqa: E402
 
 NAMESPACES = 10
 ASSETS_DAG = "bench_status_page_assets"

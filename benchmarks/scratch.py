@@ -13,7 +13,7 @@ from pathlib import Path
 def postgres_scratch(workdir: str | None, dsn: str | None, prefix: str) -> Iterator[tuple[Path, str]]:
     """Yield ``(workdir, dsn)``: the given directory (kept) or a temp one (removed afterwards), and the given DSN
     or that of a throw-away PostgreSQL server on 127.0.0.1 under it (stopped afterwards)."""
-    from tests.pg_server import PostgresServer
+    from testbed.pg_server import PostgresServer
 
     directory = Path(workdir or tempfile.mkdtemp(prefix=prefix))
     directory.mkdir(parents=True, exist_ok=True)

@@ -389,7 +389,7 @@ def _main(argv: list[str] | None = None) -> int:
     target.add_argument(
         "--temp-server",
         action="store_true",
-        help="start a throw-away PostgresServer (tests/pg_server.py) in a temp dir, "
+        help="start a throw-away PostgresServer (testbed/pg_server.py) in a temp dir, "
         "load into it, and stop and delete it afterwards",
     )
     parser.add_argument("--sf", type=float, default=0.01, help="TPC-H scale factor (default 0.01)")
@@ -410,7 +410,7 @@ def _main(argv: list[str] | None = None) -> int:
             repo_root = str(Path(__file__).resolve().parents[1])
             if repo_root not in sys.path:  # run as `python benchmarks/tpch_data.py`
                 sys.path.insert(0, repo_root)
-            from tests.pg_server import PostgresServer
+            from testbed.pg_server import PostgresServer
 
             with PostgresServer(Path(tmp) / "pgdata") as server:
                 log.info("temp server up in %.2fs at %s", server.startup_seconds, server.dsn)

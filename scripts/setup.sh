@@ -8,6 +8,8 @@ PYTHON=${PYTHON:-python3}
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
+# MariaDB hot tables: the tests start their own server (testbed/mariadb_server.py), never the system service
+command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server)
 command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 # headless browser for the UI e2e tests and benchmarks/bench_status_page.py (same Debian version for both)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_pg import pg_server  # noqa: F401
+from tests.fixtures_servers import mariadb_server, pg_server  # noqa: F401
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -16,10 +16,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 @pytest.fixture(scope="session")
 def spark_writer() -> Iterator[object]:
     """One local Spark session for the in-process integration tests (it costs seconds to start)."""
+    from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
-    writer = SparkSplitWriter(SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
+    writer = build_writer(SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
     yield writer
     writer.stop()
 

@@ -13,6 +13,7 @@ from airflow.utils.cli import suppress_logs_and_warning
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 
 from airflow_provider_tiering.control import FINISHED_STATES, OK_STATES, trigger_tables, wait_for_tables
+from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound, TriggerFailed
 from airflow_provider_tiering.status import get_tiering_status, list_tiering_statuses, reset_table, tiering_history
 
 #: The columns of ``status`` as a table; json and yaml carry every field.
@@ -68,8 +69,8 @@ def status(args: Namespace) -> None:
     if args.table:
         try:
             found = [get_tiering_status(args.table)]
-        except KeyError as exc:
-            _fail(str(exc.args[0]))
+        except TableNotFound as exc:
+            _fail(str(exc))
     else:
         found = list_tiering_statuses(namespace=args.namespace, status=args.status)
     records = [s.to_json() for s in found]
@@ -96,8 +97,8 @@ def _maintenance_cell(maintenance: dict[str, Any] | None) -> str:
 def history(args: Namespace) -> None:
     try:
         rounds = tiering_history(args.table, limit=args.limit)
-    except KeyError as exc:
-        _fail(str(exc.args[0]))
+    except TableNotFound as exc:
+        _fail(str(exc))
     emit([r.to_json() for r in rounds], args.output, HISTORY_COLUMNS)
 
 
@@ -106,8 +107,8 @@ def history(args: Namespace) -> None:
 def trigger(args: Namespace) -> None:
     try:
         runs = trigger_tables(args.tables, triggered_by="cli")
-    except (KeyError, ValueError) as exc:
-        _fail(str(exc.args[0]))
+    except (TableNotFound, AmbiguousTable, InvalidRunConf, TriggerFailed) as exc:
+        _fail(str(exc))
     for run in runs:
         print(f"{run.dag_id}: started run {run.run_id} for {', '.join(run.tasks)}", file=sys.stderr)
         if run.paused:
@@ -136,8 +137,8 @@ def trigger(args: Namespace) -> None:
 def reset(args: Namespace) -> None:
     try:
         state = reset_table(args.table)
-    except KeyError as exc:
-        _fail(str(exc.args[0]))
+    except TableNotFound as exc:
+        _fail(str(exc))
     print(f"{args.table}: quarantine lifted; the next round runs", file=sys.stderr)
     emit(
         {"table": state.table, "status": state.status.value, "note": state.note},

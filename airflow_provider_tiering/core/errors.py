@@ -1,16 +1,37 @@
-"""Exceptions that are part of the round protocol's interface."""
+"""Every error the package raises on purpose: one hierarchy under :class:`TieringError`.
+
+The round protocol's errors (:class:`SourceError`, :class:`FencedError`, :class:`CommitConflict`,
+:class:`LakeError`, ...) are part of the ports' interface: each port method documents which of them it may
+raise. Errors that answer a lookup or a bad argument also derive from the matching built-in (``LookupError``,
+``ValueError``, ``ImportError``), so generic handlers keep working.
+"""
 
 from __future__ import annotations
 
 
 class TieringError(Exception):
-    """Base class of every error raised by a tiering round."""
+    """Base class of every error this package raises on purpose."""
 
 
+# -- declarations ---------------------------------------------------------------------------------
 class InvalidTableSpec(TieringError, ValueError):
     """A table spec failed validation; the message names the table and the field."""
 
 
+class InvalidRunConf(TieringError, ValueError):
+    """A DAG run's ``conf`` asks for something a tiering DAG cannot do (e.g. ``tables`` is not a list)."""
+
+
+class MissingDependency(TieringError, ImportError):
+    """An optional dependency of a source kind or feature is not installed; the message names the extra."""
+
+
+class ConnectionNotUsable(TieringError):
+    """An Airflow connection cannot serve the table: its type is not one the source kind takes, or a field
+    the source needs is missing. Raised before the round starts; recorded as a failed round."""
+
+
+# -- the round protocol ---------------------------------------------------------------------------
 class IllegalTransition(TieringError):
     """A state change that the per-table state machine does not allow."""
 
@@ -31,14 +52,39 @@ class LakeError(TieringError):
     """The lake (catalog or warehouse) refused an operation."""
 
 
+class SchemaConflict(LakeError):
+    """The hot store's schema changed in a way the lake table cannot follow (narrowing, lossy type change,
+    a required column gone); the message names the column and both types. Nothing was committed."""
+
+
 class SparkUnavailable(TieringError):
     """The round's Spark (a cluster master or a Connect server) could not be reached; nothing was written."""
+
+
+class InvalidPlan(TieringError):
+    """A writer was handed splits it cannot run (e.g. indexes that are not 0..n-1): a bug in the caller."""
 
 
 class QuarantinedError(TieringError):
     """The table failed too many rounds in a row; it is not tiered again until it is reset."""
 
 
-class SchemaConflict(LakeError):
-    """The hot store's schema changed in a way the lake table cannot follow (narrowing, lossy type change,
-    a required column gone); the message names the column and both types. Nothing was committed."""
+class MaintenanceFailed(TieringError):
+    """A maintenance run failed; the message is the recorded ``last_error``."""
+
+
+# -- reading and steering tables ------------------------------------------------------------------
+class CursorNotComparable(TieringError, ValueError):
+    """A cursor value to wait for cannot be compared with the table's committed cursor."""
+
+
+class TableNotFound(TieringError, LookupError):
+    """No tiered table of that name is known (no state document, or no DAG tiers it)."""
+
+
+class AmbiguousTable(TieringError, ValueError):
+    """A table name that several DAGs tier; name the DAG's tables separately."""
+
+
+class TriggerFailed(TieringError):
+    """Airflow did not start the DAG run asked for."""

@@ -12,37 +12,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.ports import EvictionLake, EvictionSource
 from airflow_provider_tiering.core.spec import EvictionSpec
 
-
-class EvictionLake(Protocol):
-    def committed(self) -> Any: ...
-
-    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: Any) -> Any:
-        """The current snapshot's rows with ``lower <= column <= upper``, as an Arrow table shaped ``like`` the
-        given one (its columns and types)."""
-        ...
-
-
-class EvictionSource(Protocol):
-    def evicting(self) -> AbstractContextManager[None]: ...
-
-    def evict_batch(
-        self,
-        after: Any | None,
-        upto: Any,
-        cutoff: datetime,
-        age_column: str | None,
-        limit: int,
-        verify: Callable[[Any], None],
-    ) -> tuple[int, Any | None]: ...
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -53,19 +32,19 @@ class EvictionResult:
     note: str | None = None
 
 
-def _same_rows(a: Any, b: Any) -> bool:
+def _same_rows(a: pa.Table, b: pa.Table) -> bool:
     """Whether two Arrow tables of one schema hold the same rows, in any order (sorted by every column, then
     compared; nulls equal)."""
     if a.num_rows != b.num_rows:
         return False
-    keys = [(name, "ascending") for name in a.schema.names]
+    keys: list[tuple[str, Literal["ascending", "descending"]]] = [(name, "ascending") for name in a.schema.names]
     try:
         return bool(a.sort_by(keys).equals(b.sort_by(keys)))
     except Exception:  # a column type Arrow cannot sort: compare value by value instead
         return False
 
 
-def _row_tuples(table: Any) -> list[tuple[Any, ...]]:
+def _row_tuples(table: pa.Table) -> list[tuple[Any, ...]]:
     columns = [table.column(name).to_pylist() for name in table.schema.names]
     return list(zip(*columns))
 
@@ -106,7 +85,7 @@ def evict_tiered_rows(
     upto = commit.end_offsets["cursor"]
     cutoff = now - timedelta(seconds=spec.retention_seconds)
 
-    def verify(rows: Any) -> None:
+    def verify(rows: pa.Table) -> None:
         """Every row about to be deleted is in the lake, whole (compared value by value, as tiered)."""
         if rows.num_rows == 0:
             return

@@ -1,38 +1,51 @@
 """One lake maintenance run of a table (compaction, snapshot expiry, orphan removal) and its status document.
 
-Airflow-free: the lake work is done by a :class:`Maintainer` (``lake/maintenance.py`` has the Iceberg one); the
+Airflow-free: the lake work is done by a :class:`Maintainer` (``lake/maintainer.py`` has the Iceberg one); the
 status is kept apart from the table's tiering state (its own document), so maintenance never writes what a
 round reads, and a maintenance failure is recorded without touching the table's tiering status.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import enum
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from airflow_provider_tiering.core.documents import DocumentTime, from_document, to_document
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.errors import TieringError
+from airflow_provider_tiering.core.errors import MaintenanceFailed
 from airflow_provider_tiering.core.spec import MaintenanceSpec
 
-STEPS = ("compaction", "expiry", "orphans")
-#: The step of an error before maintenance could start (its catalog connection is missing or unusable).
-SETUP_STEP = "setup"
+
+class MaintenanceStep(enum.StrEnum):
+    """The steps of a maintenance run, in order; ``SETUP`` is an error before the first (a missing connection)."""
+
+    SETUP = "setup"
+    COMPACTION = "compaction"
+    EXPIRY = "expiry"
+    ORPHANS = "orphans"
 
 
-class MaintenanceFailed(TieringError):
-    """A maintenance run failed; the message is the recorded ``last_error``."""
+class CompactionResult(enum.StrEnum):
+    COMPACTED = "compacted"
+    BELOW_THRESHOLD = "below_threshold"
+    GAVE_UP = "gave_up"  # lost the commit race every try
+    SKIPPED = "skipped"  # see the outcome's note
+
+
+class MaintenanceOutcome(enum.StrEnum):
+    MAINTAINED = "maintained"
+    FAILED = "failed"
 
 
 @dataclass
 class CompactionOutcome:
-    """What a compaction did: ``outcome`` is "compacted", "below_threshold", "gave_up" (lost the commit race
-    every try) or "skipped" (see ``note``)."""
+    """What a compaction did (``outcome``), with the files it looked at, rewrote and wrote."""
 
-    outcome: str
+    outcome: CompactionResult
     small_files: int
     files_before: int
     files_after: int
@@ -45,13 +58,22 @@ class CompactionOutcome:
 
 
 class Maintainer(Protocol):
-    """The lake side of maintenance, for one table."""
+    """The lake side of maintenance, for one table. Every method may raise
+    :class:`~airflow_provider_tiering.core.errors.LakeError` (the catalog or the warehouse refused), or the error of
+    the split writer's job."""
 
-    def compact(self, *, small_file_bytes: int, max_small_files: int, target_file_bytes: int) -> CompactionOutcome: ...
+    def compact(self, *, small_file_bytes: int, max_small_files: int, target_file_bytes: int) -> CompactionOutcome:
+        """Rewrite the small files into files of the target size when there are more than ``max_small_files``; a
+        commit that keeps losing to rounds gives up (``GAVE_UP``) and leaves nothing behind."""
+        ...
 
-    def expire_snapshots(self, *, older_than: datetime, keep_last: int) -> int: ...
+    def expire_snapshots(self, *, older_than: datetime, keep_last: int) -> int:
+        """Expire snapshots older than ``older_than``, never those the committed offsets are read from; how many."""
+        ...
 
-    def remove_orphan_files(self, *, min_age: timedelta, now: datetime) -> int: ...
+    def remove_orphan_files(self, *, min_age: timedelta, now: datetime) -> int:
+        """Delete unreferenced files older than ``min_age``; how many."""
+        ...
 
     def counts(self) -> tuple[int, int]:
         """(data files of the current snapshot, snapshots)."""
@@ -59,17 +81,11 @@ class Maintainer(Protocol):
 
 
 class MaintenanceStore(Protocol):
+    """Loads and saves one table's maintenance document; a save replaces it whole."""
+
     def load(self) -> MaintenanceStatus | None: ...
 
     def save(self, status: MaintenanceStatus) -> None: ...
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
 
 
 @dataclass
@@ -77,12 +93,12 @@ class MaintenanceStatus:
     """The maintenance document of one table: the last run, the last compaction, running totals, the last error."""
 
     table: str
-    last_run_at: datetime | None = None
-    last_outcome: str | None = None  # "maintained" or "failed"
+    last_run_at: DocumentTime | None = None
+    last_outcome: MaintenanceOutcome | None = None
     last_duration_seconds: float | None = None
     data_files: int | None = None
     snapshots: int | None = None
-    last_compaction_at: datetime | None = None
+    last_compaction_at: DocumentTime | None = None
     last_compaction: CompactionOutcome | None = None
     last_check: CompactionOutcome | None = None
     snapshots_expired: int = 0
@@ -91,31 +107,21 @@ class MaintenanceStatus:
     orphans_removed_total: int = 0
     consecutive_failures: int = 0
     last_error: str | None = None
-    last_error_time: datetime | None = None
-    last_error_step: str | None = None
+    last_error_time: DocumentTime | None = None
+    last_error_step: MaintenanceStep | None = None
 
     def is_due(self, spec: MaintenanceSpec, now: datetime) -> bool:
         """A failed run is retried at the next task; a successful one waits ``interval_seconds``."""
-        if self.last_run_at is None or self.last_outcome != "maintained":
+        if self.last_run_at is None or self.last_outcome != MaintenanceOutcome.MAINTAINED:
             return True
         return now - self.last_run_at >= timedelta(seconds=spec.interval_seconds)
 
     def to_json(self) -> dict[str, Any]:
-        doc = dataclasses.asdict(self)
-        for key in ("last_run_at", "last_compaction_at", "last_error_time"):
-            doc[key] = _iso(getattr(self, key))
-        return doc
+        return to_document(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> MaintenanceStatus:
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in doc.items() if k in known}
-        for key in ("last_run_at", "last_compaction_at", "last_error_time"):
-            values[key] = _time(values.get(key))
-        for key in ("last_compaction", "last_check"):
-            if values.get(key) is not None:
-                values[key] = CompactionOutcome(**values[key])
-        return cls(**values)
+        return from_document(cls, doc)
 
 
 def run_maintenance(
@@ -134,7 +140,7 @@ def run_maintenance(
     status = store.load() or MaintenanceStatus(table)
     started = time.monotonic()
     status.snapshots_expired = status.orphans_removed = 0
-    step = STEPS[0]
+    step = MaintenanceStep.COMPACTION
     try:
         check = maintainer.compact(
             small_file_bytes=int(spec.small_file_mb * 1024 * 1024),
@@ -142,14 +148,14 @@ def run_maintenance(
             target_file_bytes=target_file_bytes,
         )
         status.last_check = check
-        if check.outcome == "compacted":
+        if check.outcome == CompactionResult.COMPACTED:
             status.last_compaction, status.last_compaction_at = check, now
-        step = STEPS[1]
+        step = MaintenanceStep.EXPIRY
         status.snapshots_expired = maintainer.expire_snapshots(
             older_than=now - timedelta(seconds=spec.snapshot_retention_seconds), keep_last=spec.min_snapshots_to_keep
         )
         status.snapshots_expired_total += status.snapshots_expired
-        step = STEPS[2]
+        step = MaintenanceStep.ORPHANS
         status.orphans_removed = maintainer.remove_orphan_files(
             min_age=timedelta(seconds=spec.orphan_min_age_seconds), now=now
         )
@@ -157,7 +163,7 @@ def run_maintenance(
         status.data_files, status.snapshots = maintainer.counts()
     except Exception as exc:
         raise _record_failure(status, store, step, exc, now, secrets, time.monotonic() - started) from exc
-    status.last_run_at, status.last_outcome = now, "maintained"
+    status.last_run_at, status.last_outcome = now, MaintenanceOutcome.MAINTAINED
     status.last_duration_seconds = round(time.monotonic() - started, 3)
     status.consecutive_failures = 0
     store.save(status)
@@ -169,22 +175,24 @@ def record_failure_before_maintenance(
 ) -> MaintenanceFailed:
     """Record an error that stopped maintenance before its first step as a failed run (step ``setup``);
     returns the :class:`MaintenanceFailed` to raise."""
-    return _record_failure(store.load() or MaintenanceStatus(table), store, SETUP_STEP, exc, now, secrets, 0.0)
+    return _record_failure(
+        store.load() or MaintenanceStatus(table), store, MaintenanceStep.SETUP, exc, now, secrets, 0.0
+    )
 
 
 def _record_failure(
     status: MaintenanceStatus,
     store: MaintenanceStore,
-    step: str,
+    step: MaintenanceStep,
     exc: BaseException,
     now: datetime,
     secrets: Iterable[str],
     duration: float,
 ) -> MaintenanceFailed:
-    status.last_run_at, status.last_outcome = now, "failed"
+    status.last_run_at, status.last_outcome = now, MaintenanceOutcome.FAILED
     status.last_duration_seconds = round(duration, 3)
     status.consecutive_failures += 1
-    status.last_error = f"{step}: {describe_error(exc, secrets)}"
+    status.last_error = f"{step.value}: {describe_error(exc, secrets)}"
     status.last_error_time, status.last_error_step = now, step
     store.save(status)
     return MaintenanceFailed(f"{status.table}: maintenance failed at {status.last_error}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from typing import Any
 
-from airflow_provider_tiering.core.errors import TieringError
+from airflow_provider_tiering.core.errors import CursorNotComparable
 
 
 def _as_utc(value: datetime) -> datetime:
@@ -30,11 +30,11 @@ def cursor_reached(end_offsets: dict[str, Any] | None, target: Any) -> bool:
     """Whether a lake whose committed end offsets are ``end_offsets`` holds every row up to cursor ``target``.
 
     ``target`` may be a number (integer cursors), a date/datetime or an ISO string (time cursors; naive
-    values count as UTC), or any string (string cursors, compared as strings). Raises TieringError when the
+    values count as UTC), or any string (string cursors, compared as strings). Raises CursorNotComparable when the
     target cannot be compared with the cursor at all, rather than wait forever.
     """
     if target is None:
-        raise TieringError("a cursor value to wait for is required")
+        raise CursorNotComparable("a cursor value to wait for is required")
     committed = None if end_offsets is None else end_offsets.get("cursor")
     if committed is None:
         return False
@@ -42,14 +42,16 @@ def cursor_reached(end_offsets: dict[str, Any] | None, target: Any) -> bool:
         if isinstance(target, str):
             try:
                 target = float(target)
-            except ValueError:
-                raise TieringError(f"cursor value {target!r} is not a number, but the cursor is") from None
+            except ValueError as exc:
+                raise CursorNotComparable(f"cursor value {target!r} is not a number, but the cursor is") from exc
         if not isinstance(target, (int, float)) or isinstance(target, bool):
-            raise TieringError(f"cursor value {target!r} cannot be compared with the numeric cursor {committed!r}")
+            raise CursorNotComparable(
+                f"cursor value {target!r} cannot be compared with the numeric cursor {committed!r}"
+            )
         return committed >= target
     committed_time, target_time = _as_datetime(committed), _as_datetime(target)
     if committed_time is not None and target_time is not None:
         return committed_time >= target_time
     if isinstance(target, (datetime, date)):
-        raise TieringError(f"cursor value {target!r} is a time, but the cursor {committed!r} is not")
+        raise CursorNotComparable(f"cursor value {target!r} is a time, but the cursor {committed!r} is not")
     return str(committed) >= str(target)

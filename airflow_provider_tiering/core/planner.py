@@ -1,8 +1,10 @@
-"""Cut a round's cursor range into splits of balanced estimated size.
+"""The plans and splits of cursor sources (SQL tables): a round's cursor range, cut into splits of balanced
+estimated size.
 
 Splits are balanced by rows, from quantiles of the cursor inside the range, never by key width:
 a skewed cursor (most rows in a narrow band of values) still gives splits of similar size.
-Pure functions: the source measures, the planner decides.
+Pure functions: the source measures, the planner decides. :class:`RangePlan` and :class:`RangeSplit` are the
+``Plan`` and ``Split`` of every cursor source (``core/ports.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 # Cursor values are JSON-native (int, float or an ISO-8601 string with a fixed format).
 CursorValue = Any
+#: Fractions at which sources measure cursor quantiles: enough for 255 balanced splits.
+QUANTILE_FRACTIONS: tuple[float, ...] = tuple(i / 256 for i in range(1, 256))
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class CursorDistribution:
 
 
 @dataclass(frozen=True)
-class Split:
+class RangeSplit:
     """One slice of a round, read and written by one Spark task: cursor in ``(lower, upper]``."""
 
     index: int
@@ -55,6 +59,18 @@ class RangePlan:
     @property
     def is_empty(self) -> bool:
         return self.estimated_rows == 0
+
+    @property
+    def backlog(self) -> int:
+        return self.remaining_rows
+
+
+def stride_quantiles(sorted_values: Sequence[Any], fractions: Sequence[float] = QUANTILE_FRACTIONS) -> list[Any]:
+    """Exact quantiles of an already sorted sequence."""
+    if not sorted_values:
+        return []
+    last = len(sorted_values) - 1
+    return [sorted_values[min(last, max(0, math.ceil(f * len(sorted_values)) - 1))] for f in fractions]
 
 
 def _quantile(quantiles: Sequence[CursorValue], fraction: float) -> CursorValue | None:
@@ -81,7 +97,7 @@ def plan_range(distribution: CursorDistribution, max_rows_per_round: int) -> Ran
     return RangePlan(distribution.lower, capped_upper, max_rows_per_round, True, kept, rows - max_rows_per_round)
 
 
-def cut_splits(plan: RangePlan, target_rows_per_split: int, parallelism: int = 1) -> list[Split]:
+def cut_splits(plan: RangePlan, target_rows_per_split: int, parallelism: int = 1) -> list[RangeSplit]:
     """Cut ``plan`` into contiguous splits of about equal estimated rows.
 
     The count is a multiple of ``parallelism`` (the Spark task slots), so no wave of tasks runs
@@ -105,4 +121,4 @@ def cut_splits(plan: RangePlan, target_rows_per_split: int, parallelism: int = 1
     edges = [plan.lower, *boundaries, plan.upper]
     count = len(edges) - 1
     per_split = max(1, plan.estimated_rows // count)
-    return [Split(i, edges[i], edges[i + 1], per_split) for i in range(count)]
+    return [RangeSplit(i, edges[i], edges[i + 1], per_split) for i in range(count)]

@@ -1,83 +1,67 @@
 """One tiering round of one table: plan -> acquire -> write -> fenced commit -> record -> clean.
 
-This is the exactly-once protocol of DESIGN §4. The lake's latest tiering snapshot is the only
-source of truth for what has been tiered: every round plans from it, a state document that lags
-behind it (a crash between commit and record) is repaired from it, and a commit is fenced by it.
+This is the exactly-once protocol (``docs/design.md``, "The round"). The lake's latest tiering snapshot is the
+only source of truth for what has been tiered: every round plans from it, a state document that lags behind it
+(a crash between commit and record) is repaired from it, and a commit is fenced by it.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
+from airflow_provider_tiering.core.decisions import quarantine_reason
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.errors import FencedError, QuarantinedError
+from airflow_provider_tiering.core.errors import FencedError, QuarantinedError, SourceError
+from airflow_provider_tiering.core.ports import (
+    FileKind,
+    Lake,
+    LakeCommit,
+    Offsets,
+    PlanT,
+    RejectsSink,
+    Source,
+    SplitT,
+    SplitWriter,
+    WrittenFile,
+)
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import CommittedSnapshot, RoundMetrics, TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import StateStore
 
 log = logging.getLogger(__name__)
 
-#: Phases reported to an observer, in order.
-PHASES = ("planned", "acquired", "writing", "written", "committed", "recorded", "cleaned", "evicted")
+
+class RoundPhase(enum.StrEnum):
+    """The phases a round reports to its observer, in order."""
+
+    PLANNED = "planned"
+    ACQUIRED = "acquired"
+    WRITING = "writing"
+    WRITTEN = "written"
+    COMMITTED = "committed"
+    RECORDED = "recorded"
+    CLEANED = "cleaned"
+    EVICTED = "evicted"
 
 
-class LakeCommitView(Protocol):
-    snapshot_id: int
-    epoch: int
-    end_offsets: dict[str, Any] | None
-    committed_at: datetime
+class RoundOutcome(enum.StrEnum):
+    TIERED = "tiered"
+    NOTHING_TO_TIER = "nothing_to_tier"
 
 
-class RoundLake(Protocol):
-    def ensure_table(self, schema: Any) -> Any: ...
-    def write_schema(self) -> Any: ...
-    def partitioner(self) -> Any: ...
-    def committed(self) -> LakeCommitView | None: ...
-    def staging_uri(self, epoch: int, attempt: str) -> str: ...
-    def commit(
-        self,
-        files: Sequence[Any],
-        *,
-        epoch: int,
-        start: dict[str, Any] | None,
-        end: dict[str, Any],
-        table_name: str,
-        attempt: str,
-    ) -> int: ...
-    def clean(self, committed_epoch: int, since_epoch: int = 0) -> int: ...
-    def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int: ...
+#: When the scheduler retries a round that failed with this error (None: it will not).
+RetryDelay = Callable[[BaseException], timedelta | None]
 
 
-class RejectsLake(Protocol):
-    """The side table of bad records (see ``lake/rejects.py``)."""
-
-    def ensure(self) -> Any: ...
-    def staging_uri(self, epoch: int, attempt: str) -> str: ...
-    def replace(self, files: Sequence[Any], *, epoch: int, table_name: str, attempt: str) -> int: ...
-    def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int: ...
-
-
-class RoundWriter(Protocol):
-    @property
-    def parallelism(self) -> int: ...
-    def write(
-        self,
-        source: Any,
-        splits: Sequence[Any],
-        schema: Any,
-        directory_uri: str,
-        *,
-        write_schema: Any = None,
-        partitioner: Any = None,
-        target_file_bytes: int = ...,
-        rejects_uri: str | None = None,
-    ) -> list[Any]: ...
+def no_retry(error: BaseException) -> timedelta | None:
+    return None
 
 
 @dataclass
@@ -85,7 +69,7 @@ class RoundResult:
     """What a round did; ``event_extra()`` is the payload of the table's asset event."""
 
     table: str
-    outcome: str  # "tiered" or "nothing_to_tier"
+    outcome: RoundOutcome
     epoch: int
     snapshot_id: int | None
     start_offsets: dict[str, Any] | None
@@ -115,8 +99,8 @@ class RoundResult:
 
 def _evict(
     spec: TableSpec,
-    source: Any,
-    lake: Any,
+    source: Source[Any, Any],
+    lake: Lake,
     state: TableState,
     state_store: StateStore,
     metrics: RoundMetrics,
@@ -129,7 +113,10 @@ def _evict(
     from airflow_provider_tiering.core.eviction import evict_tiered_rows
 
     try:
-        result = evict_tiered_rows(spec.eviction, spec.source.cursor_column, source, lake, epoch=epoch, now=now)
+        evictor, cursor = source.evictor(), spec.source.cursor()
+        if evictor is None or cursor is None:
+            raise SourceError(f"{source.display_name} cannot evict rows (eviction needs a SQL table with a cursor)")
+        result = evict_tiered_rows(spec.eviction, cursor, evictor, lake, epoch=epoch, now=now)
         metrics.evicted_rows, state.eviction_note = result.rows, result.note
         if result.rows:
             log.info("%s: evicted %d tiered rows in %d batches", spec.name, result.rows, result.batches)
@@ -141,7 +128,7 @@ def _evict(
         state_store.save(state)
 
 
-def _reconcile_with_lake(state: TableState, lake: LakeCommitView | None, now: datetime) -> None:
+def _reconcile_with_lake(state: TableState, lake: LakeCommit | None, now: datetime) -> None:
     """Make the state document agree with the lake, which wins every disagreement."""
     if lake is None:
         if state.committed is not None:
@@ -171,7 +158,7 @@ def _reconcile_with_lake(state: TableState, lake: LakeCommitView | None, now: da
         )
 
 
-def cursor_lag_seconds(end: dict[str, Any] | None, now: datetime) -> float | None:
+def cursor_lag_seconds(end: Offsets | None, now: datetime) -> float | None:
     """How far the lake is behind now, for a time cursor (ISO text); None for other cursors."""
     cursor = None if end is None else end.get("cursor")
     if not isinstance(cursor, str):
@@ -191,12 +178,13 @@ def _fail(
     exc: BaseException,
     secrets: Sequence[str],
     now: datetime,
-    retry_delay: timedelta | None,
+    retry_delay: RetryDelay,
 ) -> None:
     if state.status is not TableStatus.TIERING:
         state.walk_to_pending()
     state.record_failure(describe_error(exc, secrets), now)
-    state.next_retry_at = None if retry_delay is None else now + retry_delay
+    delay = retry_delay(exc)
+    state.next_retry_at = None if delay is None else now + delay
     state.quarantine_if_exhausted(spec.max_consecutive_failures, now)
     if state.quarantined_since is not None:
         state.next_retry_at = None
@@ -204,11 +192,7 @@ def _fail(
 
 def _refuse_if_quarantined(state: TableState, spec: TableSpec) -> None:
     if state.quarantined_since is not None:
-        raise QuarantinedError(
-            f"table {spec.name!r} is quarantined since {state.quarantined_since.isoformat()} after "
-            f"{state.consecutive_failures} consecutive failed rounds (last error: {state.last_error}); "
-            "reset it to tier it again"
-        )
+        raise QuarantinedError(quarantine_reason(spec.name, state))
 
 
 def record_failure_before_round(
@@ -217,7 +201,7 @@ def record_failure_before_round(
     exc: BaseException,
     *,
     secrets: Sequence[str] = (),
-    retry_delay: timedelta | None = None,
+    retry_delay: RetryDelay = no_retry,
     clock: Callable[[], datetime] = utcnow,
 ) -> None:
     """Record an error that stopped a round before it could start (say, its Airflow connection is missing)
@@ -234,20 +218,20 @@ def record_failure_before_round(
 
 def run_round(
     spec: TableSpec,
-    source: Any,
-    lake: RoundLake,
-    writer: RoundWriter,
+    source: Source[PlanT, SplitT],
+    lake: Lake,
+    writer: SplitWriter,
     state_store: StateStore,
     *,
     secrets: Sequence[str] = (),
-    retry_delay: timedelta | None = None,
-    observe: Callable[[str], None] | None = None,
+    retry_delay: RetryDelay = no_retry,
+    observe: Callable[[RoundPhase], None] | None = None,
     clock: Callable[[], datetime] = utcnow,
-    rejects: RejectsLake | None = None,
+    rejects: RejectsSink | None = None,
 ) -> RoundResult:
     """Run one exactly-once round of ``spec`` and return what it did.
 
-    ``retry_delay`` is how long the scheduler waits before it retries this round if it fails
+    ``retry_delay`` tells, for the error a round failed with, how long the scheduler waits before it retries
     (None: no retry left); a failure records ``next_retry_at`` from it.
     Raises :class:`QuarantinedError`, touching nothing, when the table has failed
     ``spec.max_consecutive_failures`` rounds in a row and has not been reset since.
@@ -262,7 +246,7 @@ def run_round(
     ``rejects`` is the side table that bad records go to (a file source with ``on_bad_record="side_table"``);
     they are committed there before the round's data (idempotently per source file, see ``lake/rejects.py``).
     """
-    notify = observe or (lambda phase: None)
+    notify: Callable[[RoundPhase], None] = observe or (lambda phase: None)
     started = time.monotonic()
     attempt = uuid.uuid4().hex[:16]
     state = state_store.load() or TableState(table=spec.name)
@@ -273,9 +257,8 @@ def run_round(
     try:
         schema = source.schema()
         # An empty schema: the source cannot know its columns yet (no Parquet file has landed), so no table.
-        table = lake.ensure_table(schema) if len(schema) else None
-        if table is not None:
-            source.bind_lake(table.location())
+        if len(schema):
+            source.bind_lake(lake.ensure_table(schema))
         lake_commit = lake.committed()
         _reconcile_with_lake(state, lake_commit, clock())
         start = None if lake_commit is None else lake_commit.end_offsets
@@ -284,12 +267,12 @@ def run_round(
         state.watermark_candidate = watermark.candidate
         plan = None
         if watermark.end is not None and watermark.end != start:
-            plan = source.plan_range(start, watermark.end, spec.max_rows_per_round)
+            plan = source.plan(start, watermark.end, spec.max_rows_per_round)
     except Exception as exc:
         _fail(state, spec, exc, secrets, clock(), retry_delay)
         state_store.save(state)
         raise
-    notify("planned")
+    notify(RoundPhase.PLANNED)
     lake_epoch = 0 if lake_commit is None else lake_commit.epoch
 
     if plan is None or plan.is_empty:
@@ -301,7 +284,7 @@ def run_round(
         log.info("%s: nothing to tier (lake at epoch %s, offsets %s)", spec.name, lake_epoch, start)
         return RoundResult(
             spec.name,
-            "nothing_to_tier",
+            RoundOutcome.NOTHING_TO_TIER,
             state.epoch,
             None if lake_commit is None else lake_commit.snapshot_id,
             start,
@@ -317,33 +300,30 @@ def run_round(
     state.attempt = attempt
     state.transition(TableStatus.TIERING)
     state_store.save(state)
-    notify("acquired")
+    notify(RoundPhase.ACQUIRED)
 
     # 3. Write; 4. commit, fenced by the lake's offsets and epoch.
-    files: list[Any] = []
+    files: list[WrittenFile] = []
     try:
         end = source.end_offsets(plan)  # a landing zone writes its offsets log here: it can fail like a write
         # A round of one split at one slot may be written without Spark (see SparkSplitWriter); else cut it
         # for the Spark slots, which starts the session.
         splits = source.cut_splits(plan, spec.target_rows_per_split, 1)
-        if len(splits) > 1 or not getattr(writer, "writes_single_split_locally", False):
+        if len(splits) > 1 or not writer.writes_single_split_locally:
             splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
         if rejects is not None:
             rejects.ensure()
-        notify("writing")
+        notify(RoundPhase.WRITING)
         written = writer.write(
             source,
             splits,
             schema,
-            lake.staging_uri(epoch, attempt),
-            write_schema=lake.write_schema(),
-            partitioner=lake.partitioner(),
-            target_file_bytes=spec.target_file_size_mb * 1024 * 1024,
+            lake.write_target(epoch, attempt, spec.target_file_size_mb * 1024 * 1024),
             rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
         )
-        files = [f for f in written if f.kind == "data"]
-        rejected = [f for f in written if f.kind == "rejects"]
-        notify("written")
+        files = [f for f in written if f.kind == FileKind.DATA]
+        rejected = [f for f in written if f.kind == FileKind.REJECTS]
+        notify(RoundPhase.WRITTEN)
         if rejected and rejects is not None:
             rejects.replace(rejected, epoch=epoch, table_name=spec.name, attempt=attempt)
         snapshot_id = lake.commit(files, epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt)
@@ -354,7 +334,7 @@ def run_round(
         _fail(state, spec, exc, secrets, clock(), retry_delay)
         state_store.save(state)
         raise
-    notify("committed")
+    notify(RoundPhase.COMMITTED)
 
     # 5. Record.
     now = clock()
@@ -365,7 +345,7 @@ def run_round(
         splits=len(splits),
         duration_seconds=round(time.monotonic() - started, 3),
         lag_seconds=cursor_lag_seconds(end, now),
-        backlog_rows=plan.remaining_rows,
+        backlog_rows=plan.backlog,
         rejected_rows=sum(f.rows for f in rejected),
     )
     state.transition(TableStatus.TIERED)
@@ -377,7 +357,7 @@ def run_round(
     state.next_retry_at = None
     state.note = None
     state_store.save(state)
-    notify("recorded")
+    notify(RoundPhase.RECORDED)
 
     # 6. Clean, only after the commit: files no snapshot references, of attempts that can never commit.
     cleaned = 0
@@ -396,10 +376,10 @@ def run_round(
             log.info("%s: %d tiered source files archived or deleted", spec.name, housekept)
     except Exception as exc:  # best effort too: the next committed round catches up with every tiered file
         log.warning("%s: archiving tiered source files failed: %s", spec.name, describe_error(exc, secrets))
-    notify("cleaned")
+    notify(RoundPhase.CLEANED)
     if spec.eviction.enabled:
         _evict(spec, source, lake, state, state_store, metrics, epoch, clock(), secrets)
-        notify("evicted")
+        notify(RoundPhase.EVICTED)
     return RoundResult(
-        spec.name, "tiered", epoch, snapshot_id, start, dict(end), metrics, state.watermark_blockers, cleaned
+        spec.name, RoundOutcome.TIERED, epoch, snapshot_id, start, dict(end), metrics, state.watermark_blockers, cleaned
     )

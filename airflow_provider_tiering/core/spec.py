@@ -10,224 +10,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
+from airflow_provider_tiering.core.source_specs import SOURCE_SPEC_KINDS, SourceSpec
+from airflow_provider_tiering.core.spec_types import Identifier, StrictModel
 
-# Plain identifiers only: they are also quoted when used, this keeps names portable and readable.
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 # Airflow task ids and asset names are derived from the table name.
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 
 
-def _check_identifier(value: str) -> str:
-    if not _IDENTIFIER.match(value):
-        raise ValueError(
-            f"{value!r} is not a plain identifier (letters, digits, underscore; "
-            "starts with a letter or underscore; at most 63 characters)"
-        )
-    return value
-
-
-#: A table, schema or column name: validated here, and still quoted wherever it is used.
-Identifier = Annotated[str, AfterValidator(_check_identifier)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SqlSourceSpec(_Strict):
-    """A table in a SQL hot store (PostgreSQL, SQLite), read incrementally by a cursor column."""
-
-    kind: Literal["sql"] = "sql"
-    conn_id: str = Field(min_length=1, description="Airflow connection of the hot database")
-    table: Identifier
-    db_schema: Identifier | None = Field(default=None, description="schema of the table (PostgreSQL)")
-    cursor_column: Identifier = Field(description="monotonic column (integer or timestamp) that orders new rows")
-    columns: tuple[Identifier, ...] | None = Field(default=None, description="columns to tier; all when unset")
-    settle_lag_seconds: float = Field(
-        default=0.0,
-        ge=0,
-        description="only tier rows whose cursor is this old (engines without a transaction view)",
-    )
-    max_watermark_wait_seconds: float = Field(
-        default=30.0,
-        ge=0,
-        description="how long a round waits for in-flight transactions before tiering up to the last safe point",
-    )
-
-    @field_validator("columns")
-    @classmethod
-    def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("columns must not be empty; leave it unset to tier every column")
-        if len(set(value)) != len(value):
-            raise ValueError("columns must not repeat")
-        return value
-
-    def column_names(self) -> tuple[str, ...] | None:
-        """The tiered columns when declared; None means every column of the hot table."""
-        return self.columns
-
-    @model_validator(mode="after")
-    def _cursor_is_tiered(self) -> SqlSourceSpec:
-        if self.columns is not None and self.cursor_column not in self.columns:
-            raise ValueError(f"cursor_column {self.cursor_column!r} must be one of columns")
-        return self
-
-
-#: Arrow type names a file source may declare (spelled as ``str(pyarrow type)``), all of which Iceberg can hold.
-FILE_COLUMN_TYPES = frozenset(
-    {"int32", "int64", "float", "double", "float32", "float64", "string", "bool", "binary", "date32"}
-)
-TIMESTAMP_TYPE = re.compile(r"^timestamp\[us(?:, tz=(UTC))?\]$")
-DECIMAL_TYPE = re.compile(r"^decimal128\((\d{1,2}), ?(\d{1,2})\)$")
-#: Default file-name globs per format.
-DEFAULT_FILE_PATTERNS: dict[str, tuple[str, ...]] = {
-    "jsonl": ("*.jsonl", "*.json"),
-    "csv": ("*.csv",),
-    "parquet": ("*.parquet",),
-}
-
-
-def _check_column_type(name: str) -> str:
-    """Validate an Arrow type name without importing pyarrow (DAG files are parsed often)."""
-    text = name.strip()
-    if text in FILE_COLUMN_TYPES or TIMESTAMP_TYPE.match(text):
-        return text
-    decimal = DECIMAL_TYPE.match(text)
-    if decimal:
-        precision, scale = int(decimal.group(1)), int(decimal.group(2))
-        if 1 <= precision <= 38 and scale <= precision:
-            return text
-        raise ValueError(f"{name!r}: a decimal128 needs 1 <= precision <= 38 and scale <= precision")
-    raise ValueError(
-        f"{name!r} is not a supported Arrow type; use one of {', '.join(sorted(FILE_COLUMN_TYPES))}, "
-        "timestamp[us], timestamp[us, tz=UTC] or decimal128(precision, scale) "
-        "(Iceberg keeps timestamps in microseconds, with time zone in UTC)"
-    )
-
-
-class FileSourceSpec(_Strict):
-    """A landing zone: files (JSON lines, CSV, Parquet) that arrive in a directory, each tiered once.
-
-    Relative paths (to ``path``) identify files: a file is tiered once when it is complete, and
-    a later file with the same relative path is taken for the same file and never tiered again.
-    Files and folders whose name starts with ``_`` or ``.`` are ignored (hidden, temporary).
-    """
-
-    kind: Literal["files"]
-    path: str = Field(min_length=1, description="directory of the landing zone: a local path or a URI (s3://…)")
-    conn_id: str | None = Field(
-        default=None,
-        min_length=1,
-        description="Airflow connection for object-store credentials: its extra holds the filesystem options",
-    )
-    format: Literal["jsonl", "csv", "parquet"]
-    pattern: str | tuple[str, ...] | None = Field(
-        default=None, description="glob(s) on the file name; by default *.jsonl and *.json, *.csv or *.parquet"
-    )
-    recursive: bool = Field(default=True, description="also list sub-folders")
-    columns: dict[Identifier, Annotated[str, AfterValidator(_check_column_type)]] | None = Field(
-        default=None,
-        validate_default=True,
-        description="column name -> Arrow type name; required for jsonl and csv, "
-        "for parquet the union of the files' schemas when unset",
-    )
-    settle_seconds: float = Field(
-        default=30.0, ge=0, description="a file is complete once its mtime is this old (unless marker_suffix is set)"
-    )
-    marker_suffix: str | None = Field(
-        default=None,
-        min_length=1,
-        description="a file F is complete when F + suffix exists (then settle_seconds is not used); "
-        "marker files are never data",
-    )
-    on_bad_record: Literal["fail", "side_table"] = "fail"
-    after_commit: Literal["keep", "delete", "archive"] = Field(
-        default="keep", description="what happens to a file once it is in the lake"
-    )
-    archive_path: str | None = Field(
-        default=None,
-        min_length=1,
-        validate_default=True,
-        description="where archived files go, on the landing zone's file system",
-    )
-    csv_delimiter: str = Field(default=",", min_length=1, max_length=1)
-    csv_header: bool = Field(default=True, description="the first line of each CSV file names its columns")
-    max_files_per_round: int = Field(default=100_000, gt=0)
-    target_bytes_per_split: int = Field(default=128 * 1024 * 1024, gt=0)
-
-    @field_validator("columns")
-    @classmethod
-    def _columns_declared(cls, value: dict[str, str] | None, info: ValidationInfo) -> dict[str, str] | None:
-        file_format = info.data.get("format")
-        if value is None and file_format in ("jsonl", "csv"):
-            raise ValueError(f"columns are required for format {file_format!r} (column name -> Arrow type)")
-        if value is not None and not value:
-            raise ValueError("columns must not be empty")
-        return value
-
-    @field_validator("pattern")
-    @classmethod
-    def _patterns_not_empty(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
-        if value is not None and (not value or any(not p for p in (value if isinstance(value, tuple) else (value,)))):
-            raise ValueError("pattern must not be empty; leave it unset for the format's default")
-        return value
-
-    @field_validator("archive_path")
-    @classmethod
-    def _archive_path_iff_archive(cls, value: str | None, info: ValidationInfo) -> str | None:
-        after_commit = info.data.get("after_commit")
-        if after_commit == "archive" and value is None:
-            raise ValueError("archive_path is required when after_commit is 'archive'")
-        if after_commit != "archive" and value is not None:
-            raise ValueError("archive_path is only used when after_commit is 'archive'")
-        return value
-
-    def column_names(self) -> tuple[str, ...] | None:
-        """The declared columns; None when they come from the files (parquet)."""
-        return None if self.columns is None else tuple(self.columns)
-
-    def file_patterns(self) -> tuple[str, ...]:
-        if self.pattern is None:
-            return DEFAULT_FILE_PATTERNS[self.format]
-        return self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
-
-
-def _source_kind(value: Any) -> str:
-    # Specs written before file sources existed have no kind: they are SQL tables.
-    if isinstance(value, Mapping):
-        return str(value.get("kind", "sql"))
-    return str(getattr(value, "kind", "sql"))
-
-
-#: The hot store of a table, chosen by ``kind`` ("sql" when unset).
-SourceSpec = Annotated[
-    Annotated[SqlSourceSpec, Tag("sql")] | Annotated[FileSourceSpec, Tag("files")],
-    Discriminator(_source_kind),
-]
-_SOURCE_TAGS = ("sql", "files")
-
-
-class LakeSpec(_Strict):
+class LakeSpec(StrictModel):
     """The Iceberg table a hot table is tiered into."""
 
     catalog_conn_id: str = Field(default="iceberg_default", min_length=1)
@@ -262,7 +58,7 @@ class LakeSpec(_Strict):
         return tuple(parse_partition_field(text) for text in self.partition_by)
 
 
-class SparkSpec(_Strict):
+class SparkSpec(StrictModel):
     """Where the round's Spark job runs: the Spark provider's connection, plus extra Spark conf."""
 
     conn_id: str = Field(default="spark_default", min_length=1)
@@ -277,7 +73,7 @@ class SparkSpec(_Strict):
     )
 
 
-class MaintenanceSpec(_Strict):
+class MaintenanceSpec(StrictModel):
     """Lake maintenance of the table (compaction, snapshot expiry, orphan removal): a task after its tiering task.
 
     The defaults follow Iceberg's own (snapshots kept 5 days, orphan files removed after 3 days).
@@ -310,7 +106,7 @@ class MaintenanceSpec(_Strict):
     )
 
 
-class EvictionSpec(_Strict):
+class EvictionSpec(StrictModel):
     """Deleting tiered rows from the hot store (SQL tables only): after a round's commit, rows the lake holds (cursor
     within the lake's committed offsets, each one checked in the lake) and older than ``retention_seconds``."""
 
@@ -325,7 +121,7 @@ class EvictionSpec(_Strict):
     max_rows_per_round: int = Field(default=1_000_000, gt=0)
 
 
-class TableSpec(_Strict):
+class TableSpec(StrictModel):
     """One hot table mapped to one Iceberg table, with the options of its rounds."""
 
     name: str = Field(description="unique name of the tiered table; the Airflow task id")
@@ -367,8 +163,11 @@ class TableSpec(_Strict):
 
     @model_validator(mode="after")
     def _eviction_needs_a_sql_table(self) -> TableSpec:
-        if self.eviction.enabled and not isinstance(self.source, SqlSourceSpec):
-            raise ValueError("eviction deletes tiered rows from a SQL hot table; a landing zone has after_commit")
+        if self.eviction.enabled and not self.source.supports_eviction:
+            raise ValueError(
+                f"eviction deletes tiered rows from a SQL hot table; a {self.source.kind!r} source cannot "
+                "(a landing zone has after_commit)"
+            )
         columns = self.source.column_names()
         age = self.eviction.age_column
         if self.eviction.enabled and age is not None and columns is not None and age not in columns:
@@ -389,12 +188,12 @@ class TableSpec(_Strict):
             return cls.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(f"field '{_error_location(err['loc'])}': {err['msg']}" for err in exc.errors())
-            raise InvalidTableSpec(f"table {name!r}: {problems}") from None
+            raise InvalidTableSpec(f"table {name!r}: {problems}") from exc
 
 
 def _error_location(loc: tuple[int | str, ...]) -> str:
     # The source union adds its tag to the location: source.files.columns reads as source.columns.
-    if len(loc) >= 2 and loc[0] == "source" and loc[1] in _SOURCE_TAGS:
+    if len(loc) >= 2 and loc[0] == "source" and loc[1] in SOURCE_SPEC_KINDS:
         loc = (loc[0], *loc[2:])
     return ".".join(str(p) for p in loc) or "<root>"
 
@@ -426,11 +225,11 @@ def load_table_specs(path: str | Path) -> list[TableSpec]:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise InvalidTableSpec(f"{path}: cannot read the table list: {exc}") from None
+        raise InvalidTableSpec(f"{path}: cannot read the table list: {exc}") from exc
     tables = data.get("tables") if isinstance(data, Mapping) else data
     if not isinstance(tables, list):
         raise InvalidTableSpec(f"{path}: expected a list of tables (or a mapping with a 'tables' list)")
     try:
         return parse_table_specs(tables)
     except InvalidTableSpec as exc:
-        raise InvalidTableSpec(f"{path}: {exc}") from None
+        raise InvalidTableSpec(f"{path}: {exc}") from exc

@@ -1,13 +1,13 @@
-"""Per-table tiering state: the state machine of DESIGN §3 and the JSON state document."""
+"""Per-table tiering state: the state machine and the JSON state document (``docs/design.md``, "State")."""
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_tiering.core.documents import DocumentTime, from_document, to_document
 from airflow_provider_tiering.core.errors import IllegalTransition
 
 
@@ -38,14 +38,6 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
 @dataclass
 class CommittedSnapshot:
     """What the lake holds, as of the last recorded round (a cache of the lake snapshot)."""
@@ -53,7 +45,7 @@ class CommittedSnapshot:
     snapshot_id: int
     epoch: int
     end_offsets: dict[str, Any]
-    committed_at: datetime | None = None
+    committed_at: DocumentTime | None = None
 
 
 @dataclass
@@ -79,19 +71,19 @@ class TableState:
     table: str
     status: TableStatus = TableStatus.NEW
     epoch: int = 0
-    last_tiered_time: datetime | None = None
-    last_checked_time: datetime | None = None
+    last_tiered_time: DocumentTime | None = None
+    last_checked_time: DocumentTime | None = None
     committed: CommittedSnapshot | None = None
     last_error: str | None = None
-    last_error_time: datetime | None = None
+    last_error_time: DocumentTime | None = None
     consecutive_failures: int = 0
-    next_retry_at: datetime | None = None
+    next_retry_at: DocumentTime | None = None
     last_round: RoundMetrics | None = None
     watermark_blockers: list[dict[str, Any]] = field(default_factory=list)
     watermark_candidate: dict[str, Any] | None = None
     attempt: str | None = None
     cleaned_through_epoch: int = 0
-    quarantined_since: datetime | None = None
+    quarantined_since: DocumentTime | None = None
     note: str | None = None
     evicted_rows_total: int = 0
     #: Why the last round's eviction did not run or stopped (its rows stay in the hot store); None when it ran.
@@ -153,43 +145,8 @@ class TableState:
         self.note = f"reset at {now.isoformat()}"
 
     def to_json(self) -> dict[str, Any]:
-        doc = dataclasses.asdict(self)
-        doc["status"] = self.status.value
-        for key in ("last_tiered_time", "last_checked_time", "last_error_time", "next_retry_at", "quarantined_since"):
-            doc[key] = _iso(getattr(self, key))
-        if self.committed is not None:
-            doc["committed"]["committed_at"] = _iso(self.committed.committed_at)
-        return doc
+        return to_document(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TableState:
-        committed = doc.get("committed")
-        last_round = doc.get("last_round")
-        return cls(
-            table=doc["table"],
-            status=TableStatus(doc.get("status", TableStatus.NEW.value)),
-            epoch=int(doc.get("epoch", 0)),
-            last_tiered_time=_parse_time(doc.get("last_tiered_time")),
-            last_checked_time=_parse_time(doc.get("last_checked_time")),
-            committed=None
-            if committed is None
-            else CommittedSnapshot(
-                snapshot_id=int(committed["snapshot_id"]),
-                epoch=int(committed["epoch"]),
-                end_offsets=dict(committed["end_offsets"]),
-                committed_at=_parse_time(committed.get("committed_at")),
-            ),
-            last_error=doc.get("last_error"),
-            last_error_time=_parse_time(doc.get("last_error_time")),
-            consecutive_failures=int(doc.get("consecutive_failures", 0)),
-            next_retry_at=_parse_time(doc.get("next_retry_at")),
-            last_round=None if last_round is None else RoundMetrics(**last_round),
-            watermark_blockers=list(doc.get("watermark_blockers") or []),
-            watermark_candidate=doc.get("watermark_candidate"),
-            attempt=doc.get("attempt"),
-            cleaned_through_epoch=int(doc.get("cleaned_through_epoch", 0)),
-            quarantined_since=_parse_time(doc.get("quarantined_since")),
-            note=doc.get("note"),
-            evicted_rows_total=int(doc.get("evicted_rows_total", 0)),
-            eviction_note=doc.get("eviction_note"),
-        )
+        return from_document(cls, doc)

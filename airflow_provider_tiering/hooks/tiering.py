@@ -1,111 +1,86 @@
-"""Resolve a table spec's Airflow connections into a hot-store source, an Iceberg catalog and Spark settings.
+"""Resolve a table's Airflow connections (hot store, Iceberg catalog, Spark) and build its round from them.
 
-Credentials only ever come from Airflow connections; every secret resolved here is also
-returned so that errors stored in the state document can be masked.
+Credentials only ever come from Airflow connections; every secret resolved here is also handed on, so that
+errors stored in the state document can be masked. What a round is built from is decided in ``build.py``;
+this module only turns Airflow's connections into the plain values it takes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.spec import FileSourceSpec, SparkSpec, SqlSourceSpec
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.source_specs import SourceSpecBase
+from airflow_provider_tiering.core.spec import LakeSpec, SparkSpec, TableSpec
 from airflow_provider_tiering.spark.session import DEFAULT_MASTER, SparkSettings
 
 if TYPE_CHECKING:
-    from airflow_provider_tiering.sources.base import Source
+    from airflow.sdk import Connection
 
-_SECRET_KEY = re.compile(r"pass|secret|token|credential|key", re.IGNORECASE)
-POSTGRES_CONN_TYPES = frozenset({"postgres", "postgresql"})
-SQLITE_CONN_TYPES = frozenset({"sqlite"})
+    from airflow_provider_tiering.build import CatalogConfig, MaintenanceParts, RoundParts, TableConnections
+    from airflow_provider_tiering.core.ports import Source
+    from airflow_provider_tiering.lake.iceberg import IcebergLake
+
+log = logging.getLogger(__name__)
+
+#: Extras of the Spark provider's ``spark`` connection that have a Spark conf of their own in a session
+#: (the others, such as ``deploy-mode`` or ``spark-binary``, are spark-submit's and do not apply in-process).
+SPARK_EXTRA_CONF = {
+    "queue": "spark.yarn.queue",
+    "namespace": "spark.kubernetes.namespace",
+    "principal": "spark.kerberos.principal",
+}
 
 
-def postgres_dsn(conn: Any) -> str:
-    """A libpq URI from an Airflow connection (``extra`` keys become URI parameters, e.g. sslmode)."""
-    auth = ""
-    if conn.login:
-        auth = quote(conn.login, safe="")
-        if conn.password:
-            auth += ":" + quote(conn.password, safe="")
-        auth += "@"
-    host = conn.host or "localhost"
-    port = f":{conn.port}" if conn.port else ""
-    database = quote(conn.schema or "postgres", safe="")
-    params = {k: str(v) for k, v in (conn.extra_dejson or {}).items() if isinstance(v, (str, int, bool))}
-    query = f"?{urlencode(params)}" if params else ""
-    return f"postgresql://{auth}{host}{port}/{database}{query}"
+def connection_info(conn: Connection) -> ConnectionInfo:
+    """An Airflow connection's fields as a :class:`ConnectionInfo`."""
+    return ConnectionInfo(
+        conn_type=conn.conn_type or "",
+        host=conn.host,
+        port=conn.port,
+        login=conn.login,
+        password=conn.password,
+        schema=conn.schema,
+        extra=dict(conn.extra_dejson or {}),
+        conn_id=conn.conn_id,
+    )
 
 
 class TieringSourceHook(BaseHook):
-    """Builds the :class:`Source` of a table's hot store from its spec and Airflow connection.
-
-    SQL tables need their connection (postgres or sqlite); a landing zone of files needs one only
-    for object-store credentials.
-    """
+    """Builds the :class:`~airflow_provider_tiering.core.ports.Source` of a table's hot store from its spec and
+    Airflow connection (through ``sources/registry.py``). A landing zone of files needs a connection only for
+    object-store credentials."""
 
     conn_name_attr = "conn_id"
     hook_name = "Tiering source"
 
-    def __init__(self, spec: SqlSourceSpec | FileSourceSpec) -> None:
+    def __init__(self, spec: SourceSpecBase) -> None:
         super().__init__()
         self.spec = spec
 
-    def get_source(self) -> Source:
-        conn = None if self.spec.conn_id is None else self.get_connection(self.spec.conn_id)
-        return _build_source(self.spec, conn)
+    def connection(self) -> ConnectionInfo | None:
+        return None if self.spec.conn_id is None else connection_info(self.get_connection(self.spec.conn_id))
 
-    async def aget_source(self) -> Source:
+    def get_source(self) -> Source[Any, Any]:
+        from airflow_provider_tiering.sources.registry import build_source
+
+        return build_source(self.spec, self.connection())
+
+    async def aget_source(self) -> Source[Any, Any]:
         """:meth:`get_source` for triggers, which run in the triggerer's event loop."""
-        conn = None if self.spec.conn_id is None else await self.aget_connection(self.spec.conn_id)
-        return await asyncio.to_thread(_build_source, self.spec, conn)
+        from airflow_provider_tiering.sources.registry import build_source
+
+        conn_id = self.spec.conn_id
+        info = None if conn_id is None else connection_info(await self.aget_connection(conn_id))
+        return await asyncio.to_thread(build_source, self.spec, info)
 
 
 #: The name of the hook before landing zones existed.
 SqlSourceHook = TieringSourceHook
-
-
-def _build_source(spec: SqlSourceSpec | FileSourceSpec, conn: Any | None) -> Source:
-    if isinstance(spec, FileSourceSpec):
-        return file_source_from_connection(spec, conn)
-    return source_from_connection(spec, conn)
-
-
-def file_source_from_connection(spec: FileSourceSpec, conn: Any | None) -> Source:
-    """The :class:`Source` of a landing zone; the connection's extra (if any) holds the filesystem options."""
-    from airflow_provider_tiering.sources.files import FileSource
-
-    if conn is None:
-        return FileSource(spec)
-    options = dict(conn.extra_dejson or {})
-    secrets = [str(v) for k, v in options.items() if _SECRET_KEY.search(k)]
-    if conn.password:
-        secrets.append(conn.password)
-    return FileSource(spec, options, secrets)
-
-
-def source_from_connection(spec: SqlSourceSpec, conn: Any) -> Source:
-    """The :class:`Source` of a SQL hot table, given its (already resolved) Airflow connection."""
-    conn_type = (conn.conn_type or "").lower()
-    if conn_type in POSTGRES_CONN_TYPES:
-        from airflow_provider_tiering.sources.postgres import PostgresSource
-
-        return PostgresSource(spec, postgres_dsn(conn))
-    if conn_type in SQLITE_CONN_TYPES:
-        from airflow_provider_tiering.sources.sqlite import SqliteSource
-
-        path = conn.host or conn.schema
-        if not path:
-            raise SourceError(f"connection {spec.conn_id!r}: a sqlite connection needs the database path as host")
-        return SqliteSource(spec, path)
-    raise SourceError(
-        f"connection {spec.conn_id!r} has type {conn.conn_type!r}; "
-        f"supported: {', '.join(sorted(POSTGRES_CONN_TYPES | SQLITE_CONN_TYPES))}"
-    )
 
 
 class IcebergCatalogHook(BaseHook):
@@ -131,46 +106,48 @@ class IcebergCatalogHook(BaseHook):
         self.iceberg_conn_id = iceberg_conn_id
         self._secrets: list[str] = []
 
+    def catalog_config(self) -> CatalogConfig:
+        """The catalog's name and properties, resolved from the connection (the catalog is not loaded)."""
+        config = catalog_config(self.iceberg_conn_id, self.get_connection(self.iceberg_conn_id))
+        self._secrets = list(config.secrets)
+        return config
+
+    async def acatalog_config(self) -> CatalogConfig:
+        """:meth:`catalog_config` for triggers: the connection is looked up without blocking the event loop."""
+        config = catalog_config(self.iceberg_conn_id, await self.aget_connection(self.iceberg_conn_id))
+        self._secrets = list(config.secrets)
+        return config
+
     def catalog_properties(self) -> dict[str, str]:
-        properties, self._secrets = catalog_properties_from_connection(self.get_connection(self.iceberg_conn_id))
-        return properties
+        return dict(self.catalog_config().properties)
 
     def get_conn(self) -> Any:
-        from airflow_provider_tiering.lake.iceberg import load_catalog
-
-        properties = self.catalog_properties()
-        return load_catalog(properties.pop("name", self.iceberg_conn_id), properties)
-
-    async def aget_conn(self) -> Any:
-        """:meth:`get_conn` for triggers: the connection is looked up without blocking the event loop."""
-        properties, self._secrets = catalog_properties_from_connection(await self.aget_connection(self.iceberg_conn_id))
-        name = properties.pop("name", self.iceberg_conn_id)
-        from airflow_provider_tiering.lake.iceberg import load_catalog
-
-        return await asyncio.to_thread(load_catalog, name, properties)
+        """The loaded pyiceberg catalog."""
+        return self.catalog_config().handle().get()
 
     def secrets(self) -> list[str]:
         return list(self._secrets)
 
 
-def catalog_properties_from_connection(conn: Any) -> tuple[dict[str, str], list[str]]:
+def catalog_config(conn_id: str, conn: Connection) -> CatalogConfig:
     """pyiceberg catalog properties from an Airflow connection, and the secrets among them."""
-    properties = {k: str(v) for k, v in (conn.extra_dejson or {}).items()}
-    if conn.host and "uri" not in properties:
-        properties["uri"] = conn.host
-    if conn.password:
-        properties.setdefault("token", conn.password)
-    secrets = [v for k, v in properties.items() if _SECRET_KEY.search(k)]
-    if conn.password:
-        secrets.append(conn.password)
-    return properties, secrets
+    from airflow_provider_tiering.build import CatalogConfig
+
+    info = connection_info(conn)
+    properties = {k: str(v) for k, v in info.extra.items()}
+    if info.host and "uri" not in properties:
+        properties["uri"] = info.host
+    if info.password:
+        properties.setdefault("token", info.password)
+    secrets = ConnectionInfo(conn_type="iceberg", password=info.password, extra=properties).secrets()
+    name = properties.pop("name", conn_id)
+    return CatalogConfig(name, properties, repr(conn_id), tuple(secrets))
 
 
 def spark_settings(spec: SparkSpec) -> SparkSettings:
-    """Spark settings from the Spark provider's connections: ``spark`` (a master URL) or ``spark_connect``.
-
-    Without such a connection, Spark runs in local mode (``local[*]``).
-    """
+    """Spark settings from the Spark provider's connections: ``spark`` (a master URL; its extras that are Spark conf
+    become conf) or ``spark_connect``. Without such a connection, Spark runs in local mode (``local[*]``). The
+    spec's own ``conf`` wins over the connection's."""
     from airflow.exceptions import AirflowNotFoundException
 
     try:
@@ -181,9 +158,65 @@ def spark_settings(spec: SparkSpec) -> SparkSettings:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         return SparkSettings(remote=SparkConnectHook(conn_id=spec.conn_id).get_connection_url(), conf=dict(spec.conf))
+    # The master as the Spark provider's SparkSubmitHook resolves it (its resolver is private and builds
+    # spark-submit arguments, not a session).
     host = conn.host or DEFAULT_MASTER
     if "://" not in host and not host.startswith(("local", "yarn")):
         host = f"spark://{host}"
     if conn.port and host.startswith("spark://") and host.count(":") == 1:
         host = f"{host}:{conn.port}"
-    return SparkSettings(master=host, conf=dict(spec.conf), class_data_sharing=spec.class_data_sharing)
+    conf: dict[str, str] = {}
+    for key, value in (conn.extra_dejson or {}).items():
+        if key.startswith("spark."):
+            conf[key] = str(value)
+        elif key in SPARK_EXTRA_CONF:
+            conf[SPARK_EXTRA_CONF[key]] = str(value)
+        else:
+            log.info("spark connection %r: extra %r is spark-submit's; a session does not use it", spec.conn_id, key)
+    conf.update(spec.conf)
+    return SparkSettings(master=host, conf=conf, class_data_sharing=spec.class_data_sharing)
+
+
+class TieringHook(BaseHook):
+    """Everything a table's round needs, from its Airflow connections: the hot store's, the catalog's, Spark's.
+
+    Each resolution is separate, so a task can record which one failed (they are the table's failed rounds)."""
+
+    hook_name = "Tiering"
+
+    def __init__(self, spec: TableSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
+
+    def get_source(self) -> Source[Any, Any]:
+        return TieringSourceHook(self.spec.source).get_source()
+
+    def connections(self) -> TableConnections:
+        from airflow_provider_tiering.build import TableConnections
+
+        return TableConnections(
+            source=TieringSourceHook(self.spec.source).connection(),
+            catalog=self.catalog_hook.catalog_config(),
+            spark=spark_settings(self.spec.spark),
+        )
+
+    def secrets(self) -> list[str]:
+        return self.catalog_hook.secrets()
+
+    def build_round(self, source: Source[Any, Any] | None = None) -> RoundParts:
+        from airflow_provider_tiering.build import build_round
+
+        return build_round(self.spec, self.connections(), source=source)
+
+    def build_maintenance(self) -> MaintenanceParts:
+        from airflow_provider_tiering.build import build_maintenance
+
+        return build_maintenance(self.spec, self.catalog_hook.catalog_config(), spark_settings(self.spec.spark))
+
+
+def lake_of(lake: LakeSpec) -> IcebergLake:
+    """The Iceberg table of a spec's lake part, its catalog from Airflow (loaded on first use)."""
+    from airflow_provider_tiering.build import build_lake
+
+    return build_lake(lake, IcebergCatalogHook(lake.catalog_conn_id).catalog_config().handle())

@@ -33,8 +33,8 @@ def build_partition_spec(fields: Sequence[PartitionField], schema: Any) -> Any:
     for offset, field in enumerate(fields):
         try:
             source = schema.find_field(field.column)
-        except ValueError:
-            raise LakeError(f"partition field {field}: column {field.column!r} is not in the table") from None
+        except ValueError as exc:
+            raise LakeError(f"partition field {field}: column {field.column!r} is not in the table") from exc
         transform = parse_transform(field.iceberg_transform)
         if not transform.can_transform(source.field_type):
             raise LakeError(
@@ -107,12 +107,15 @@ class Partitioner:
         key_table = pa.table(keys)
         names = list(keys)
         for row in key_table.group_by(names, use_threads=False).aggregate([]).to_pylist():
-            mask = None
-            for name in names:
-                value = row[name]
-                column = key_table.column(name)
-                condition = pc.is_null(column) if value is None else pc.equal(column, pa.scalar(value, column.type))
-                mask = condition if mask is None else pc.and_(mask, condition)
+            conditions = [
+                pc.is_null(key_table.column(name))
+                if row[name] is None
+                else pc.equal(key_table.column(name), pa.scalar(row[name], key_table.column(name).type))
+                for name in names
+            ]
+            mask = conditions[0]
+            for condition in conditions[1:]:
+                mask = pc.and_(mask, condition)
             values = [
                 None if row[name] is None else partition_record_value(field, row[name], self.schema)
                 for name, field in zip(names, self.spec.fields)

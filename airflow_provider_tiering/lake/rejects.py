@@ -12,25 +12,36 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_tiering.lake.data_files import WrittenFile, filesystem_and_path
+from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.ports import WrittenFile
+from airflow_provider_tiering.lake.add_files import append_files
 from airflow_provider_tiering.lake.iceberg import IcebergLake
+from airflow_provider_tiering.lake.staging import attempt_uri, clean_attempt
+from airflow_provider_tiering.lake.tiering_commits import ATTEMPT_PROPERTY, REJECTS_EPOCH_PROPERTY, TABLE_PROPERTY
+from airflow_provider_tiering.lake.warehouse import filesystem_and_path
 
+_REJECTS_FIELDS: list[pa.Field[Any]] = [
+    pa.field("source_file", pa.string(), nullable=False),
+    pa.field("line", pa.int64()),
+    pa.field("record", pa.string()),
+    pa.field("reason", pa.string(), nullable=False),
+]
 #: Bad records set aside by a source (``on_bad_record="side_table"``), as written to the side table.
-REJECTS_SCHEMA = pa.schema(
-    [
-        pa.field("source_file", pa.string(), nullable=False),
-        pa.field("line", pa.int64()),
-        pa.field("record", pa.string()),
-        pa.field("reason", pa.string(), nullable=False),
-    ]
-)
+REJECTS_SCHEMA = pa.schema(_REJECTS_FIELDS)
 
 
-class RejectsTable(IcebergLake):
-    """The Iceberg side table of one tiered table's bad records (columns: ``REJECTS_SCHEMA``)."""
+class RejectsTable:
+    """The Iceberg side table of one tiered table's bad records (columns: ``REJECTS_SCHEMA``); a
+    :class:`~airflow_provider_tiering.core.ports.RejectsSink`."""
 
-    def ensure(self) -> Any:
-        return self.ensure_table(REJECTS_SCHEMA)
+    def __init__(self, lake: IcebergLake) -> None:
+        self.lake = lake
+
+    def ensure(self) -> None:
+        self.lake.ensure_table(REJECTS_SCHEMA)
+
+    def staging_uri(self, epoch: int, attempt: str) -> str:
+        return attempt_uri(self.lake.location(), epoch, attempt)
 
     def replace(self, files: Sequence[WrittenFile], *, epoch: int, table_name: str, attempt: str) -> int:
         """Commit ``files`` (rejects files written by this round's tasks) in place of the side table's rows of
@@ -42,7 +53,16 @@ class RejectsTable(IcebergLake):
         for written in files:
             filesystem, path = filesystem_and_path(written.path)
             with filesystem.open_input_file(path) as handle:
-                source_files.update(pq.read_table(handle, columns=["source_file"]).column(0).to_pylist())
-        properties = {"tiering.rejects-epoch": str(epoch), "tiering.table": table_name, "tiering.attempt": attempt}
-        self._append(self.load_table(), files, properties, replacing=In("source_file", sorted(source_files)))
-        return int(self.load_table().current_snapshot().snapshot_id)
+                values = pq.read_table(handle, columns=["source_file"]).column(0).to_pylist()
+                source_files.update(str(v) for v in values if v is not None)
+        properties = {REJECTS_EPOCH_PROPERTY: str(epoch), TABLE_PROPERTY: table_name, ATTEMPT_PROPERTY: attempt}
+        table = self.lake.load_table()
+        if table is None:
+            raise LakeError(f"Iceberg table {self.lake.name} disappeared before the commit")
+        append_files(table, files, properties, replacing=In(term="source_file", literals=sorted(source_files)))
+        snapshot = table.current_snapshot()
+        assert snapshot is not None  # the transaction just committed one
+        return int(snapshot.snapshot_id)
+
+    def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
+        return clean_attempt(self.staging_uri(epoch, attempt), keep)

@@ -9,19 +9,24 @@ Allowed without asking: a new hot column (added to the lake, older rows read as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from airflow_provider_tiering.core.errors import SchemaConflict
+
+if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
 
 
 @dataclass
 class SchemaChanges:
     """What the hot store's schema asks of the lake's: columns to add, columns to widen or relax."""
 
-    added: list[tuple[str, Any]] = field(default_factory=list)
-    widened: list[tuple[str, Any, Any]] = field(default_factory=list)
+    added: list[tuple[str, IcebergType]] = field(default_factory=list)
+    widened: list[tuple[str, IcebergType, IcebergType]] = field(default_factory=list)
     relaxed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -34,15 +39,17 @@ class SchemaChanges:
         return "; ".join(parts)
 
 
-def iceberg_schema_from_arrow(schema: pa.Schema) -> Any:
+def iceberg_schema_from_arrow(schema: pa.Schema) -> Schema:
     """The Iceberg schema (fresh field ids) that pyiceberg gives an Arrow schema at table creation."""
     from pyiceberg.catalog import Catalog
     from pyiceberg.schema import assign_fresh_schema_ids
 
+    # The conversion create_table applies (private: pyiceberg has no public Arrow -> Iceberg schema without ids);
+    # the partition spec is built on its field ids before the table exists.
     return assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
 
 
-def _widens(old: Any, new: Any) -> bool:
+def _widens(old: IcebergType, new: IcebergType) -> bool:
     from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
 
     if isinstance(old, IntegerType) and isinstance(new, LongType):
@@ -57,7 +64,7 @@ def _widens(old: Any, new: Any) -> bool:
     )
 
 
-def plan_schema_changes(lake_schema: Any, source: pa.Schema) -> SchemaChanges:
+def plan_schema_changes(lake_schema: Schema, source: pa.Schema) -> SchemaChanges:
     """Compare the lake table's Iceberg schema with the hot store's Arrow schema (top-level columns)."""
     wanted = iceberg_schema_from_arrow(source)
     changes = SchemaChanges()
@@ -90,15 +97,13 @@ def plan_schema_changes(lake_schema: Any, source: pa.Schema) -> SchemaChanges:
     return changes
 
 
-def apply_schema_changes(table: Any, changes: SchemaChanges) -> None:
-    """Apply ``changes`` to the table in one schema commit (the name mapping follows, for files without ids)."""
+def apply_schema_changes(table: Table, source: pa.Schema) -> None:
+    """Apply what :func:`plan_schema_changes` allowed, in one schema commit, with pyiceberg's union by name (the
+    name mapping follows, for files without ids). Columns new to the lake are added optional: older rows lack them."""
+    lake_columns = {field.name for field in table.schema().fields}
+    wanted = pa.schema([f if f.name in lake_columns else f.with_nullable(True) for f in source])
     with table.update_schema() as update:
-        for name, kind in changes.added:
-            update.add_column(name, kind, required=False)
-        for name, _old, new in changes.widened:
-            update.update_column(name, field_type=new)
-        for name in changes.relaxed:
-            update.update_column(name, required=False)
+        update.union_by_name(wanted)
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:
@@ -110,7 +115,7 @@ def _plain(kind: pa.DataType) -> pa.DataType:
     return kind
 
 
-def write_schema(lake_schema: Any) -> pa.Schema:
+def write_schema(lake_schema: Schema) -> pa.Schema:
     """The Arrow schema data files are written in: the lake's columns, in order, without field ids."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 

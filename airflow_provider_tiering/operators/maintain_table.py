@@ -9,7 +9,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_tiering.assets import table_asset
-from airflow_provider_tiering.core.maintenance import record_failure_before_maintenance, run_maintenance
+from airflow_provider_tiering.core.maintenance import record_failure_before_maintenance
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import MaintenanceStateStore
@@ -53,35 +53,15 @@ class MaintainTableOperator(BaseOperator):
                 f"{spec.name}: maintained at {status.last_run_at.isoformat() if status.last_run_at else '?'}; "
                 f"next after {spec.maintenance.interval_seconds:g}s"
             )
-        from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, spark_settings
-        from airflow_provider_tiering.lake.iceberg import IcebergLake, LazyCatalog
-        from airflow_provider_tiering.lake.maintenance import IcebergMaintainer
-        from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+        from airflow_provider_tiering.hooks.tiering import TieringHook
 
-        catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
+        hook = TieringHook(spec)
         try:
-            catalog_hook.catalog_properties()
+            parts = hook.build_maintenance()
         except Exception as exc:  # recorded like a failed step, so the status shows why maintenance does not run
-            raise record_failure_before_maintenance(
-                spec.name, store, exc, now=now, secrets=catalog_hook.secrets()
-            ) from exc
-        catalog = LazyCatalog(catalog_hook.get_conn, repr(spec.lake.catalog_conn_id))
-        lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
-        maintainer = IcebergMaintainer(
-            lake,
-            lambda: SparkSplitWriter(spark_settings(spec.spark), local_single_split=spec.spark.local_single_split),
-            spec.name,
-        )
+            raise record_failure_before_maintenance(spec.name, store, exc, now=now, secrets=hook.secrets()) from exc
         # A failure raises MaintenanceFailed, already recorded, naming the step and its root cause.
-        status = run_maintenance(
-            spec.name,
-            spec.maintenance,
-            maintainer,
-            store,
-            target_file_bytes=spec.target_file_size_mb * 1024 * 1024,
-            now=now,
-            secrets=catalog_hook.secrets(),
-        )
+        status = parts.run(store, now=now)
         check = status.last_check
         self.log.info(
             "%s: compaction %s (%s -> %s data files), %d snapshots expired, %d orphan files removed; "

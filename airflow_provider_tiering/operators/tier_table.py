@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -12,30 +12,24 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_tiering.assets import table_asset
+from airflow_provider_tiering.core.decisions import (
+    TaskAction,
+    TaskDecision,
+    decide_task,
+    probe_hot_store,
+    record_decision,
+)
 from airflow_provider_tiering.core.errors import QuarantinedError
-from airflow_provider_tiering.core.round import RoundResult, record_failure_before_round, run_round
-from airflow_provider_tiering.core.schedule import due_at, is_due, record_not_due, settled_offsets
+from airflow_provider_tiering.core.round import RetryDelay, RoundOutcome, RoundResult, record_failure_before_round
 from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.state import TableState, utcnow
+from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
+from airflow_provider_tiering.operators.retry_delay import task_retry_delay
 from airflow_provider_tiering.run_conf import selected_tables
 
 if TYPE_CHECKING:
-    from airflow_provider_tiering.sources.base import Source
-
-
-def earliest_retry_delay(
-    try_number: int, retries: int, retry_delay: timedelta, multiplier: float, max_retry_delay: timedelta | None
-) -> timedelta | None:
-    """The shortest wait Airflow takes before retrying a failed try (its back-off adds up to as much again
-    as deterministic jitter); None when no retry is left."""
-    if try_number > retries:
-        return None
-    if multiplier and multiplier != 1.0:
-        delay = timedelta(seconds=max(1, math.ceil(retry_delay.total_seconds() * multiplier ** (try_number - 1))))
-    else:
-        delay = retry_delay
-    return min(delay, max_retry_delay) if max_retry_delay else delay
+    from airflow_provider_tiering.build import RoundParts
+    from airflow_provider_tiering.lineage import RoundLineage
 
 
 class TierTableOperator(BaseOperator):
@@ -53,6 +47,7 @@ class TierTableOperator(BaseOperator):
     A table is tiered once ``freshness_seconds`` have passed since its last tiered round; before that
     its task skips at once (status SCHEDULED), touching neither the hot store nor Spark. A DAG run
     started with ``conf={"tables": [...]}`` tiers only the named tables, due or not; the others skip.
+    What the task does is decided in ``core/decisions.py``; this class maps the decision to its outcome.
 
     Hazard: two runs of the same table at once are safe (one is fenced and fails) but waste work;
     limit them with ``max_active_tis_per_dag=1`` (the DAG factory does).
@@ -74,75 +69,59 @@ class TierTableOperator(BaseOperator):
         super().__init__(**kwargs)
         self.table_spec = spec
         self.table_asset = asset
+        self._lineage: RoundLineage | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         spec = self.table_spec
-        selected = selected_tables(context)
-        if selected is not None and spec.name not in selected:
-            raise AirflowSkipException(f"{spec.name}: not among the tables this run tiers ({', '.join(selected)})")
         state_store = AssetStateStore(context["asset_state_store"][self.table_asset])
-        state = state_store.load()
-        if selected is None:
-            self._skip_unless_due(state_store, state)
+        state, now = state_store.load(), utcnow()
+        decision = decide_task(spec, state, now=now, selected=selected_tables(context))
         # Imported here, not at module level: DAG files are parsed often and need none of pyarrow,
         # pyiceberg or pyspark (measured: 0.68 s -> 0.45 s to parse a 200-table DAG).
-        from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, TieringSourceHook, spark_settings
+        from airflow_provider_tiering.hooks.tiering import TieringHook
 
-        retry_delay = self._retry_delay(context)
-        with self._setup_failure_recorded(state_store, context, retry_delay):
-            source = TieringSourceHook(spec.source).get_source()
-        self._skip_if_nothing_new(state_store, state, source)
-        from airflow_provider_tiering.lake.iceberg import IcebergLake, LazyCatalog
-        from airflow_provider_tiering.spark.write_job import SparkSplitWriter
-
-        catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
-        with self._setup_failure_recorded(state_store, context, retry_delay, catalog_hook.secrets):
-            catalog_hook.catalog_properties()  # resolves the connection and its secrets (masked in errors) up front
-            settings = spark_settings(spec.spark)
-        # The catalog itself is loaded inside the round, so a catalog that cannot be reached is the table's error.
-        catalog = LazyCatalog(catalog_hook.get_conn, repr(spec.lake.catalog_conn_id))
-        lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
-        writer = SparkSplitWriter(settings, local_single_split=spec.spark.local_single_split)
-        rejects = None
-        if getattr(spec.source, "on_bad_record", "fail") == "side_table":
-            from airflow_provider_tiering.lake.rejects import RejectsTable
-
-            rejects = RejectsTable(catalog, spec.lake.namespace, spec.lake.rejects_table_name)
-        try:
-            result = run_round(
-                spec,
-                source,
-                lake,
-                writer,
-                state_store,
-                secrets=catalog_hook.secrets(),
-                retry_delay=retry_delay,
-                observe=lambda phase: self.log.info("%s: %s", spec.name, phase),
-                rejects=rejects,
-            )
-        except QuarantinedError as exc:
-            raise self._quarantine_exit(exc, context) from None
-        finally:
-            writer.stop()
-        if result.outcome == "tiered":
-            self._lineage = self._round_lineage(source, lake, result)
+        hook = TieringHook(spec)
+        retry_delay = task_retry_delay(self, context)
+        source = None
+        if decision.action is TaskAction.PROBE:
+            # Only the hot store is asked: loading an Iceberg catalog costs a fresh task process about 1.7
+            # CPU-seconds, most of a nothing-to-tier round.
+            with self._setup_failure_recorded(state_store, context, retry_delay):
+                source = hook.get_source()
+            decision = probe_hot_store(source.has_rows_after, decision)
+        changed = record_decision(state, decision, now)
+        if changed is not None:
+            state_store.save(changed)
+        if not decision.runs:
+            raise self._exit(decision, context)
+        with self._setup_failure_recorded(state_store, context, retry_delay, hook.secrets):
+            parts = hook.build_round(source)
+        with parts:
+            try:
+                result = parts.run(
+                    state_store,
+                    retry_delay=retry_delay,
+                    observe=lambda phase: self.log.info("%s: %s", spec.name, phase.value),
+                )
+            except QuarantinedError as exc:
+                raise self._quarantine_exit(str(exc), context) from exc
+        if result.outcome is RoundOutcome.TIERED:
+            self._lineage = self._round_lineage(parts, result)
         return self._report(result, context)
 
-    def _retry_delay(self, context: Any) -> timedelta | None:
-        return earliest_retry_delay(
-            context["ti"].try_number,
-            self.retries or 0,
-            self.retry_delay,
-            float(self.retry_exponential_backoff or 0),
-            self.max_retry_delay,
-        )
+    def _exit(self, decision: TaskDecision, context: Any) -> Exception:
+        """The task outcome of a decision not to run a round: skipped with the reason (a quarantine fails instead,
+        when this task's own tries caused it)."""
+        if decision.action is TaskAction.QUARANTINED:
+            return self._quarantine_exit(decision.reason, context)
+        return AirflowSkipException(decision.reason)
 
     @contextmanager
     def _setup_failure_recorded(
         self,
         state_store: AssetStateStore,
         context: Any,
-        retry_delay: timedelta | None,
+        retry_delay: RetryDelay,
         secrets: Callable[[], list[str]] = list,
     ) -> Iterator[None]:
         """An error before the round (a missing or unusable Airflow connection) is recorded as the table's
@@ -155,28 +134,28 @@ class TierTableOperator(BaseOperator):
                     self.table_spec, state_store, exc, secrets=secrets(), retry_delay=retry_delay
                 )
             except QuarantinedError as quarantined:
-                raise self._quarantine_exit(quarantined, context) from None
+                raise self._quarantine_exit(str(quarantined), context) from quarantined
             raise
 
     @staticmethod
-    def _quarantine_exit(exc: QuarantinedError, context: Any) -> Exception:
+    def _quarantine_exit(reason: str, context: Any) -> Exception:
         if context["ti"].try_number > 1:
             # This task's own failed tries quarantined the table: fail loudly (so the run fails and
             # alerts fire) and stop retrying, rather than end "skipped".
-            return AirflowFailException(str(exc))
-        return AirflowSkipException(str(exc))
+            return AirflowFailException(reason)
+        return AirflowSkipException(reason)
 
-    def _round_lineage(self, source: Source, lake: Any, result: RoundResult) -> Any:
+    def _round_lineage(self, parts: RoundParts, result: RoundResult) -> RoundLineage | None:
         """What the round read and wrote, for :meth:`get_openlineage_facets_on_complete` (None if unknown)."""
-        from airflow_provider_tiering.lineage import RoundLineage, arrow_fields, lake_dataset, source_dataset
+        from airflow_provider_tiering.lineage import RoundLineage, arrow_fields, lake_dataset
 
         spec = self.table_spec
         try:
-            fields = arrow_fields(source.schema())
+            fields = arrow_fields(parts.source.schema())
             metrics = result.metrics
             return RoundLineage(
-                source_dataset(source, spec, fields),
-                lake_dataset(lake.table.location(), spec.lake.namespace, spec.lake.table, fields),
+                replace(parts.source.lineage_dataset(), fields=fields),
+                lake_dataset(parts.lake.location(), spec.lake.namespace, spec.lake.table, fields),
                 rows=metrics.rows if metrics else 0,
                 bytes=metrics.bytes if metrics else 0,
                 files=metrics.files if metrics else 0,
@@ -190,50 +169,15 @@ class TierTableOperator(BaseOperator):
         counts; called by Airflow's OpenLineage provider when it is installed and configured."""
         from airflow_provider_tiering.lineage import operator_lineage
 
-        lineage = getattr(self, "_lineage", None)
-        if lineage is None:
-            from airflow.providers.openlineage.extractors import OperatorLineage
+        if self._lineage is None:
+            from airflow.providers.openlineage.extractors.base import OperatorLineage
 
             return OperatorLineage()
-        return operator_lineage(lineage)
-
-    def _skip_unless_due(self, state_store: AssetStateStore, state: TableState | None) -> None:
-        now = utcnow()
-        if state is None or is_due(state, self.table_spec.freshness_seconds, now):
-            return
-        record_not_due(state, now)
-        state_store.save(state)
-        when = due_at(state, self.table_spec.freshness_seconds)
-        raise AirflowSkipException(
-            f"{self.table_spec.name}: not due until {when.isoformat() if when else 'now'} "
-            f"(freshness {self.table_spec.freshness_seconds:g}s since the last tiered round)"
-        )
-
-    def _skip_if_nothing_new(self, state_store: AssetStateStore, state: TableState | None, source: Source) -> None:
-        """Skip before opening the lake when the hot store has no row beyond the recorded offsets.
-
-        Loading an Iceberg catalog costs a fresh task process about 1.7 CPU-seconds (imports, first catalog
-        query), most of a nothing-to-tier round. Safe: a lake ahead of the state (a crash between commit and
-        record) has rows beyond the recorded offsets, so the full round runs and repairs the state.
-        """
-        offsets = settled_offsets(state)
-        if state is None or offsets is None:
-            return
-        try:
-            if source.has_rows_after(offsets):
-                return
-        except Exception:  # the round reports and records the error, with retries and quarantine
-            return
-        state.walk_to_idle()
-        state.last_checked_time = utcnow()
-        state_store.save(state)
-        raise AirflowSkipException(
-            f"{self.table_spec.name}: nothing to tier; the hot store has no row beyond {offsets}"
-        )
+        return operator_lineage(self._lineage)
 
     def _report(self, result: RoundResult, context: Any) -> dict[str, Any]:
         extra = result.event_extra()
-        if result.outcome == "nothing_to_tier":
+        if result.outcome is RoundOutcome.NOTHING_TO_TIER:
             reason = f"{result.table}: nothing to tier; the lake is at {result.end_offsets}"
             if result.blockers:
                 reason += f"; waiting for open transactions {result.blockers}"

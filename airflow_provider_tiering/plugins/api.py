@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel, Field
 
 from airflow_provider_tiering.control import table_tasks, trigger_tables
+from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.plugins.access import GetUserDep, authorize_reset, authorize_trigger, can_read
 from airflow_provider_tiering.status import (
@@ -113,8 +114,8 @@ def _response(found: TieringStatus) -> TableStatusResponse:
     return TableStatusResponse.model_validate(found.to_json())
 
 
-def _not_found(err: KeyError) -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, str(err.args[0]) if err.args else "no such table")
+def _not_found(err: TableNotFound) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, str(err) or "no such table")
 
 
 @router.get("/tables", response_model=TableListResponse, summary="Every tiered table's status")
@@ -130,8 +131,8 @@ def list_tables(
 def get_table(table: TablePath) -> TableStatusResponse:
     try:
         return _response(get_tiering_status(table))
-    except KeyError as err:
-        raise _not_found(err) from None
+    except TableNotFound as err:
+        raise _not_found(err) from err
 
 
 @router.get(
@@ -145,8 +146,8 @@ def get_history(
 ) -> HistoryResponse:
     try:
         rounds = tiering_history(table, limit)
-    except KeyError as err:
-        raise _not_found(err) from None
+    except TableNotFound as err:
+        raise _not_found(err) from err
     return HistoryResponse(table=table, rounds=rounds)
 
 
@@ -160,8 +161,8 @@ def reset(table: TablePath, user: GetUserDep) -> TableStatusResponse:
     with session_scope(None) as session:
         try:
             found = get_tiering_status(table, session=session)
-        except KeyError as err:
-            raise _not_found(err) from None
+        except TableNotFound as err:
+            raise _not_found(err) from err
         authorize_reset(user, found.asset_id, table)
         reset_table(table, session=session)
         session.flush()
@@ -182,8 +183,8 @@ def trigger(body: TriggerRequest, user: GetUserDep) -> TriggerResponse:
     authorize_trigger(user, {place.dag_id for name in body.tables for place in known[name]})
     try:
         runs = trigger_tables(body.tables, triggered_by="rest_api", user=user.get_name())
-    except KeyError as err:
-        raise _not_found(err) from None
-    except ValueError as err:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(err)) from None
+    except TableNotFound as err:
+        raise _not_found(err) from err
+    except (AmbiguousTable, InvalidRunConf) as err:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(err)) from err
     return TriggerResponse(runs=[TriggeredRunResponse(**run.__dict__) for run in runs])

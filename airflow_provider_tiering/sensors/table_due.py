@@ -10,10 +10,15 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_tiering.assets import table_asset
-from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.schedule import due_at, record_not_due
+from airflow_provider_tiering.core.decisions import (
+    TaskAction,
+    TaskDecision,
+    decide_task,
+    probe_hot_store,
+    record_decision,
+)
 from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.state import TableState, utcnow
+from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
 from airflow_provider_tiering.run_conf import selected_tables
 from airflow_provider_tiering.triggers.table_due import TableDueTrigger
@@ -29,6 +34,7 @@ class TableDueSensor(BaseSensorOperator):
     metadata-database access in the triggerer): it gets the due time and committed offsets, and the worker
     checks the state again when it fires (a manual run may have tiered the table meanwhile).
     With ``deferrable=False`` it pokes like any sensor (``mode="poke"`` or ``"reschedule"``).
+    Both modes take the tier operator's decision (``core/decisions.py``).
 
     ``timeout`` bounds the wait: a table not due by then skips (so does its tier task), it is not a
     failure. A quarantined table skips at once. A run with ``conf={"tables": [...]}`` does not wait for
@@ -73,28 +79,23 @@ class TableDueSensor(BaseSensorOperator):
 
     def _check_or_defer(self, context: Any, deadline: datetime) -> dict[str, Any]:
         spec = self.table_spec
-        store = AssetStateStore(context["asset_state_store"][self.table_asset])
-        state, now = store.load(), utcnow()
-        decided = self._decide(context, state)
-        if decided is not None:
-            return decided
-        when = due_at(state, spec.freshness_seconds)
-        if when is not None and when > now:
-            assert state is not None  # a due time comes from a state
-            record_not_due(state, now)
-            store.save(state)
-            if when > deadline:
-                raise AirflowSkipException(f"{spec.name}: not due until {when.isoformat()}, after {deadline}")
-            self.log.info("%s: not due until %s; waiting in the triggerer", spec.name, when.isoformat())
-        elif self._has_new_rows(state):
-            return {"due": True, "reason": "due with new rows"}
+        decision = self._decide(context)
+        if decision.runs:
+            return {"due": True, "reason": decision.reason}
+        if decision.action in (TaskAction.NOT_SELECTED, TaskAction.QUARANTINED):
+            raise AirflowSkipException(decision.reason)
+        waiting_until = decision.due_at if decision.action is TaskAction.NOT_DUE else None
+        if waiting_until is not None:
+            if waiting_until > deadline:
+                raise AirflowSkipException(f"{spec.name}: not due until {waiting_until.isoformat()}, after {deadline}")
+            self.log.info("%s: not due until %s; waiting in the triggerer", spec.name, waiting_until.isoformat())
         else:
             self.log.info("%s: due, no new rows yet; the triggerer probes every %ss", spec.name, self.poke_interval)
         self.defer(
             trigger=TableDueTrigger(
                 table=spec.model_dump(mode="json"),
-                due_at=when.isoformat() if when is not None and when > now else None,
-                committed=_committed_offsets(state),
+                due_at=None if waiting_until is None else waiting_until.isoformat(),
+                committed=decision.committed,
                 poke_interval=self.poke_interval,
                 deadline=deadline.isoformat(),
             ),
@@ -104,42 +105,25 @@ class TableDueSensor(BaseSensorOperator):
 
     # -- poke path (deferrable=False) ------------------------------------------------------------
     def poke(self, context: Any) -> bool:
-        store = AssetStateStore(context["asset_state_store"][self.table_asset])
-        state, now = store.load(), utcnow()
-        if self._decide(context, state) is not None:
-            return True
-        when = due_at(state, self.table_spec.freshness_seconds)
-        if when is not None and when > now:
-            assert state is not None
-            record_not_due(state, now)
-            store.save(state)
-            return False
-        return self._has_new_rows(state)
+        decision = self._decide(context)
+        if decision.action in (TaskAction.NOT_SELECTED, TaskAction.QUARANTINED):
+            raise AirflowSkipException(decision.reason)
+        return decision.runs
 
     # -- shared ------------------------------------------------------------------------------------
-    def _decide(self, context: Any, state: TableState | None) -> dict[str, Any] | None:
-        """Answers that need no wait: a run naming its tables, and a quarantined table."""
-        spec = self.table_spec
-        selected = selected_tables(context)
-        if selected is not None:
-            if spec.name not in selected:
-                raise AirflowSkipException(f"{spec.name}: not among the tables this run tiers ({', '.join(selected)})")
-            return {"due": True, "reason": "named in the run's conf"}
-        if state is not None and state.quarantined_since is not None:
-            raise AirflowSkipException(f"{spec.name}: {state.note or 'quarantined'}")
-        return None
+    def _decide(self, context: Any) -> TaskDecision:
+        """The table's decision now, with the hot store probed when it depends on new rows; recorded in its state."""
+        store = AssetStateStore(context["asset_state_store"][self.table_asset])
+        state, now = store.load(), utcnow()
+        decision = decide_task(self.table_spec, state, now=now, selected=selected_tables(context))
+        if decision.action is TaskAction.PROBE:
+            from airflow_provider_tiering.hooks.tiering import TieringSourceHook
 
-    def _has_new_rows(self, state: TableState | None) -> bool:
-        from airflow_provider_tiering.hooks.tiering import TieringSourceHook
+            def has_rows_after(committed: dict[str, Any] | None) -> bool:
+                return TieringSourceHook(self.table_spec.source).get_source().has_rows_after(committed)
 
-        try:
-            return TieringSourceHook(self.table_spec.source).get_source().has_rows_after(_committed_offsets(state))
-        except Exception as exc:  # let the round record, retry and show the error: it owns the table's state
-            self.log.warning(
-                "%s: probing the hot store failed, the round will tell: %s", self.table_spec.name, describe_error(exc)
-            )
-            return True
-
-
-def _committed_offsets(state: TableState | None) -> dict[str, Any] | None:
-    return None if state is None or state.committed is None else state.committed.end_offsets
+            decision = probe_hot_store(has_rows_after, decision)
+        changed = record_decision(state, decision, now)
+        if changed is not None:
+            store.save(changed)
+        return decision

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_tiering.core.errors import TieringError
+from airflow_provider_tiering.core.errors import InvalidTableSpec, TieringError
 from airflow_provider_tiering.core.offsets import cursor_reached
 from airflow_provider_tiering.core.spec import LakeSpec, TableSpec
 from airflow_provider_tiering.triggers.table_tiered import TableTieredTrigger
@@ -21,9 +21,9 @@ def _lake_of(table: TableSpec | LakeSpec | Mapping[str, Any]) -> LakeSpec:
     if not isinstance(table, TableSpec) and "source" not in table:
         return LakeSpec.model_validate(table)
     spec = TableSpec.parse(table)
-    if spec.source.kind == "files":  # refused here rather than waiting forever
-        raise ValueError(
-            f"table {spec.name!r} is a landing zone of files: it has no cursor to wait for; schedule on its "
+    if spec.source.cursor() is None:  # refused here rather than waiting forever
+        raise InvalidTableSpec(
+            f"table {spec.name!r} is a {spec.source.describe()}: it has no cursor to wait for; schedule on its "
             "asset instead"
         )
     return spec.lake
@@ -64,18 +64,14 @@ class TableTieredSensor(BaseSensorOperator):
         return value.isoformat() if isinstance(value, (datetime, date)) else value
 
     def _check(self) -> dict[str, Any] | None:
-        from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook
-        from airflow_provider_tiering.lake.iceberg import IcebergLake
+        from airflow_provider_tiering.hooks.tiering import lake_of
 
-        lake = IcebergLake(
-            IcebergCatalogHook(self.lake.catalog_conn_id).get_conn(), self.lake.namespace, self.lake.table
-        )
-        commit = lake.committed()
+        commit = lake_of(self.lake).committed()
         try:
             if commit is None or not cursor_reached(commit.end_offsets, self._target):
                 return None
         except TieringError as exc:
-            raise AirflowException(f"{self.lake.namespace}.{self.lake.table}: {exc}") from None
+            raise AirflowException(f"{self.lake.namespace}.{self.lake.table}: {exc}") from exc
         return {
             "snapshot_id": commit.snapshot_id,
             "epoch": commit.epoch,

@@ -20,7 +20,7 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             columns.append(pa.nulls(batch.num_rows, target.type))
             continue
         column = batch.column(target.name)
-        if isinstance(column.type, pa.ExtensionType):
+        if isinstance(column, pa.ExtensionArray):
             column = column.storage
         if column.type != target.type:
             try:

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
-from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.planner import CursorDistribution
-from airflow_provider_tiering.core.spec import SqlSourceSpec
-from airflow_provider_tiering.sources.base import Offsets, SafeWatermark, WatermarkBlocker
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import MissingDependency, SourceError
+from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution
+from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.sql import (
-    QUANTILE_FRACTIONS,
+    Bindings,
+    OpenTransaction,
+    Rows,
     SqlSource,
     cursor_to_json,
-    quote_identifier,
     quote_string,
 )
 
@@ -28,6 +29,24 @@ APPLICATION_NAME = "airflow-provider-tiering"
 #: Above this many rows in a range, quantiles come from a block sample instead of a full sort.
 EXACT_QUANTILE_MAX_ROWS = 2_000_000
 SAMPLE_TARGET_ROWS = 200_000
+#: Extras of Airflow's postgres connection form that are Airflow's own, not libpq parameters (after the Postgres
+#: provider's ``PostgresHook.ignored_extra_options``; the provider is not a dependency). Every other extra goes to
+#: libpq as it is, so a wrong one fails the connection loudly instead of being dropped.
+AIRFLOW_ONLY_EXTRAS = frozenset(
+    {
+        "iam",
+        "redshift",
+        "redshift-serverless",
+        "cursor",
+        "cluster-identifier",
+        "workgroup-name",
+        "aws_conn_id",
+        "azure_conn_id",
+        "sqlalchemy_scheme",
+        "sqlalchemy_query",
+        "enable_log_db_messages",
+    }
+)
 
 _SCALAR_TYPES: dict[str, pa.DataType] = {
     "smallint": pa.int16(),
@@ -61,48 +80,86 @@ def _arrow_type(column: str, data_type: str, precision: int | None, scale: int |
         return pa.decimal128(precision, scale or 0)
     try:
         return _SCALAR_TYPES[data_type]
-    except KeyError:
-        raise SourceError(f"column {column!r} has type {data_type!r}, which cannot be tiered") from None
+    except KeyError as exc:
+        raise SourceError(f"column {column!r} has type {data_type!r}, which cannot be tiered") from exc
+
+
+def libpq_conninfo(connection: ConnectionInfo) -> str:
+    """A libpq connection string (``key=value``, quoted by psycopg) from a connection's fields; its extras become
+    libpq parameters (``sslmode``, ``connect_timeout``...), values that are not scalars as JSON text."""
+    from psycopg.conninfo import make_conninfo
+
+    parameters: dict[str, Any] = {
+        "host": connection.host or "localhost",
+        "port": connection.port,
+        "user": connection.login,
+        "password": connection.password,
+        "dbname": connection.schema or "postgres",
+    }
+    for key, value in connection.extra.items():
+        if key not in AIRFLOW_ONLY_EXTRAS:
+            parameters[key] = value if isinstance(value, (str, int, float, bool)) else json.dumps(value)
+    return make_conninfo("", **{k: v for k, v in parameters.items() if v is not None})
 
 
 class PostgresSource(SqlSource):
-    """A PostgreSQL table. ``dsn`` is a libpq URI built from an Airflow connection."""
+    """A PostgreSQL table, reached with the fields of a ``postgres`` connection."""
 
-    def __init__(self, spec: SqlSourceSpec, dsn: str) -> None:
+    def __init__(self, spec: SqlSourceSpec, connection: ConnectionInfo) -> None:
         super().__init__(spec)
-        self.dsn = dsn
+        self.connection = connection
+        self.conninfo = libpq_conninfo(connection)
         self.display_name = f"postgres table {spec.db_schema or 'public'}.{spec.table}"
         self._cursor_sql_type: str | None = None
-        self._evict_conn: Any = None
 
     def secrets(self) -> list[str]:
-        password = urlsplit(self.dsn).password
-        return [password, unquote(password)] if password else []
+        return self.connection.secrets()
+
+    def lineage_dataset(self) -> LineageDataset:
+        database = self.connection.schema or "postgres"
+        name = f"{database}.{self.spec.db_schema or 'public'}.{self.spec.table}"
+        return LineageDataset(f"postgres://{self.connection.host}:{self.connection.port or 5432}", name)
 
     def _connect(self) -> Any:
-        import adbc_driver_postgresql.dbapi as pg_dbapi
-
-        separator = "&" if "?" in self.dsn else "?"
         try:
-            return pg_dbapi.connect(f"{self.dsn}{separator}application_name={APPLICATION_NAME}", autocommit=True)
-        except Exception as exc:  # the driver raises its own hierarchy; keep the root message
-            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from None
+            import adbc_driver_postgresql.dbapi as pg_dbapi
+        except ImportError as exc:
+            raise MissingDependency(
+                "PostgreSQL hot tables need the ADBC PostgreSQL driver: "
+                "pip install 'airflow-provider-tiering[postgres]'"
+            ) from exc
+        from psycopg.conninfo import make_conninfo
 
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        try:
+            return pg_dbapi.connect(make_conninfo(self.conninfo, application_name=APPLICATION_NAME), autocommit=True)
+        except Exception as exc:  # the driver raises its own hierarchy; keep the root message
+            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
+
+    def _placeholder(self, position: int) -> str:
+        return f"${position}"
+
+    def _cast_cursor(self, placeholder: str) -> str:
+        # ADBC binds a Python str as text, which PostgreSQL does not compare with a timestamp or date column.
+        self.schema()
+        return (
+            placeholder
+            if self._cursor_sql_type in ("bigint", "integer", "smallint")
+            else (f"CAST({placeholder} AS {self._cursor_sql_type})")
+        )
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         with self._connect() as conn, conn.cursor() as cur:
             try:
-                cur.execute(sql)
+                cur.execute(sql, parameters=tuple(params) or None)
                 return list(cur.fetchall())
             except Exception as exc:
-                raise SourceError(f"{self.display_name}: query failed: {exc}") from None
+                raise SourceError(f"{self.display_name}: query failed: {exc}") from exc
 
     def _load_schema(self) -> pa.Schema:
-        schema = self.spec.db_schema or "public"
         rows = self._query(
             "SELECT column_name, data_type, numeric_precision, numeric_scale, is_nullable "
-            "FROM information_schema.columns "
-            f"WHERE table_schema = {quote_string(schema)} AND table_name = {quote_string(self.spec.table)} "
-            "ORDER BY ordinal_position"
+            "FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position",
+            (self.spec.db_schema or "public", self.spec.table),
         )
         if not rows:
             raise SourceError(f"{self.display_name} does not exist (or is not visible to this user)")
@@ -115,7 +172,7 @@ class PostgresSource(SqlSource):
             try:
                 arrow_type = _arrow_type(name, data_type, precision, scale)
             except SourceError as exc:
-                raise SourceError(f"{self.display_name}: {exc}") from None
+                raise SourceError(f"{self.display_name}: {exc}") from exc
             fields.append(pa.field(name, arrow_type, nullable=nullable == "YES"))
         return pa.schema(fields)
 
@@ -127,108 +184,101 @@ class PostgresSource(SqlSource):
         self.schema()
         return f"CAST({quote_string(value)} AS {self._cursor_sql_type})"
 
-    def select_expression(self, field: pa.Field) -> str:
+    def select_expression(self, field: pa.Field[Any]) -> str:
         # numeric as text is exact and about twice as fast on the wire as the binary numeric
         # (measured: 1.4 s vs 2.8 s for four numeric columns of 1M rows); Arrow parses it into decimal128.
-        name = quote_identifier(field.name)
+        name = self.quote(field.name)
         return f"CAST({name} AS text) AS {name}" if pa.types.is_decimal(field.type) else name
 
     # -- safe watermark ------------------------------------------------------------------------
-    def _open_transactions(self, cur: Any, started_before: datetime) -> list[tuple[int, datetime, float]]:
+    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+        """Tier only up to a watermark that no open transaction can still commit below (see
+        ``SqlSource._watermark_waiting_for_transactions``): every client transaction of this database that
+        started before the high watermark was read. Sessions of other roles are visible only with
+        ``pg_read_all_stats``."""
+        self.check_cursor_not_null()
+        lower = None if committed is None else committed["cursor"]
+        bindings = self.bindings()
+        where = "" if lower is None else f" WHERE {self.range_predicate(lower, None, bindings.bind_cursor)}"
+        with self._connect() as conn, conn.cursor() as cur:
+            try:
+                cur.execute(
+                    f"SELECT max({self.cursor_ref}), clock_timestamp() FROM {self.table_ref}{where}",
+                    parameters=tuple(bindings.values) or None,
+                )
+                high, observed_at = cur.fetchone()
+                if high is None:
+                    return SafeWatermark(end=None, observed=None)
+                return self._watermark_waiting_for_transactions(
+                    high, committed, candidate, lambda: self._open_transactions(cur, observed_at)
+                )
+            except SourceError:
+                raise
+            except Exception as exc:
+                raise SourceError(f"{self.display_name}: reading the high watermark failed: {exc}") from exc
+
+    @staticmethod
+    def _open_transactions(cur: Any, started_before: datetime) -> list[OpenTransaction]:
         cur.execute(
             "SELECT pid, xact_start, EXTRACT(EPOCH FROM clock_timestamp() - xact_start)::float8 "
             "FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND backend_type = 'client backend' AND xact_start IS NOT NULL "
-            f"AND application_name IS DISTINCT FROM {quote_string(APPLICATION_NAME)} "
-            f"AND xact_start <= CAST({quote_string(started_before.isoformat())} AS timestamptz)"
+            "AND application_name IS DISTINCT FROM $1 AND xact_start <= $2",
+            parameters=(APPLICATION_NAME, started_before),
         )
-        return [(int(pid), start, float(age)) for pid, start, age in cur.fetchall()]
-
-    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
-        """Tier only up to a watermark that no open transaction can still commit below.
-
-        The high watermark is read together with the time it was read; every client transaction of
-        this database that started before then may still commit a smaller cursor value (a sequence
-        value taken early, ``now()`` of an old transaction). The round waits, up to
-        ``max_watermark_wait_seconds``, for them to end. If they do not, the round tiers up to an
-        earlier observation whose blockers have all ended since (``candidate``), or not at all, and
-        reports the blockers. Sessions of other roles are visible only with ``pg_read_all_stats``.
-        """
-        self.check_cursor_not_null()
-        lower = None if committed is None else committed["cursor"]
-        where = "" if lower is None else f" WHERE {self.range_predicate(lower, None)}"
-        with self._connect() as conn, conn.cursor() as cur:
-            try:
-                cur.execute(f"SELECT max({self.cursor_ref}), clock_timestamp() FROM {self.table_ref}{where}")
-                high, observed_at = cur.fetchone()
-                if high is None:
-                    return SafeWatermark(end=None, observed=None)
-                observed = {"cursor": cursor_to_json(high)}
-                deadline = time.monotonic() + self.spec.max_watermark_wait_seconds
-                blockers = self._open_transactions(cur, observed_at)
-                keys = {(pid, start) for pid, start, _ in blockers}
-                while keys and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                    blockers = [b for b in self._open_transactions(cur, observed_at) if (b[0], b[1]) in keys]
-                    keys = {(pid, start) for pid, start, _ in blockers}
-                if not blockers:
-                    return SafeWatermark(end=observed, observed=observed)
-                still_open = {(pid, start.isoformat()) for pid, start, _ in self._open_transactions(cur, observed_at)}
-            except Exception as exc:
-                if isinstance(exc, SourceError):
-                    raise
-                raise SourceError(f"{self.display_name}: reading the high watermark failed: {exc}") from None
-        reported = [WatermarkBlocker(pid, start.isoformat(), age) for pid, start, age in blockers]
-        new_candidate = {"offsets": observed, "blockers": [[pid, start.isoformat()] for pid, start, _ in blockers]}
-        safe = None
-        if candidate and not any(tuple(b) in still_open for b in candidate["blockers"]):
-            previous = candidate["offsets"]["cursor"]
-            if lower is None or previous > lower:
-                safe = candidate["offsets"]
-        return SafeWatermark(end=safe, observed=observed, blockers=reported, candidate=new_candidate)
+        return [OpenTransaction((int(pid), start), int(pid), start, float(age)) for pid, start, age in cur.fetchall()]
 
     # -- planning ------------------------------------------------------------------------------
     def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
-        predicate = self.range_predicate(lower, upper)
-        fractions = "ARRAY[" + ",".join(repr(f) for f in QUANTILE_FRACTIONS) + "]::float8[]"
         with self._connect() as conn, conn.cursor() as cur:
             try:
-                cur.execute(f"SELECT count(*) FROM {self.table_ref} WHERE {predicate}")
+                count = self.bindings()
+                predicate = self.range_predicate(lower, upper, count.bind_cursor)
+                cur.execute(f"SELECT count(*) FROM {self.table_ref} WHERE {predicate}", parameters=tuple(count.values))
                 rows = int(cur.fetchone()[0])
                 if rows == 0:
                     return CursorDistribution(lower, upper, 0)
-                quantile_sql = (
-                    f"SELECT percentile_disc({fractions}) WITHIN GROUP (ORDER BY {self.cursor_ref}) "
-                    f"FROM {self.table_ref}"
-                )
                 quantiles = None
                 if rows > EXACT_QUANTILE_MAX_ROWS:
                     percent = min(100.0, 100.0 * SAMPLE_TARGET_ROWS / rows)
-                    cur.execute(f"{quantile_sql} TABLESAMPLE SYSTEM ({percent:.6f}) WHERE {predicate}")
-                    quantiles = cur.fetchone()[0]
+                    quantiles = self._quantiles(cur, lower, upper, sample_percent=percent)
                 if not quantiles:
                     cur.execute("SET work_mem = '256MB'")
-                    cur.execute(f"{quantile_sql} WHERE {predicate}")
-                    quantiles = cur.fetchone()[0]
+                    quantiles = self._quantiles(cur, lower, upper)
             except Exception as exc:
-                raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from None
+                raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from exc
         values = [cursor_to_json(v) for v in (quantiles or [])]
         return CursorDistribution(lower, upper, rows, values)
 
+    def _quantiles(self, cur: Any, lower: Any | None, upper: Any, sample_percent: float | None = None) -> list[Any]:
+        bindings = self.bindings()
+        fractions = bindings.bind("{" + ",".join(repr(f) for f in QUANTILE_FRACTIONS) + "}")
+        sample = "" if sample_percent is None else f" TABLESAMPLE SYSTEM ({bindings.bind(sample_percent)})"
+        predicate = self.range_predicate(lower, upper, bindings.bind_cursor)
+        cur.execute(
+            f"SELECT percentile_disc(CAST({fractions} AS float8[])) WITHIN GROUP (ORDER BY {self.cursor_ref}) "
+            f"FROM {self.table_ref}{sample} WHERE {predicate}",
+            parameters=tuple(bindings.values),
+        )
+        found = cur.fetchone()[0]
+        return list(found or [])
+
     # -- eviction ------------------------------------------------------------------------------
-    def _age_before(self, column: str, field: pa.Field, cutoff: datetime) -> str:
+    def _age_before(self, column: str, field: pa.Field[Any], cutoff: datetime, bindings: Bindings) -> str:
         utc = cutoff.astimezone(UTC)
         if pa.types.is_timestamp(field.type) and field.type.tz is not None:
-            return f"{column} < CAST({quote_string(utc.isoformat())} AS timestamptz)"
+            return f"{column} < CAST({bindings.bind(utc.isoformat())} AS timestamptz)"
         naive = utc.replace(tzinfo=None).isoformat()
         sql_type = "timestamp" if pa.types.is_timestamp(field.type) else "date"
-        return f"{column} < CAST({quote_string(naive)} AS {sql_type})"
+        return f"{column} < CAST({bindings.bind(naive)} AS {sql_type})"
 
     def _row_id_sql(self) -> str:
         return "ctid::text AS __row_id"
 
-    def _evict_in_transaction(self, select_sql: str, schema: pa.Schema, verify: Callable[[pa.Table], None]) -> int:
+    def _evict_in_transaction(
+        self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
+    ) -> int:
         from airflow_provider_tiering.sources.conform import conform_batch
 
         conn = self._evict_conn or self._connect()
@@ -239,11 +289,11 @@ class PostgresSource(SqlSource):
                 # A batch is the next LIMIT rows in cursor order: walk the cursor's index. Without fresh statistics
                 # the planner picks a bitmap scan of the whole remaining range plus a sort, once per batch.
                 cur.execute("SET LOCAL enable_sort = off")
-                cur.execute(f"{select_sql} FOR UPDATE")  # locked: what is verified is what is deleted
+                cur.execute(f"{select_sql} FOR UPDATE", parameters=tuple(params))  # what is verified is deleted
                 found = cur.fetch_arrow_table()
             except Exception as exc:
                 cur.execute("ROLLBACK")
-                raise SourceError(f"{self.display_name}: reading rows to evict failed: {exc}") from None
+                raise SourceError(f"{self.display_name}: reading rows to evict failed: {exc}") from exc
             if found.num_rows == 0:
                 cur.execute("ROLLBACK")
                 verify(schema.empty_table())
@@ -253,8 +303,9 @@ class PostgresSource(SqlSource):
             )
             try:
                 verify(rows)
-                ids = ", ".join(quote_string(v) for v in found.column("__row_id").to_pylist())
-                cur.execute(f"DELETE FROM {self.table_ref} WHERE ctid = ANY(ARRAY[{ids}]::tid[])")
+                # The row ids as one bound array literal ("{"(0,1)","(0,2)"}"), cast to tid[] by the server.
+                row_ids = "{" + ",".join(f'"{v}"' for v in found.column("__row_id").to_pylist()) + "}"
+                cur.execute(f"DELETE FROM {self.table_ref} WHERE ctid = ANY(CAST($1 AS tid[]))", parameters=(row_ids,))
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
@@ -264,19 +315,12 @@ class PostgresSource(SqlSource):
             if conn is not self._evict_conn:
                 conn.close()
 
-    @contextmanager
-    def evicting(self) -> Iterator[None]:
-        """One connection for every batch of an eviction (a connection costs ~0.1 s)."""
-        self._evict_conn = self._connect()
-        try:
-            yield
-        finally:
-            conn, self._evict_conn = self._evict_conn, None
-            conn.close()
+    def _eviction_connection(self) -> Any:
+        return self._connect()
 
     # -- reading -------------------------------------------------------------------------------
     @contextmanager
-    def _snapshot(self) -> Iterator[Callable[[str, pa.Schema], Iterator[pa.RecordBatch]]]:
+    def _snapshot(self) -> Iterator[Callable[[str, Sequence[Any], pa.Schema], Iterator[pa.RecordBatch]]]:
         conn = self._connect()
         try:
             cur = conn.cursor()
@@ -286,14 +330,14 @@ class PostgresSource(SqlSource):
                 cur.execute("SELECT 1")
                 cur.fetchall()
             except Exception as exc:
-                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from None
+                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from exc
 
-            def run(sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+            def run(sql: str, params: Sequence[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
                 try:
-                    cur.execute(sql)
+                    cur.execute(sql, parameters=tuple(params) or None)
                     reader = cur.fetch_record_batch()
                 except Exception as exc:
-                    raise SourceError(f"{self.display_name}: reading failed: {exc}") from None
+                    raise SourceError(f"{self.display_name}: reading failed: {exc}") from exc
                 yield from reader
 
             yield run
@@ -309,7 +353,7 @@ class PostgresSource(SqlSource):
                 cur.execute(sql)
                 reader = cur.fetch_record_batch()
             except Exception as exc:
-                raise SourceError(f"{self.display_name}: reading a split failed: {exc}") from None
+                raise SourceError(f"{self.display_name}: reading a split failed: {exc}") from exc
             yield from reader
         finally:
             conn.close()

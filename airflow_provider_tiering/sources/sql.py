@@ -1,34 +1,52 @@
-"""Shared logic of SQL hot stores: quoting, cursor ranges, reading a split as Arrow."""
+"""What every SQL hot store shares: a table read incrementally by a monotonic cursor column.
+
+Splits are ``(lower, upper]`` cursor ranges (``core/planner.py``). A dialect (``postgres.py``, ``sqlite.py``,
+``mysql.py``) supplies its connections, placeholders, type mapping, safe watermark, row ids for eviction and a
+consistent read. Identifiers are validated by the spec and quoted here; values are bound as parameters, except
+in the statement that reads a split, where a dialect may inline the cursor bounds as typed literals (the bounds
+are offsets this package wrote, never user input): PostgreSQL streams a query as binary COPY only without
+parameters.
+"""
 
 from __future__ import annotations
 
-import math
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, Split, cut_splits, plan_range
-from airflow_provider_tiering.core.spec import SqlSourceSpec
-from airflow_provider_tiering.sources.base import Offsets, Source
+from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, RangeSplit, cut_splits, plan_range
+from airflow_provider_tiering.core.ports import (
+    EvictionSource,
+    Offsets,
+    SafeWatermark,
+    Source,
+    TiersReader,
+    VerifyRows,
+    WatermarkBlocker,
+)
+from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 
 if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs none of it (0.26 s of 0.28 s)
     import pyarrow as pa
 
-#: Fractions at which sources measure cursor quantiles: enough for 255 balanced splits.
-QUANTILE_FRACTIONS: tuple[float, ...] = tuple(i / 256 for i in range(1, 256))
+#: A query's rows, or a statement's placeholders' values.
+Rows = list[tuple[Any, ...]]
 
 
-def quote_identifier(name: str) -> str:
+def quote_identifier(name: str, quote: str = '"') -> str:
     """Quote an SQL identifier (names are also validated by the spec; quoting is the second guard)."""
     if "\x00" in name:
         raise SourceError("identifier contains a NUL character")
-    return '"' + name.replace('"', '""') + '"'
+    return quote + name.replace(quote, quote * 2) + quote
 
 
 def quote_string(value: str) -> str:
+    """An SQL string literal, for the few places a value cannot be bound (see the module description)."""
     if "\x00" in value:
         raise SourceError("literal contains a NUL character")
     return "'" + value.replace("'", "''") + "'"
@@ -47,39 +65,84 @@ def cursor_to_json(value: Any) -> Any:
     raise SourceError(f"cursor value {value!r} of type {type(value).__name__} cannot be used as an offset")
 
 
-def stride_quantiles(sorted_values: Sequence[Any], fractions: Sequence[float] = QUANTILE_FRACTIONS) -> list[Any]:
-    """Exact quantiles of an already sorted sequence."""
-    if not sorted_values:
-        return []
-    last = len(sorted_values) - 1
-    return [sorted_values[min(last, max(0, math.ceil(f * len(sorted_values)) - 1))] for f in fractions]
+@dataclass
+class Bindings:
+    """The values bound to one statement's placeholders, in order; ``bind(value)`` returns the placeholder."""
+
+    placeholder: Callable[[int], str]
+    cast_cursor: Callable[[str], str] = str
+    values: list[Any] = field(default_factory=list)
+
+    def bind(self, value: Any) -> str:
+        self.values.append(value)
+        return self.placeholder(len(self.values))
+
+    def bind_cursor(self, value: Any) -> str:
+        """A cursor value, cast to the cursor column's type where the dialect needs it."""
+        return self.cast_cursor(self.bind(value))
 
 
-class SqlSource(Source):
-    """A table read incrementally by a monotonic cursor column: splits are ``(lower, upper]`` ranges."""
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A transaction the watermark waits for: ``key`` identifies it across looks (an id, or pid and start)."""
+
+    key: tuple[Any, ...]
+    pid: int | None
+    started: datetime | None
+    age_seconds: float
+
+    def blocker(self) -> WatermarkBlocker:
+        started = None if self.started is None else self.started.isoformat()
+        return WatermarkBlocker(self.pid, started, self.age_seconds)
+
+
+class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
+    """A table read incrementally by a monotonic cursor column."""
+
+    #: How long the watermark sleeps between looks at the transactions it waits for.
+    WATERMARK_POLL_SECONDS = 0.2
 
     def __init__(self, spec: SqlSourceSpec) -> None:
         self.spec = spec
         self._schema: pa.Schema | None = None
+        self._evict_conn: Any = None
 
     # -- dialect hooks -------------------------------------------------------------------------
+    @abstractmethod
+    def _placeholder(self, position: int) -> str:
+        """The placeholder of the ``position``-th (1-based) bound value."""
+
+    def _cast_cursor(self, placeholder: str) -> str:
+        """A bound cursor value as the cursor column's type (for drivers that bind every string as text)."""
+        return placeholder
+
     @abstractmethod
     def _load_schema(self) -> pa.Schema:
         """Arrow schema of every column of the table, in table order; SourceError if it is missing."""
 
     @abstractmethod
     def _cursor_literal(self, value: Any) -> str:
-        """Render a JSON-native cursor value as an SQL literal of the cursor column's type."""
+        """Render a JSON-native cursor value as an SQL literal of the cursor column's type (split reads only)."""
 
     @abstractmethod
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run a small query and return all its rows."""
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        """Run a small query with bound ``params`` and return all its rows."""
 
     @abstractmethod
     def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
         """Row count and cursor quantiles in ``(lower, upper]``."""
 
+    @abstractmethod
+    def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Stream the result of a query (without parameters) as Arrow batches."""
+
+    def _string_cursor_allowed(self) -> bool:
+        return False
+
     # -- shared --------------------------------------------------------------------------------
+    def bindings(self) -> Bindings:
+        return Bindings(self._placeholder, self._cast_cursor)
+
     @property
     def table_ref(self) -> str:
         table = quote_identifier(self.spec.table)
@@ -87,7 +150,10 @@ class SqlSource(Source):
 
     @property
     def cursor_ref(self) -> str:
-        return quote_identifier(self.spec.cursor_column)
+        return self.quote(self.spec.cursor_column)
+
+    def quote(self, name: str) -> str:
+        return quote_identifier(name)
 
     def schema(self) -> pa.Schema:
         if self._schema is None:
@@ -112,31 +178,32 @@ class SqlSource(Source):
             self._schema = pa.schema([full.field(c) for c in wanted])
         return self._schema
 
-    def _string_cursor_allowed(self) -> bool:
-        return False
-
-    def range_predicate(self, lower: Any | None, upper: Any | None) -> str:
+    def range_predicate(self, lower: Any | None, upper: Any | None, value: Callable[[Any], str]) -> str:
+        """``lower < cursor <= upper`` (either bound may be None), each bound rendered by ``value``: a bound
+        parameter (``Bindings.bind_cursor``) or, for split reads, a literal (``_cursor_literal``)."""
         parts = []
         if lower is not None:
-            parts.append(f"{self.cursor_ref} > {self._cursor_literal(lower)}")
+            parts.append(f"{self.cursor_ref} > {value(lower)}")
         if upper is not None:
-            parts.append(f"{self.cursor_ref} <= {self._cursor_literal(upper)}")
-        return " AND ".join(parts) if parts else "TRUE"
+            parts.append(f"{self.cursor_ref} <= {value(upper)}")
+        return " AND ".join(parts) if parts else "1 = 1"
 
-    def select_expression(self, field: pa.Field) -> str:
+    def select_expression(self, field: pa.Field[Any]) -> str:
         """How a column is selected for reading; dialects may cast to a cheaper wire type."""
-        return quote_identifier(field.name)
+        return self.quote(field.name)
 
-    def select_split_sql(self, split: Split, schema: pa.Schema) -> str:
+    def select_split_sql(self, split: RangeSplit, schema: pa.Schema) -> str:
         columns = ", ".join(self.select_expression(field) for field in schema)
-        return f"SELECT {columns} FROM {self.table_ref} WHERE {self.range_predicate(split.lower, split.upper)}"
+        predicate = self.range_predicate(split.lower, split.upper, self._cursor_literal)
+        return f"SELECT {columns} FROM {self.table_ref} WHERE {predicate}"
 
     def has_rows_after(self, committed: Offsets | None) -> bool:
         # Rows with a NULL cursor count too: the round then fails on them (check_cursor_not_null) instead of the
         # table being skipped as idle while they sit there.
         lower = None if committed is None else committed["cursor"]
-        predicate = f"({self.range_predicate(lower, None)}) OR {self.cursor_ref} IS NULL"
-        return bool(self._query(f"SELECT 1 FROM {self.table_ref} WHERE {predicate} LIMIT 1"))
+        bindings = self.bindings()
+        predicate = f"({self.range_predicate(lower, None, bindings.bind_cursor)}) OR {self.cursor_ref} IS NULL"
+        return bool(self._query(f"SELECT 1 FROM {self.table_ref} WHERE {predicate} LIMIT 1", bindings.values))
 
     def check_cursor_not_null(self) -> None:
         """Raise SourceError if any row has a NULL cursor: no cursor range holds it, so it could never be tiered,
@@ -151,46 +218,102 @@ class SqlSource(Source):
                 "the column NOT NULL); nothing was tiered"
             )
 
-    def plan_range(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
+    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
         lower = None if start is None else start["cursor"]
         upper = end["cursor"]
         if lower is not None and upper is not None and upper <= lower:
             return RangePlan(lower, lower, 0, capped=False)
         return plan_range(self._distribution(lower, upper), max_rows)
 
-    def cut_splits(self, plan: RangePlan, target_rows_per_split: int, parallelism: int) -> list[Split]:
+    def cut_splits(self, plan: RangePlan, target_rows_per_split: int, parallelism: int) -> list[RangeSplit]:
         return cut_splits(plan, target_rows_per_split, parallelism)
 
     def end_offsets(self, plan: RangePlan) -> Offsets:
         return {"cursor": plan.upper}
 
-    def read_split(self, split: Split, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         from airflow_provider_tiering.sources.conform import conform_batch
 
         for batch in self._execute_arrow(self.select_split_sql(split, schema), schema):
             yield conform_batch(batch, schema)
 
-    @abstractmethod
-    def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """Stream the result of a query as Arrow batches."""
+    # -- safe watermark, for dialects with a view of open transactions -------------------------
+    def _watermark_waiting_for_transactions(
+        self,
+        high: Any,
+        committed: Offsets | None,
+        candidate: dict[str, Any] | None,
+        open_transactions: Callable[[], list[OpenTransaction]],
+    ) -> SafeWatermark:
+        """Tier only up to a watermark that no open transaction can still commit below.
+
+        ``high`` is the high watermark, and ``open_transactions()`` the client transactions (other than this
+        package's readers) open since before it was read: any of them may still commit a smaller cursor value
+        (a sequence value taken early, ``now()`` of an old transaction). The round waits, up to
+        ``max_watermark_wait_seconds``, for them to end. If they do not, the round tiers up to an earlier
+        observation whose blockers have all ended since (``candidate``), or not at all, and reports the blockers.
+        """
+        lower = None if committed is None else committed["cursor"]
+        observed = {"cursor": cursor_to_json(high)}
+        deadline = time.monotonic() + self.spec.max_watermark_wait_seconds
+        blockers = open_transactions()
+        keys = {b.key for b in blockers}
+        while keys and time.monotonic() < deadline:
+            time.sleep(self.WATERMARK_POLL_SECONDS)
+            blockers = [b for b in open_transactions() if b.key in keys]
+            keys = {b.key for b in blockers}
+        if not blockers:
+            return SafeWatermark(end=observed, observed=observed)
+        still_open = {tuple(_candidate_key(b.key)) for b in open_transactions()}
+        new_candidate = {"offsets": observed, "blockers": [_candidate_key(b.key) for b in blockers]}
+        safe = None
+        if candidate and not any(tuple(b) in still_open for b in candidate["blockers"]):
+            previous = candidate["offsets"]["cursor"]
+            if lower is None or previous > lower:
+                safe = candidate["offsets"]
+        return SafeWatermark(
+            end=safe, observed=observed, blockers=[b.blocker() for b in blockers], candidate=new_candidate
+        )
 
     # -- eviction of tiered rows ----------------------------------------------------------------------
+    def evictor(self) -> EvictionSource:
+        return self
+
+    def tiers_reader(self) -> TiersReader:
+        return self
+
     @abstractmethod
-    def _age_before(self, column: str, field: pa.Field, cutoff: datetime) -> str:
+    def _age_before(self, column: str, field: pa.Field[Any], cutoff: datetime, bindings: Bindings) -> str:
         """SQL predicate: the (quoted) date/time ``column`` is before ``cutoff`` (an aware UTC datetime)."""
 
     @abstractmethod
-    def _evict_in_transaction(self, select_sql: str, schema: pa.Schema, verify: Callable[[pa.Table], None]) -> int:
+    def _row_id_sql(self) -> str:
+        """The select expression of a row's id, named ``__row_id``: what the delete of an evicted batch matches."""
+
+    @abstractmethod
+    def _evict_in_transaction(
+        self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
+    ) -> int:
         """In one transaction: read the rows of ``select_sql`` (its first column a row id, locked against change),
         hand them (without the row id, as ``schema``) to ``verify``, which raises to roll back, then delete exactly
         those rows. Returns the rows deleted."""
 
+    def _eviction_connection(self) -> Any | None:
+        """A connection kept open for every batch of one eviction (a connection costs ~0.1 s); None: a dialect that
+        opens its own for each batch."""
+        return None
+
     @contextmanager
     def evicting(self) -> Iterator[None]:
-        """Around the batches of one eviction (a dialect may keep a connection open meanwhile)."""
-        yield
+        self._evict_conn = self._eviction_connection()
+        try:
+            yield
+        finally:
+            conn, self._evict_conn = self._evict_conn, None
+            if conn is not None:
+                conn.close()
 
-    def _age_field(self, age_column: str | None) -> pa.Field:
+    def _age_field(self, age_column: str | None) -> pa.Field[Any]:
         import pyarrow as pa
 
         name = age_column or self.spec.cursor_column
@@ -212,18 +335,16 @@ class SqlSource(Source):
         cutoff: datetime,
         age_column: str | None,
         limit: int,
-        verify: Callable[[pa.Table], None],
+        verify: VerifyRows,
     ) -> tuple[int, Any | None]:
-        """Delete up to ``limit`` rows with ``after < cursor <= upto`` older than ``cutoff`` (in cursor order), each
-        one only if ``verify`` (given them, as tiered) accepts the lot; returns (rows deleted, the batch's last
-        cursor value as an offset value, None when no row qualified)."""
         field = self._age_field(age_column)
         schema = self.schema()
         columns = ", ".join(self.select_expression(f) for f in schema)
-        age = self._age_before(quote_identifier(field.name), field, cutoff)
-        order = f"ORDER BY {self.cursor_ref} LIMIT {int(limit)}"
-        predicate = f"{self.range_predicate(after, upto)} AND {age}"
-        select = f"SELECT {self._row_id_sql()}, {columns} FROM {self.table_ref} WHERE {predicate} {order}"
+        bindings = self.bindings()
+        predicate = self.range_predicate(after, upto, bindings.bind_cursor)
+        age = self._age_before(self.quote(field.name), field, cutoff, bindings)
+        order = f"ORDER BY {self.cursor_ref} LIMIT {bindings.bind(int(limit))}"
+        select = f"SELECT {self._row_id_sql()}, {columns} FROM {self.table_ref} WHERE {predicate} AND {age} {order}"
         last: list[Any] = []
 
         def check(rows: pa.Table) -> None:
@@ -231,18 +352,14 @@ class SqlSource(Source):
                 last.append(rows.column(self.spec.cursor_column)[-1].as_py())
                 verify(rows)
 
-        deleted = self._evict_in_transaction(select, schema, check)
+        deleted = self._evict_in_transaction(select, bindings.values, schema, check)
         return deleted, cursor_to_json(last[0]) if last else None
-
-    @abstractmethod
-    def _row_id_sql(self) -> str:
-        """The select expression of a row's physical id, named ``__row_id``."""
 
     # -- a consistent read (read across tiers) ------------------------------------------------------
     @abstractmethod
-    def _snapshot(self) -> AbstractContextManager[Callable[[str, pa.Schema], Iterator[pa.RecordBatch]]]:
+    def _snapshot(self) -> AbstractContextManager[Callable[[str, Sequence[Any], pa.Schema], Iterator[pa.RecordBatch]]]:
         """A read-only transaction whose snapshot of the database is fixed on entry; yields a function that runs
-        a query in it as Arrow batches."""
+        a query (with bound parameters) in it as Arrow batches."""
 
     @contextmanager
     def rows_after_reader(self) -> Iterator[Callable[[Offsets | None], pa.Table]]:
@@ -250,16 +367,23 @@ class SqlSource(Source):
         ``offsets`` as of that moment, whatever is inserted or deleted meanwhile (``None``: every row)."""
         import pyarrow as pa
 
+        from airflow_provider_tiering.sources.conform import conform_batch
+
         schema = self.schema()
         columns = ", ".join(self.select_expression(field) for field in schema)
         with self._snapshot() as run:
 
             def read(offsets: Offsets | None) -> pa.Table:
                 lower = None if offsets is None else offsets["cursor"]
-                sql = f"SELECT {columns} FROM {self.table_ref} WHERE {self.range_predicate(lower, None)}"
-                from airflow_provider_tiering.sources.conform import conform_batch
-
-                batches = [conform_batch(batch, schema) for batch in run(sql, schema)]
+                bindings = self.bindings()
+                predicate = self.range_predicate(lower, None, bindings.bind_cursor)
+                sql = f"SELECT {columns} FROM {self.table_ref} WHERE {predicate}"
+                batches = [conform_batch(batch, schema) for batch in run(sql, bindings.values, schema)]
                 return pa.Table.from_batches(batches, schema=schema)
 
             yield read
+
+
+def _candidate_key(key: Sequence[Any]) -> list[Any]:
+    """A transaction's key as the state document keeps it (JSON: lists, times as ISO text)."""
+    return [value.isoformat() if isinstance(value, datetime) else value for value in key]

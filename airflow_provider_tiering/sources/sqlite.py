@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.planner import CursorDistribution
-from airflow_provider_tiering.core.spec import SqlSourceSpec
-from airflow_provider_tiering.sources.base import Offsets, SafeWatermark
-from airflow_provider_tiering.sources.sql import SqlSource, quote_identifier, quote_string, stride_quantiles
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError
+from airflow_provider_tiering.core.planner import CursorDistribution, stride_quantiles
+from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.source_specs import SqlSourceSpec
+from airflow_provider_tiering.sources.sql import Bindings, Rows, SqlSource, quote_identifier, quote_string
 
 if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs none of it (0.26 s of 0.28 s)
     import pyarrow as pa
@@ -48,43 +50,54 @@ def arrow_type_for_declared(declared: str) -> pa.DataType:
 
 
 class SqliteSource(SqlSource):
-    """A table in a SQLite database file.
+    """A table in a SQLite database file (a ``sqlite`` connection's host, or its schema).
 
     SQLite has one writer at a time, so rows cannot commit out of cursor order between
     transactions; ``settle_lag_seconds`` still applies to timestamp cursors set by clients.
     """
 
-    def __init__(self, spec: SqlSourceSpec, path: str) -> None:
+    def __init__(self, spec: SqlSourceSpec, connection: ConnectionInfo) -> None:
         super().__init__(spec)
+        path = connection.host or connection.schema
+        if not path:
+            raise ConnectionNotUsable(
+                f"connection {connection.describe()}: a sqlite connection needs the database path as host"
+            )
         self.path = path
         self.display_name = f"sqlite table {spec.table}"
+
+    def lineage_dataset(self) -> LineageDataset:
+        return LineageDataset(f"sqlite://{Path(self.path).resolve()}", self.spec.table)
 
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
         except sqlite3.Error as exc:
-            raise SourceError(f"{self.display_name}: cannot open {self.path}: {exc}") from None
+            raise SourceError(f"{self.display_name}: cannot open {self.path}: {exc}") from exc
         return conn
 
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+    def _placeholder(self, position: int) -> str:
+        return "?"
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         conn = self._connect()
         try:
-            return conn.execute(sql).fetchall()
+            return conn.execute(sql, tuple(params)).fetchall()
         except sqlite3.Error as exc:
-            raise SourceError(f"{self.display_name}: query failed: {exc}") from None
+            raise SourceError(f"{self.display_name}: query failed: {exc}") from exc
         finally:
             conn.close()
 
     def _load_schema(self) -> pa.Schema:
         import pyarrow as pa
 
-        rows = self._query(f"PRAGMA table_info({self.table_ref})")
+        rows = self._query('SELECT name, type, "notnull", pk FROM pragma_table_info(?)', (self.spec.table,))
         if not rows:
             raise SourceError(f"{self.display_name} does not exist in {self.path}")
         return pa.schema(
             [
                 pa.field(name, arrow_type_for_declared(declared or ""), nullable=not notnull and not pk)
-                for _cid, name, declared, notnull, _default, pk in rows
+                for name, declared, notnull, pk in rows
             ]
         )
 
@@ -101,13 +114,15 @@ class SqliteSource(SqlSource):
 
         self.check_cursor_not_null()
         lower = None if committed is None else committed["cursor"]
-        predicate = self.range_predicate(lower, None)
+        bindings = self.bindings()
+        predicate = self.range_predicate(lower, None, bindings.bind_cursor)
         lag = self.spec.settle_lag_seconds
         cursor_type = self.schema().field(self.spec.cursor_column).type
         if lag and pa.types.is_timestamp(cursor_type):
             settled = (datetime.now(UTC) - timedelta(seconds=lag)).strftime("%Y-%m-%d %H:%M:%S.%f")
-            predicate += f" AND {self.cursor_ref} <= {quote_string(settled)}"
-        (high,) = self._query(f"SELECT max({self.cursor_ref}) FROM {self.table_ref} WHERE {predicate}")[0]
+            predicate += f" AND {self.cursor_ref} <= {bindings.bind(settled)}"
+        sql = f"SELECT max({self.cursor_ref}) FROM {self.table_ref} WHERE {predicate}"
+        (high,) = self._query(sql, bindings.values)[0]
         if high is None:
             return SafeWatermark(end=None, observed=None)
         observed = {"cursor": high}
@@ -115,16 +130,18 @@ class SqliteSource(SqlSource):
 
     def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
         conn = self._connect()
+        bindings = self.bindings()
+        predicate = self.range_predicate(lower, upper, bindings.bind_cursor)
         try:
             values = [
                 row[0]
                 for row in conn.execute(
-                    f"SELECT {self.cursor_ref} FROM {self.table_ref} "
-                    f"WHERE {self.range_predicate(lower, upper)} ORDER BY {self.cursor_ref}"
+                    f"SELECT {self.cursor_ref} FROM {self.table_ref} WHERE {predicate} ORDER BY {self.cursor_ref}",
+                    tuple(bindings.values),
                 )
             ]
         except sqlite3.Error as exc:
-            raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from None
+            raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from exc
         finally:
             conn.close()
         return CursorDistribution(lower, upper, len(values), stride_quantiles(values))
@@ -136,62 +153,66 @@ class SqliteSource(SqlSource):
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         conn = self._connect()
         try:
-            yield from self._batches(conn, sql, schema)
+            yield from self._batches(conn, sql, (), schema)
         finally:
             conn.close()
 
-    def _batches(self, conn: sqlite3.Connection, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    def _batches(
+        self, conn: sqlite3.Connection, sql: str, params: Sequence[Any], schema: pa.Schema
+    ) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         try:
-            cur = conn.execute(sql)
+            cur = conn.execute(sql, tuple(params))
             while rows := cur.fetchmany(BATCH_ROWS):
                 columns = list(zip(*rows))
                 try:
                     arrays = [self._to_arrow(values, field) for values, field in zip(columns, schema)]
                 except SourceError as exc:
-                    raise SourceError(f"{self.display_name}: {exc}") from None
+                    raise SourceError(f"{self.display_name}: {exc}") from exc
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
         except sqlite3.Error as exc:
-            raise SourceError(f"{self.display_name}: reading failed: {exc}") from None
+            raise SourceError(f"{self.display_name}: reading failed: {exc}") from exc
 
-    def _age_before(self, column: str, field: pa.Field, cutoff: datetime) -> str:
+    def _age_before(self, column: str, field: pa.Field[Any], cutoff: datetime, bindings: Bindings) -> str:
         # SQLite keeps times as text: datetime() normalizes both sides ('T' or ' ', fractions) before comparing.
         naive = cutoff.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")
-        return f"datetime({column}) < datetime({quote_string(naive)})"
+        return f"datetime({column}) < datetime({bindings.bind(naive)})"
 
     def _row_id_sql(self) -> str:
         return "rowid AS __row_id"
 
-    def _evict_in_transaction(self, select_sql: str, schema: pa.Schema, verify: Callable[[pa.Table], None]) -> int:
+    def _evict_in_transaction(
+        self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
+    ) -> int:
         import pyarrow as pa
 
         try:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)  # writable, unlike _connect
         except sqlite3.Error as exc:
-            raise SourceError(f"{self.display_name}: cannot open {self.path}: {exc}") from None
+            raise SourceError(f"{self.display_name}: cannot open {self.path}: {exc}") from exc
         try:
             conn.execute("BEGIN IMMEDIATE")  # the database's write lock: nothing changes until COMMIT
             try:
                 with_id = pa.schema([pa.field("__row_id", pa.int64()), *schema])
-                found = pa.Table.from_batches(list(self._batches(conn, select_sql, with_id)), schema=with_id)
+                found = pa.Table.from_batches(list(self._batches(conn, select_sql, params, with_id)), schema=with_id)
                 rows = found.drop_columns(["__row_id"])
                 verify(rows)
                 if rows.num_rows:
-                    ids = ", ".join(str(int(v)) for v in found.column("__row_id").to_pylist())
-                    conn.execute(f"DELETE FROM {self.table_ref} WHERE rowid IN ({ids})")
+                    row_ids = [(int(v),) for v in found.column("__row_id").to_pylist() if v is not None]
+                    conn.executemany(f"DELETE FROM {self.table_ref} WHERE rowid = ?", row_ids)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
             return rows.num_rows
         except sqlite3.Error as exc:
-            raise SourceError(f"{self.display_name}: evicting tiered rows failed: {exc}") from None
+            raise SourceError(f"{self.display_name}: evicting tiered rows failed: {exc}") from exc
         finally:
             conn.close()
 
     @contextmanager
-    def _snapshot(self) -> Iterator[Callable[[str, pa.Schema], Iterator[pa.RecordBatch]]]:
+    def _snapshot(self) -> Iterator[Callable[[str, Sequence[Any], pa.Schema], Iterator[pa.RecordBatch]]]:
         conn = self._connect()
         conn.isolation_level = None  # transactions by hand
         try:
@@ -201,14 +222,14 @@ class SqliteSource(SqlSource):
                 conn.execute("BEGIN")
                 conn.execute(f"SELECT 1 FROM {self.table_ref} LIMIT 1").fetchall()
             except sqlite3.Error as exc:
-                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from None
-            yield lambda sql, schema: self._batches(conn, sql, schema)
+                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from exc
+            yield lambda sql, params, schema: self._batches(conn, sql, params, schema)
             conn.execute("COMMIT")
         finally:
             conn.close()
 
     @staticmethod
-    def _to_arrow(values: tuple[Any, ...], field: pa.Field) -> pa.Array:
+    def _to_arrow(values: tuple[Any, ...], field: pa.Field[Any]) -> pa.Array[Any]:
         import pyarrow as pa
 
         target = field.type
@@ -223,4 +244,4 @@ class SqliteSource(SqlSource):
                 return pa.array([None if v is None else str(v) for v in values], pa.string()).cast(target)
             return pa.array(values, target)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-            raise SourceError(f"column {field.name!r}: cannot convert SQLite values to {target}: {exc}") from None
+            raise SourceError(f"column {field.name!r}: cannot convert SQLite values to {target}: {exc}") from exc

@@ -124,6 +124,7 @@ def archive_path(conf: dict[str, str]) -> Path | None:
     java = _java_binary()
     if directory is None or java is None:
         return None
+    # pyspark's own lookup of its Spark home (private; the jars it finds there are what the archive depends on).
     from pyspark.find_spark_home import _find_spark_home
 
     return directory / f"spark-driver-{archive_key(Path(_find_spark_home()), java, conf)}.jsa"

@@ -102,6 +102,7 @@ def create_spark_session(settings: SparkSettings) -> Any:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder: Any
     if settings.remote:
         # Spark Connect's own builder: the classic one refuses a remote session while a local one runs in this
         # process (SESSION_ALREADY_EXIST), and it sets SPARK_CONNECT_MODE_ENABLED in os.environ for good, after
@@ -153,6 +154,7 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
 def _prepare_class_data_sharing(conf: dict[str, str]) -> class_data_sharing.Archive | None:
     from pyspark import SparkContext
 
+    # pyspark keeps its JVM gateway in a private class attribute; no public way tells whether the JVM is up.
     if SparkContext._gateway is not None:  # this process's JVM is already up: its options are fixed
         return None
     return class_data_sharing.prepare(conf)
@@ -185,6 +187,7 @@ def stop_spark_session(spark: Any) -> None:
         return
     from pyspark import SparkContext
 
+    # Ending the driver JVM (so it writes the archive) needs pyspark's private gateway and its launcher process.
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None)
     if gateway is None or process is None or process.stdin is None:

@@ -14,28 +14,25 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.planner import Split
-from airflow_provider_tiering.lake.data_files import WrittenFile, write_data_files
-from airflow_provider_tiering.lake.partitioner import Partitioner
+from airflow_provider_tiering.core.errors import InvalidPlan, SourceError
+from airflow_provider_tiering.core.ports import FileKind, SplitReader, SplitT, WriteTarget, WrittenFile
+from airflow_provider_tiering.lake.parquet_writer import write_data_files
 from airflow_provider_tiering.lake.rejects import REJECTS_SCHEMA
-from airflow_provider_tiering.sources.base import Source
 from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.spark.session import SparkSettings, create_spark_session, stop_spark_session
 
 log = logging.getLogger(__name__)
 
 RESULT_SCHEMA = "split_index INT, path STRING, rows BIGINT, bytes BIGINT, partition STRING, kind STRING"
-_RESULT_ARROW = pa.schema(
-    [
-        ("split_index", pa.int32()),
-        ("path", pa.string()),
-        ("rows", pa.int64()),
-        ("bytes", pa.int64()),
-        ("partition", pa.string()),
-        ("kind", pa.string()),
-    ]
-)
+_RESULT_FIELDS: list[pa.Field[Any]] = [
+    pa.field("split_index", pa.int32()),
+    pa.field("path", pa.string()),
+    pa.field("rows", pa.int64()),
+    pa.field("bytes", pa.int64()),
+    pa.field("partition", pa.string()),
+    pa.field("kind", pa.string()),
+]
+_RESULT_ARROW = pa.schema(_RESULT_FIELDS)
 
 
 def _task_attempt_id() -> int:
@@ -48,37 +45,33 @@ def _task_attempt_id() -> int:
 
 
 def write_split(
-    source: Source,
-    split: Split,
+    reader: SplitReader[SplitT],
+    split: SplitT,
     read_schema: pa.Schema,
-    directory_uri: str,
+    target: WriteTarget,
     *,
-    write_schema: pa.Schema | None = None,
-    partitioner: Partitioner | None = None,
-    target_file_bytes: int = 128 * 1024 * 1024,
     rejects_uri: str | None = None,
 ) -> list[WrittenFile]:
     """Read one split and write it as data files (and its bad records, if any, as rejects files);
     safe to run again (new file names each time)."""
     prefix = f"split-{split.index:05d}-task-{_task_attempt_id()}"
-    target = write_schema or read_schema
-    batches = (conform_batch(batch, target) for batch in source.read_split(split, read_schema))
+    batches = (conform_batch(batch, target.schema) for batch in reader.read_split(split, read_schema))
     files = write_data_files(
         batches,
-        target,
-        directory_uri,
+        target.schema,
+        target.directory_uri,
         prefix,
         split.index,
-        partitioner=partitioner,
-        target_file_bytes=target_file_bytes,
+        partitioner=target.partitioner,
+        target_file_bytes=target.target_file_bytes,
     )
-    rejects = source.take_rejects()
+    rejects = reader.take_rejects()
     if rejects:
         if rejects_uri is None:
-            raise SourceError(f"{source.display_name}: {len(rejects)} bad records and no side table to put them in")
+            raise SourceError(f"{reader.display_name}: {len(rejects)} bad records and no side table to put them in")
         batch = pa.RecordBatch.from_pylist(rejects, schema=REJECTS_SCHEMA)
         written = write_data_files([batch], REJECTS_SCHEMA, rejects_uri, prefix, split.index)
-        files.extend(replace(f, kind="rejects") for f in written)
+        files.extend(replace(f, kind=FileKind.REJECTS) for f in written)
     return files
 
 
@@ -92,13 +85,18 @@ class SparkSplitWriter:
 
     def __init__(self, settings: SparkSettings, *, local_single_split: bool = False) -> None:
         self.settings = settings
-        self.writes_single_split_locally = local_single_split
+        self.local_single_split = local_single_split
         self._spark: Any = None
+
+    @property
+    def writes_single_split_locally(self) -> bool:
+        return self.local_single_split
 
     @property
     def spark(self) -> Any:
         if self._spark is not None and not self.settings.remote and self._spark.sparkContext._jsc is None:
-            # Stopped by someone else: a classic session is shared by the whole process (getOrCreate).
+            # Stopped by someone else: a classic session is shared by the whole process (getOrCreate); pyspark has
+            # no public "is stopped", a stopped context drops its private Java handle.
             self._spark = None
         if self._spark is None:
             self._spark = create_spark_session(self.settings)
@@ -112,34 +110,22 @@ class SparkSplitWriter:
 
     def write(
         self,
-        source: Source,
-        splits: Sequence[Split],
-        schema: pa.Schema,
-        directory_uri: str,
+        reader: SplitReader[SplitT],
+        splits: Sequence[SplitT],
+        read_schema: pa.Schema,
+        target: WriteTarget,
         *,
-        write_schema: pa.Schema | None = None,
-        partitioner: Partitioner | None = None,
-        target_file_bytes: int = 128 * 1024 * 1024,
         rejects_uri: str | None = None,
     ) -> list[WrittenFile]:
         """Write every split in parallel, one Spark task per split; returns the files of the successful attempts.
 
-        ``schema`` is what the source reads; ``write_schema`` (the lake's, default ``schema``) what is written.
+        ``read_schema`` is what the reader reads; ``target.schema`` (the lake's) what is written.
         """
         if not splits:
             return []
 
-        def write_one(split: Split) -> list[WrittenFile]:
-            return write_split(
-                source,
-                split,
-                schema,
-                directory_uri,
-                write_schema=write_schema,
-                partitioner=partitioner,
-                target_file_bytes=target_file_bytes,
-                rejects_uri=rejects_uri,
-            )
+        def write_one(split: SplitT) -> list[WrittenFile]:
+            return write_split(reader, split, read_schema, target, rejects_uri=rejects_uri)
 
         if len(splits) == 1 and self.writes_single_split_locally:
             log.info("one split: written by this process, without Spark")
@@ -147,7 +133,7 @@ class SparkSplitWriter:
         by_index = {split.index: split for split in splits}
         indexes = sorted(by_index)
         if indexes != list(range(len(indexes))):
-            raise ValueError("split indexes must be 0..n-1")
+            raise InvalidPlan(f"split indexes must be 0..n-1, not {indexes}")
         if not self.settings.remote:
             # The RDD API where there is one: no query planning, code generation or Arrow round trip in the JVM
             # (measured: the first job of a session 3.0-3.9 s with mapInArrow, 2.1-2.3 s without).
@@ -163,13 +149,17 @@ class SparkSplitWriter:
         def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 for index in batch.column(0).to_pylist():
-                    files = write_one(by_index[index])
-                    yield pa.RecordBatch.from_pylist([asdict(f) for f in files], schema=_RESULT_ARROW)
+                    files = write_one(by_index[int(index or 0)])
+                    yield pa.RecordBatch.from_pylist(
+                        [{**asdict(f), "kind": f.kind.value} for f in files], schema=_RESULT_ARROW
+                    )
 
         frame = self.spark.range(0, len(indexes), 1, numPartitions=len(indexes))
         rows = frame.mapInArrow(run_tasks, RESULT_SCHEMA).collect()
         return [
-            WrittenFile(r["path"], int(r["rows"]), int(r["bytes"]), int(r["split_index"]), r["partition"], r["kind"])
+            WrittenFile(
+                r["path"], int(r["rows"]), int(r["bytes"]), int(r["split_index"]), r["partition"], FileKind(r["kind"])
+            )
             for r in rows
         ]
 

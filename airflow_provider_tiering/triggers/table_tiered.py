@@ -49,6 +49,8 @@ class TableTieredTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # Imported off the event loop: the hook pulls in pyarrow and pyiceberg, whose imports block for a second.
         hooks = await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.tiering")
+        from airflow_provider_tiering.build import build_lake
+        from airflow_provider_tiering.core.spec import LakeSpec
         from airflow_provider_tiering.lake.iceberg import IcebergLake
 
         hook = hooks.IcebergCatalogHook(self.catalog_conn_id)
@@ -57,8 +59,9 @@ class TableTieredTrigger(BaseTrigger):
         while True:
             try:
                 if lake is None:
-                    lake = IcebergLake(await hook.aget_conn(), self.namespace, self.table)
-                commit = await asyncio.to_thread(lake.committed)
+                    spec = LakeSpec(catalog_conn_id=self.catalog_conn_id, namespace=self.namespace, table=self.table)
+                    lake = build_lake(spec, (await hook.acatalog_config()).handle())
+                commit = await asyncio.to_thread(lake.committed)  # loads the catalog on first use, off the loop
                 if commit is not None and cursor_reached(commit.end_offsets, self.cursor_value):
                     yield TriggerEvent(
                         {

@@ -37,12 +37,12 @@ from typing import Any
 import psycopg
 from pyiceberg.catalog import load_catalog
 
+from testbed.lake_check import digest, lake_rows, postgres_rows, unreferenced_data_files
+from testbed.pg_server import PostgresServer
 from tests.chaos.faults import CatalogOutage, LakeCommitRace, WarehouseMount, kill_process_group
 from tests.chaos.report import FaultRecord, Report, RoundRecord, TableCheck, summarize
 from tests.chaos.round_worker import NAMESPACE
 from tests.chaos.writers import COLUMNS, Writers, create_hot_table, insert_rows
-from tests.lake_check import digest, lake_rows, postgres_rows, unreferenced_data_files
-from tests.pg_server import PostgresServer
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("sigkill", "postgres_restart", "catalog_outage", "lake_commit_race", "disk_full")

@@ -19,15 +19,18 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_tiering.build import build_writer
+from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.error_text import describe_error
 from airflow_provider_tiering.core.errors import FencedError
-from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.ports import SplitWriter
+from airflow_provider_tiering.core.round import RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake, LazyCatalog, load_catalog
-from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.lake.catalog import CatalogHandle
 from airflow_provider_tiering.spark.session import SparkSettings
-from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+from testbed.lake_faults import InterposedCatalog
+from testbed.rounds import catalog, round_parts
 
 NAMESPACE = "chaos"
 
@@ -64,7 +67,7 @@ class CommitRetries(logging.Handler):
             self.count += 1
 
 
-class GatedCatalog:
+class GatedCatalog(InterposedCatalog):
     """A pyiceberg catalog whose first ``commit_table`` of a round stops at the swap gate while its file exists.
 
     The harness's handle on the instant between a round's fence check and its catalog swap: it creates the gate,
@@ -74,45 +77,42 @@ class GatedCatalog:
     """
 
     def __init__(self, catalog: Any, gate: Path, table: str, epoch: dict[str, int]) -> None:
-        self._catalog = catalog
+        super().__init__(catalog)
         self._gate = gate
         self._table = table
         self._epoch = epoch
         self._stopped = False
 
-    def commit_table(self, *args: Any, **kwargs: Any) -> Any:
+    def before_swap(self) -> None:
         if not self._stopped and self._gate.exists():
             self._stopped = True
             emit(event="phase", table=self._table, phase="swapping", epoch=self._epoch.get("value"))
             deadline = time.monotonic() + 20  # the harness removes the gate within a second; never hang a round
             while self._gate.exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
-        return self._catalog.commit_table(*args, **kwargs)
-
-    def load_table(self, identifier: Any) -> Any:
-        table = self._catalog.load_table(identifier)
-        table.catalog = self  # a table commits through its catalog
-        return table
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._catalog, name)
 
 
-def run_one(table: str, config: dict[str, Any], writer: SparkSplitWriter, retries: CommitRetries) -> str:
+def run_one(table: str, config: dict[str, Any], writer: SplitWriter, retries: CommitRetries) -> str:
     spec = table_spec(table)
     epoch: dict[str, int] = {}
     gate = Path(config["swap_gate"])
 
-    def gated_catalog() -> GatedCatalog:
-        return GatedCatalog(load_catalog("default", config["catalog"]), gate, table, epoch)
+    def gated_catalog() -> Any:
+        return GatedCatalog(catalog(config["catalog"]).handle().get(), gate, table, epoch)
 
-    catalog = LazyCatalog(gated_catalog, "default")
-    lake = IcebergLake(catalog, NAMESPACE, table)
+    # Built as a task builds its round, with the catalog instrumented (loaded inside the round, like a task's).
+    parts = round_parts(
+        spec,
+        ConnectionInfo.from_uri(config["dsn"]),
+        config["catalog"],
+        writer=writer,
+        catalog_handle=CatalogHandle(gated_catalog, "default"),
+    )
     state = JsonFileStateStore(Path(config["state_dir"]) / f"{table}.json")
     retries.count = 0
     began = time.monotonic()
 
-    def observe(phase: str) -> None:
+    def observe(phase: RoundPhase) -> None:
         loaded = state.load() if phase == "acquired" else None
         if loaded is not None:
             epoch["value"] = loaded.epoch
@@ -120,7 +120,7 @@ def run_one(table: str, config: dict[str, Any], writer: SparkSplitWriter, retrie
 
     emit(event="start", table=table)
     try:
-        result = run_round(spec, PostgresSource(spec.source, config["dsn"]), lake, writer, state, observe=observe)
+        result = parts.run(state, observe=observe)
     except FencedError as exc:
         emit(event="round", table=table, outcome="fenced", error=str(exc), seconds=time.monotonic() - began)
         return "fenced"
@@ -158,7 +158,7 @@ def main() -> None:
     retries = CommitRetries()
     logging.getLogger("airflow_provider_tiering.lake.iceberg").addHandler(retries)
     logging.getLogger("pyiceberg.table").addHandler(retries)
-    writer = SparkSplitWriter(SparkSettings(master="local[2]"))
+    writer = build_writer(SparkSettings(master="local[2]"))
     idle_file = Path(config["idle_file"])
     idle: set[str] = set()
     rounds_until_idle = 0

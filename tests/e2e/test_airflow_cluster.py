@@ -10,9 +10,9 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.tiering_env import metadata_db
-from tests.spark_standalone import descendants, is_loopback, listening_addresses
+from testbed.airflow_cluster import AirflowCluster
+from testbed.spark_standalone import descendants, is_loopback, listening_addresses
+from testbed.tiering_env import metadata_db
 
 DAG_ID = "e2e_harness_selftest"
 ASSET_NAME = "e2e_harness_selftest_asset"

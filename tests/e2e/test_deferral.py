@@ -13,10 +13,10 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.tiering_env import table_function, tiering_setup
-from tests.integration.hot_tables import COLUMNS, PostgresHot
-from tests.lake_check import digest, lake_rows
+from testbed.airflow_cluster import AirflowCluster
+from testbed.hot_tables import COLUMNS, PostgresHot
+from testbed.lake_check import digest, lake_rows
+from testbed.tiering_env import table_function, tiering_setup
 
 DAG_ID = "tiering_when_due"
 WAITER = "lake_waiter"

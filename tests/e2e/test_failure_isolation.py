@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.airflow_cluster import AirflowCluster
+from testbed.airflow_cluster import AirflowCluster
+from testbed.hot_tables import COLUMNS, PostgresHot
+from testbed.lake_check import digest, lake_rows
+from testbed.tiering_env import metadata_db, table_function, tiering_setup
 from tests.e2e.test_cli import cli
-from tests.e2e.tiering_env import metadata_db, table_function, tiering_setup
-from tests.integration.hot_tables import COLUMNS, PostgresHot
-from tests.lake_check import digest, lake_rows
 
 DAG_ID = "tiering_isolation"
 HEALTHY = ("alpha", "beta", "gamma")

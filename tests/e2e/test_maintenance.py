@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.browser import chromium, log_in, wait_for
+from testbed.airflow_cluster import AirflowCluster
+from testbed.browser import chromium, log_in, wait_for
+from testbed.hot_tables import COLUMNS, PostgresHot
+from testbed.lake_check import digest, lake_rows
+from testbed.tiering_env import table_function, tiering_setup
 from tests.e2e.test_cli import cli
-from tests.e2e.tiering_env import table_function, tiering_setup
-from tests.integration.hot_tables import COLUMNS, PostgresHot
-from tests.lake_check import digest, lake_rows
 
 DAG_ID = "tiering_maintained"
 MAINTENANCE = {"interval_seconds": 0, "max_small_files": 2, "snapshot_retention_seconds": 1}

@@ -13,9 +13,9 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.tiering_env import table_function, tiering_setup
-from tests.integration.hot_tables import PostgresHot
+from testbed.airflow_cluster import AirflowCluster
+from testbed.hot_tables import PostgresHot
+from testbed.tiering_env import table_function, tiering_setup
 
 DAG_ID = "tiering_scheduling"
 CONSUMER = "tiering_consumer"

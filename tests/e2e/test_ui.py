@@ -17,11 +17,11 @@ from urllib.parse import quote, urlparse
 import httpx
 import pytest
 
-from tests.e2e.airflow_cluster import AirflowCluster
-from tests.e2e.browser import chromium, log_in, wait_for
-from tests.e2e.state_documents import assets_dag_file, state_document, write_in_cluster
-from tests.e2e.tiering_env import tiering_setup
-from tests.integration.hot_tables import PostgresHot
+from testbed.airflow_cluster import AirflowCluster
+from testbed.browser import chromium, log_in, wait_for
+from testbed.hot_tables import PostgresHot
+from testbed.state_documents import assets_dag_file, state_document, write_in_cluster
+from testbed.tiering_env import tiering_setup
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -3,22 +3,22 @@ between rounds, while rows are inserted, while a round commits, and after tiered
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from airflow_provider_tiering.across_tiers import read_across_tiers
+from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
+from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.iceberg import IcebergLake
 from airflow_provider_tiering.spark.session import SparkSettings
-from airflow_provider_tiering.spark.write_job import SparkSplitWriter
-from tests.integration.hot_tables import COLUMNS, PostgresHot, SqliteHot
-from tests.lake_check import digest
+from testbed.hot_tables import COLUMNS, ConcurrentInserter, PostgresHot, SqliteHot
+from testbed.lake_check import digest, view_rows
+from testbed.rounds import catalog, lake_of
 
 pytestmark = [pytest.mark.integration]
 
@@ -31,30 +31,6 @@ SPEC = TableSpec.parse(
 )
 
 
-def view_rows(view) -> list[tuple]:
-    table = view.to_arrow().select(list(COLUMNS))
-    return [tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]
-
-
-class Writer(threading.Thread):
-    """Inserts batches of rows, one transaction each, recording the ids whose commit returned."""
-
-    def __init__(self, dsn: str, start: int, table: str = "across") -> None:
-        super().__init__(daemon=True)
-        self.hot = PostgresHot(dsn)
-        self.table = table
-        self.next_id = start
-        self.acknowledged = 0  # every id below this has committed
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.hot.insert(self.table, self.next_id, 25)
-            self.next_id += 25
-            self.acknowledged = self.next_id
-            time.sleep(0.01)
-
-
 def test_the_view_holds_every_row_once_while_rows_arrive_and_rounds_commit(
     pg_server, tmp_path: Path, catalog_properties
 ) -> None:
@@ -62,15 +38,15 @@ def test_the_view_holds_every_row_once_while_rows_arrive_and_rounds_commit(
     hot.create("across")
     hot.insert("across", 1, 500)
     source = hot.source(SPEC.source)
-    lake = IcebergLake(load_catalog("default", catalog_properties), "it", "across")
+    lake = lake_of(SPEC, catalog_properties)
     state = JsonFileStateStore(tmp_path / "state.json")
-    writer_of_rounds = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    writer_of_rounds = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
 
     # Before the first round: everything is hot.
     before = read_across_tiers(source, lake)
-    assert before.snapshot_id is None and digest(view_rows(before)) == digest(hot.rows("across"))
+    assert before.snapshot_id is None and digest(view_rows(before, COLUMNS)) == digest(hot.rows("across"))
 
-    writer = Writer(pg_server.dsn, 501)
+    writer = ConcurrentInserter(pg_server.dsn, 501)
     writer.start()
     checks = 0
     try:
@@ -79,7 +55,7 @@ def test_the_view_holds_every_row_once_while_rows_arrive_and_rounds_commit(
             for _ in range(3):  # between rounds, with the writer inserting
                 acknowledged = writer.acknowledged
                 view = read_across_tiers(source, lake)
-                ids = [r[0] for r in view_rows(view)]
+                ids = [r[0] for r in view_rows(view, COLUMNS)]
                 assert len(ids) == len(set(ids)), "a row is in both tiers"
                 assert set(range(1, acknowledged)) <= set(ids), "a committed row is missing"
                 assert view.snapshot_id is not None and len(view.hot) < len(ids)
@@ -94,13 +70,13 @@ def test_the_view_holds_every_row_once_while_rows_arrive_and_rounds_commit(
 
         run_round(SPEC, source, lake, writer_of_rounds, state, observe=read_during)
         for acknowledged, view in seen:
-            ids = [r[0] for r in view_rows(view)]
+            ids = [r[0] for r in view_rows(view, COLUMNS)]
             assert len(ids) == len(set(ids)) and set(range(1, acknowledged)) <= set(ids)
     finally:
         writer.stop.set()
         writer.join()
     final = read_across_tiers(source, lake)
-    assert digest(view_rows(final)) == digest(hot.rows("across"))  # content, not only ids
+    assert digest(view_rows(final, COLUMNS)) == digest(hot.rows("across"))  # content, not only ids
     assert checks == 18 and len(seen) == 2
 
     # Tiered rows leave the hot store (as eviction would): the view still holds every row once.
@@ -109,14 +85,14 @@ def test_the_view_holds_every_row_once_while_rows_arrive_and_rounds_commit(
     with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
         deleted = conn.execute("DELETE FROM across WHERE id <= %s", (committed,)).rowcount
     assert deleted > 0
-    assert digest(view_rows(read_across_tiers(source, lake))) == digest(everything)
+    assert digest(view_rows(read_across_tiers(source, lake), COLUMNS)) == digest(everything)
 
 
 class LakeLoadedAroundARound(IcebergLake):
     """Runs ``interfere`` once, right before or right after the view loads the lake table."""
 
-    def __init__(self, *args, interfere, after: bool) -> None:
-        super().__init__(*args)
+    def __init__(self, catalog: CatalogHandle, interfere, after: bool) -> None:
+        super().__init__(catalog, SPEC.lake.namespace, SPEC.lake.table)
         self.interfere, self.after = interfere, after
 
     def load_table(self):
@@ -138,25 +114,27 @@ def test_a_round_and_eviction_during_the_read_lose_and_double_nothing(
     hot.create("across")
     hot.insert("across", 1, 400)
     source = hot.source(SPEC.source)
-    catalog = load_catalog("default", catalog_properties)
+    handle = catalog(catalog_properties).handle()
     state = JsonFileStateStore(tmp_path / "state.json")
-    writer_of_rounds = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
-    run_round(SPEC, source, IcebergLake(catalog, "it", "across"), writer_of_rounds, state)
+    writer_of_rounds = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    run_round(SPEC, source, lake_of(SPEC, catalog_properties, catalog_handle=handle), writer_of_rounds, state)
     hot.insert("across", 401, 300)
     everything = hot.rows("across")
 
     def round_then_evict() -> None:
-        result = run_round(SPEC, source, IcebergLake(catalog, "it", "across"), writer_of_rounds, state)
+        result = run_round(
+            SPEC, source, lake_of(SPEC, catalog_properties, catalog_handle=handle), writer_of_rounds, state
+        )
         assert result.outcome == "tiered" and result.end_offsets == {"cursor": 700}
         with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
             assert conn.execute("DELETE FROM across WHERE id <= 700").rowcount == 700
 
-    lake = LakeLoadedAroundARound(catalog, "it", "across", interfere=round_then_evict, after=after)
+    lake = LakeLoadedAroundARound(handle, interfere=round_then_evict, after=after)
     view = read_across_tiers(source, lake)
 
     assert lake.interfere is None  # it ran
     assert view.committed_offsets == ({"cursor": 400} if after else {"cursor": 700})
-    assert digest(view_rows(view)) == digest(everything)
+    assert digest(view_rows(view, COLUMNS)) == digest(everything)
 
 
 def test_the_view_as_a_spark_dataframe_and_on_sqlite(tmp_path: Path, catalog_properties, spark_writer) -> None:
@@ -164,7 +142,7 @@ def test_the_view_as_a_spark_dataframe_and_on_sqlite(tmp_path: Path, catalog_pro
     hot.create("across")
     hot.insert("across", 1, 300)
     source = hot.source(SPEC.source)
-    lake = IcebergLake(load_catalog("default", catalog_properties), "it", "across")
+    lake = lake_of(SPEC, catalog_properties)
     state = JsonFileStateStore(tmp_path / "state.json")
     run_round(SPEC, source, lake, spark_writer, state)
     hot.insert("across", 301, 40)
@@ -173,4 +151,4 @@ def test_the_view_as_a_spark_dataframe_and_on_sqlite(tmp_path: Path, catalog_pro
     assert len(view.hot) == 40 and view.committed_offsets == {"cursor": 300}
     frame = view.to_spark(spark_writer.spark)
     spark_rows = [tuple(r[c] for c in COLUMNS) for r in frame.select(*COLUMNS).collect()]
-    assert digest(spark_rows) == digest(view_rows(view)) == digest(hot.rows("across"))
+    assert digest(spark_rows) == digest(view_rows(view, COLUMNS)) == digest(hot.rows("across"))

@@ -47,20 +47,24 @@ import psycopg
 import pytest
 from pyiceberg.catalog import load_catalog
 
+from airflow_provider_tiering.build import build_lake, build_writer
+from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.error_text import MAX_ERROR_BYTES
 from airflow_provider_tiering.core.errors import InvalidTableSpec, LakeError, SourceError, SparkUnavailable
 from airflow_provider_tiering.core.round import RoundResult, run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import END_PROPERTY, IcebergLake, LazyCatalog
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.tiering_commits import END_PROPERTY
+from airflow_provider_tiering.sources.registry import build_source
 from airflow_provider_tiering.spark.session import SparkSettings
 from airflow_provider_tiering.spark.write_job import SparkSplitWriter
-from tests.integration.hot_tables import COLUMNS, PostgresHot
-from tests.lake_check import digest, lake_rows, postgres_rows
-from tests.pg_server import PostgresServer, find_free_port
+from testbed.hot_tables import COLUMNS, PostgresHot
+from testbed.lake_check import digest, lake_rows, postgres_rows
+from testbed.pg_server import PostgresServer
+from testbed.ports import find_free_port
+from testbed.rounds import catalog as catalog_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -82,16 +86,15 @@ def make_spec(name: str, *, cursor: str = "id", **extra: Any) -> TableSpec:
 def run(
     spec: TableSpec,
     source: Any,
-    catalog: Any,
+    catalog_handle: CatalogHandle,
     state_path: Path,
     writer: Any,
 ) -> RoundResult:
-    lake = IcebergLake(catalog, spec.lake.namespace, spec.lake.table, spec.lake.partition_by)
-    return run_round(spec, source, lake, writer, JsonFileStateStore(state_path))
+    return run_round(spec, source, build_lake(spec.lake, catalog_handle), writer, JsonFileStateStore(state_path))
 
 
-def catalog_of(catalog_properties: dict[str, str]) -> Any:
-    return load_lake_catalog("default", catalog_properties)
+def catalog_of(catalog_properties: dict[str, str]) -> CatalogHandle:
+    return catalog_config(catalog_properties).handle()
 
 
 def execute(sql: str | Sequence[str], dsn: str) -> None:
@@ -151,7 +154,7 @@ def pg(pg_server: PostgresServer) -> PostgresHot:
 @pytest.fixture
 def writer() -> Iterator[SparkSplitWriter]:
     """One-split rounds are written by this process: no Spark JVM may start."""
-    spark_writer = SparkSplitWriter(SparkSettings(master="local[2]"), local_single_split=True)
+    spark_writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
     yield spark_writer
     assert spark_writer._spark is None, "a small round started a Spark session"
 
@@ -345,7 +348,13 @@ def test_06_wrong_password_is_named_and_never_shown(
     spec = make_spec(name)
     state_path = tmp_path / "state.json"
     with pytest.raises(SourceError, match="password authentication failed") as raised:
-        run(spec, PostgresSource(spec.source, dsn), catalog_of(catalog_properties), state_path, writer)
+        run(
+            spec,
+            build_source(spec.source, ConnectionInfo.from_uri(dsn)),
+            catalog_of(catalog_properties),
+            state_path,
+            writer,
+        )
     for secret in (wrong, pg_server.password):
         assert secret not in str(raised.value) and secret not in repr(raised.value)
     assert_failed_round(
@@ -373,7 +382,13 @@ def test_07_unreachable_host_fails_fast(
     state_path = tmp_path / "state.json"
     started = time.monotonic()
     with pytest.raises(SourceError, match="Connection refused"):
-        run(spec, PostgresSource(spec.source, dsn), catalog_of(catalog_properties), state_path, writer)
+        run(
+            spec,
+            build_source(spec.source, ConnectionInfo.from_uri(dsn)),
+            catalog_of(catalog_properties),
+            state_path,
+            writer,
+        )
     assert time.monotonic() - started < 30
     assert_failed_round(
         state_path, f"postgres table public.{name}: cannot connect", f"port {closed} failed: Connection refused"
@@ -413,10 +428,11 @@ def test_08_unreachable_catalog_fails_the_round(
     properties, cause = unreachable_catalog(kind, tmp_path)
     spec = make_spec(name)
     state_path = tmp_path / "state.json"
-    catalog = LazyCatalog(lambda: load_lake_catalog("default", properties), "'iceberg_bad'")
+    broken = catalog_config(properties).handle()
+    broken.description = "'iceberg_bad'"
     started = time.monotonic()
     with pytest.raises(LakeError, match="Iceberg catalog 'iceberg_bad' cannot be loaded") as raised:
-        run(spec, pg.source(spec.source), catalog, state_path, writer)
+        run(spec, pg.source(spec.source), broken, state_path, writer)
     assert time.monotonic() - started < 60
     assert cause in str(raised.value)
     assert_failed_round(
@@ -432,7 +448,7 @@ def test_08_unreachable_catalog_is_recorded_by_the_operator(
     """Through ``TierTableOperator`` (in-process task context): the catalog is loaded inside the round, so the
     table's state in the asset state store holds the error, not only the task log."""
     from airflow_provider_tiering.operators.tier_table import TierTableOperator
-    from tests.airflow_context import saved_state, task_context
+    from testbed.airflow_context import saved_state, task_context
 
     name = unique("nocatop")
     pg = PostgresHot(pg_server.dsn)
@@ -476,7 +492,7 @@ def test_08_missing_or_unusable_connection_is_the_tables_recorded_failure(
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from airflow_provider_tiering.operators.tier_table import TierTableOperator
-    from tests.airflow_context import saved_state, task_context
+    from testbed.airflow_context import saved_state, task_context
 
     name = unique("noconn")
     pg = PostgresHot(pg_server.dsn)
@@ -485,7 +501,7 @@ def test_08_missing_or_unusable_connection_is_the_tables_recorded_failure(
     secret = f"conn-secret-{uuid.uuid4().hex[:8]}"
     unsupported = which == "source-unsupported-type"
     hot_conn: dict[str, Any] = {
-        "conn_type": "mysql" if unsupported else "postgres",
+        "conn_type": "oracle" if unsupported else "postgres",
         "host": "127.0.0.1",
         "port": pg_server.port,
         "login": pg_server.user,
@@ -502,7 +518,7 @@ def test_08_missing_or_unusable_connection_is_the_tables_recorded_failure(
     elif which == "catalog-missing":
         catalog_conn = expected = "nowhere_cat_bad_input"
     else:
-        expected = f"connection {source_conn!r} has type 'mysql'"
+        expected = f"connection {source_conn!r} has type 'oracle'"
     operator = TierTableOperator(
         table={
             "name": name,
@@ -538,7 +554,7 @@ def test_08_missing_catalog_connection_is_the_recorded_maintenance_failure(
     from airflow_provider_tiering.core.maintenance import MaintenanceFailed
     from airflow_provider_tiering.hooks.asset_state import MaintenanceStateStore
     from airflow_provider_tiering.operators.maintain_table import MaintainTableOperator
-    from tests.airflow_context import task_context
+    from testbed.airflow_context import task_context
 
     name = unique("nocatmaint")
     operator = MaintainTableOperator(
@@ -569,7 +585,7 @@ def test_09_unreachable_spark_master_fails_readably_in_bounded_time(
     spec = make_spec(name, target_rows_per_split=1000)
     state_path = tmp_path / "state.json"
     master = f"spark://127.0.0.1:{find_free_port()}"
-    spark_writer = SparkSplitWriter(SparkSettings(master=master), local_single_split=False)
+    spark_writer = build_writer(SparkSettings(master=master), local_single_split=False)
     started = time.monotonic()
     try:
         with pytest.raises(SparkUnavailable, match=f"Spark master {master} is unreachable"):

@@ -57,7 +57,7 @@ def test_airflow_runs_as_in_the_e2e_tests(compose: dict) -> None:
         "airflow-triggerer": "triggerer",
     }
     env = services["airflow-scheduler"]["environment"]
-    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"  # as tests/e2e/airflow_cluster.py
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"  # as testbed/airflow_cluster.py
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
     catalog = json.loads(env["AIRFLOW_CONN_ICEBERG_DEFAULT"])["extra"]
     assert catalog["type"] == "sql" and catalog["warehouse"] == "file:///warehouse"

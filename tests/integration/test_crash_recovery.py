@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from pyiceberg.catalog import load_catalog
@@ -16,12 +12,12 @@ from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from tests.integration.hot_tables import COLUMNS, SqliteHot
-from tests.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.crash_round import crash_round
+from testbed.hot_tables import COLUMNS, SqliteHot
+from testbed.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.rounds import lake_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
 
 SPEC = {
     "name": "crashy",
@@ -29,30 +25,6 @@ SPEC = {
     "lake": {"namespace": "it", "table": "crashy"},
     "target_rows_per_split": 1000,
 }
-
-
-def crash_round(
-    tmp_path: Path, catalog_properties: dict[str, str], kill_at: str, spec: dict = SPEC
-) -> subprocess.CompletedProcess:
-    config = {
-        "spec": spec,
-        "kill_at": kill_at,
-        "catalog": catalog_properties,
-        "warehouse": str(tmp_path / "warehouse"),
-        "hot": str(tmp_path / "hot.db"),
-        "state": str(tmp_path / "state.json"),
-        "marker": str(tmp_path / "killed-with-files.json"),
-    }
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
-    return subprocess.run(
-        [sys.executable, "-m", "tests.integration.crash_round", json.dumps(config)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,  # its own process group: driver, JVM and Python workers die together
-    )
 
 
 @pytest.mark.parametrize("kill_at", ["writing", "written", "committed"])
@@ -64,12 +36,12 @@ def test_round_killed_with_sigkill_loses_and_duplicates_nothing(kill_at, tmp_pat
     state_store = JsonFileStateStore(tmp_path / "state.json")
 
     def lake() -> IcebergLake:
-        return IcebergLake(load_lake_catalog("default", catalog_properties), "it", "crashy")
+        return lake_of(spec, catalog_properties)
 
     first = run_round(spec, hot.source(spec.source), lake(), spark_writer, state_store)
     hot.insert("crashy", 1001, 12_000)  # 12 splits: a kill mid-write leaves some written, some not
 
-    crashed = crash_round(tmp_path, catalog_properties, kill_at)
+    crashed = crash_round(tmp_path, catalog_properties, kill_at, SPEC)
     assert crashed.returncode == -9, (
         f"round was not killed: {crashed.returncode}\n{crashed.stdout}\n{crashed.stderr[-3000:]}"
     )

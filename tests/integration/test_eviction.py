@@ -13,16 +13,15 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_tiering.across_tiers import read_across_tiers
+from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.round import run_round
-from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.spec import LakeSpec, TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
 from airflow_provider_tiering.spark.session import SparkSettings
-from airflow_provider_tiering.spark.write_job import SparkSplitWriter
-from tests.integration.hot_tables import BASE_TIME, COLUMNS, PostgresHot, SqliteHot, make_rows
-from tests.integration.test_across_tiers import Writer, view_rows
-from tests.integration.test_crash_recovery import crash_round
-from tests.lake_check import digest, lake_rows
+from testbed.crash_round import crash_round
+from testbed.hot_tables import BASE_TIME, COLUMNS, ConcurrentInserter, PostgresHot, SqliteHot, make_rows
+from testbed.lake_check import digest, lake_rows, view_rows
+from testbed.rounds import lake_of
 
 pytestmark = [pytest.mark.integration]
 
@@ -67,11 +66,11 @@ def test_eviction_with_a_writer_inserting_keeps_every_row_in_one_tier_at_least(
     hot.create("evicted")
     hot.insert("evicted", 1, 1000)
     source = hot.source(table_spec.source)
-    lake = IcebergLake(load_catalog("default", catalog_properties), "it", "evicted")
+    lake = lake_of(LakeSpec(namespace="it", table="evicted"), catalog_properties)
     state = JsonFileStateStore(tmp_path / "state.json")
-    round_writer = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    round_writer = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
 
-    writer = Writer(pg_server.dsn, 1001, table="evicted")
+    writer = ConcurrentInserter(pg_server.dsn, 1001, table="evicted")
     writer.start()
     evicted = 0
     try:
@@ -80,7 +79,7 @@ def test_eviction_with_a_writer_inserting_keeps_every_row_in_one_tier_at_least(
             evicted += result.metrics.evicted_rows if result.metrics else 0
             # Between rounds, while rows arrive: the view across tiers has every committed row once.
             acknowledged = writer.acknowledged
-            ids = [r[0] for r in view_rows(read_across_tiers(source, lake))]
+            ids = [r[0] for r in view_rows(read_across_tiers(source, lake), COLUMNS)]
             assert len(ids) == len(set(ids)) and set(range(1, acknowledged)) <= set(ids)
     finally:
         writer.stop.set()
@@ -103,7 +102,7 @@ def test_eviction_with_a_writer_inserting_keeps_every_row_in_one_tier_at_least(
     assert evicted == len(written) - len(hot_ids) and evicted >= YOUNG_FROM - 1
     document = state.load()
     assert document.evicted_rows_total == evicted and document.eviction_note is None
-    assert digest(view_rows(read_across_tiers(source, lake))) == digest(written.values())
+    assert digest(view_rows(read_across_tiers(source, lake), COLUMNS)) == digest(written.values())
 
 
 @pytest.mark.slow
@@ -119,13 +118,13 @@ def test_a_crash_around_eviction_loses_nothing_and_the_next_round_finishes_it(
 
     crashed = crash_round(tmp_path, catalog_properties, kill_at, spec=table_spec)
     assert crashed.returncode == -9, f"not killed: {crashed.returncode}\n{crashed.stdout}\n{crashed.stderr[-3000:]}"
-    lake = IcebergLake(load_catalog("default", catalog_properties), "it", "crashy")
+    lake = lake_of(LakeSpec(namespace="it", table="crashy"), catalog_properties)
     assert lake.committed().end_offsets == {"cursor": 1000}
     left = hot.rows("crashy")
     # Killed before eviction: nothing deleted; inside its second batch: the first batch only (the second rolled back).
     assert len(left) == (1000 if kill_at == "cleaned" else 700)
     source = hot.source(TableSpec.parse(table_spec).source)
-    assert digest(view_rows(read_across_tiers(source, lake))) == digest(everything)
+    assert digest(view_rows(read_across_tiers(source, lake), COLUMNS)) == digest(everything)
 
     hot.insert("crashy", 1001, 50)
     new_rows = [r for r in hot.rows("crashy") if r[0] > 1000]
@@ -133,7 +132,7 @@ def test_a_crash_around_eviction_loses_nothing_and_the_next_round_finishes_it(
         TableSpec.parse(table_spec),
         source,
         lake,
-        SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True),
+        build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True),
         JsonFileStateStore(tmp_path / "state.json"),
     )
     assert result.outcome == "tiered" and result.metrics.rows == 50  # the crashed round's rows are not tiered again
@@ -147,9 +146,9 @@ def test_eviction_refuses_rows_the_lake_does_not_hold(tmp_path: Path, catalog_pr
     hot.create("guarded")
     hot.insert("guarded", 1, 400)
     source = hot.source(table_spec.source)
-    lake = IcebergLake(load_catalog("default", catalog_properties), "it", "guarded")
+    lake = lake_of(LakeSpec(namespace="it", table="guarded"), catalog_properties)
     state = JsonFileStateStore(tmp_path / "state.json")
-    writer = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    writer = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
     hot.insert("guarded", 401, 100)
     first = run_round(table_spec, source, lake, writer, state)
     assert first.metrics.evicted_rows == 500
@@ -181,8 +180,8 @@ def test_eviction_by_a_timestamp_cursor(tmp_path: Path, catalog_properties) -> N
     hot.insert("timed", 1, 600)
     everything = hot.rows("timed")
     source = hot.source(table_spec.source)
-    lake = IcebergLake(load_catalog("default", catalog_properties), "it", "timed")
-    writer = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    lake = lake_of(LakeSpec(namespace="it", table="timed"), catalog_properties)
+    writer = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
 
     result = run_round(table_spec, source, lake, writer, JsonFileStateStore(tmp_path / "state.json"))
 
@@ -190,4 +189,4 @@ def test_eviction_by_a_timestamp_cursor(tmp_path: Path, catalog_properties) -> N
     assert result.metrics.rows == 600 and result.metrics.evicted_rows == 600 - len(left)
     assert 290 <= result.metrics.evicted_rows < 310 and left == list(range(601 - len(left), 601))  # the young rows
     assert digest(lake_rows(catalog_properties, ("it", "timed"), COLUMNS)) == digest(everything)
-    assert digest(view_rows(read_across_tiers(source, lake))) == digest(everything)
+    assert digest(view_rows(read_across_tiers(source, lake), COLUMNS)) == digest(everything)

@@ -10,10 +10,12 @@ from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.catalog import CatalogHandle
 from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from tests.integration.hot_tables import COLUMNS, SqliteHot
-from tests.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.hot_tables import COLUMNS, SqliteHot
+from testbed.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.lake_faults import CatalogThatPausesBeforeTheSwap
+from testbed.rounds import catalog, lake_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,8 +35,9 @@ def fenced_table(tmp_path, catalog_properties):
     hot.create("fenced")
     hot.insert("fenced", 1, 2000)
 
-    def lake(catalog=None) -> IcebergLake:
-        return IcebergLake(catalog or load_lake_catalog("default", catalog_properties), "it", "fenced")
+    def lake(instrumented=None) -> IcebergLake:
+        handle = None if instrumented is None else CatalogHandle.of(instrumented)
+        return lake_of(SPEC, catalog_properties, catalog_handle=handle)
 
     return hot, JsonFileStateStore(tmp_path / "state.json"), lake
 
@@ -68,7 +71,7 @@ def test_commit_refuses_a_lower_epoch_even_with_matching_offsets(tmp_path, catal
     hot = SqliteHot(tmp_path / "hot.db")
     hot.create("fenced")
     hot.insert("fenced", 1, 100)
-    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", "fenced")
+    lake = lake_of(SPEC, catalog_properties)
     first = run_round(SPEC, hot.source(SPEC.source), lake, spark_writer, JsonFileStateStore(tmp_path / "s.json"))
     with pytest.raises(FencedError):
         lake.commit(
@@ -77,28 +80,6 @@ def test_commit_refuses_a_lower_epoch_even_with_matching_offsets(tmp_path, catal
     assert load_catalog("default", **catalog_properties).load_table(
         ("it", "fenced")
     ).current_snapshot().snapshot_id == (first.snapshot_id)
-
-
-class CatalogThatPausesBeforeTheSwap:
-    """A pyiceberg catalog whose first ``commit_table`` runs ``meanwhile`` just before it swaps the metadata."""
-
-    def __init__(self, catalog, meanwhile) -> None:
-        self._catalog = catalog
-        self._meanwhile = meanwhile
-
-    def commit_table(self, *args, **kwargs):
-        if self._meanwhile is not None:
-            run, self._meanwhile = self._meanwhile, None
-            run()
-        return self._catalog.commit_table(*args, **kwargs)
-
-    def load_table(self, identifier):
-        table = self._catalog.load_table(identifier)
-        table.catalog = self  # the table commits through its catalog
-        return table
-
-    def __getattr__(self, name):
-        return getattr(self._catalog, name)
 
 
 def test_attempt_fenced_when_a_newer_one_commits_between_its_check_and_its_swap(
@@ -113,7 +94,7 @@ def test_attempt_fenced_when_a_newer_one_commits_between_its_check_and_its_swap(
         hot.insert("fenced", 2001, 300)
         newer["result"] = run_round(SPEC, hot.source(SPEC.source), lake(), spark_writer, state_store)
 
-    stale_lake = lake(CatalogThatPausesBeforeTheSwap(load_lake_catalog("default", catalog_properties), newer_round))
+    stale_lake = lake(CatalogThatPausesBeforeTheSwap(catalog(catalog_properties).handle().get(), newer_round))
     with pytest.raises(FencedError, match="nothing was committed"):
         run_round(SPEC, hot.source(SPEC.source), stale_lake, spark_writer, state_store)
 

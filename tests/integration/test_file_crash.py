@@ -5,16 +5,13 @@ from __future__ import annotations
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from airflow_provider_tiering.sources.files import FileSource
-from tests.integration.landing_files import COLUMNS, jsonl_rows, write_jsonl
-from tests.integration.test_crash_recovery import crash_round
-from tests.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.crash_round import crash_round
+from testbed.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.landing_files import COLUMNS, jsonl_rows, write_jsonl
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,8 +35,7 @@ def test_round_killed_after_its_commit_tiers_no_file_twice(tmp_path, catalog_pro
     state_store = JsonFileStateStore(tmp_path / "state.json")
 
     def round_in_process():
-        lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", "landed")
-        return run_round(spec, FileSource(spec.source), lake, spark_writer, state_store)
+        return round_parts(spec, None, catalog_properties, writer=spark_writer).run(state_store)
 
     write_jsonl(landing / "a.jsonl", range(0, 1000))
     first = round_in_process()

@@ -12,17 +12,16 @@ import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 
-from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.ports import WriteTarget
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from airflow_provider_tiering.lake.rejects import RejectsTable
-from airflow_provider_tiering.sources.files import FileSource, FileSplit
+from airflow_provider_tiering.sources.files.offsets_log import OffsetsLog
+from airflow_provider_tiering.sources.files.plans import FileSplit
 from airflow_provider_tiering.spark.write_job import write_split
-from tests.integration.landing_files import AN_HOUR_AGO, COLUMNS, csv_rows, jsonl_rows, write_jsonl
-from tests.integration.test_round_sql import UntouchableWriter
-from tests.lake_check import digest, lake_rows
+from testbed.lake_check import digest, lake_rows
+from testbed.landing_files import AN_HOUR_AGO, COLUMNS, csv_rows, jsonl_rows, write_jsonl
+from testbed.rounds import round_parts
+from testbed.writers import UntouchableWriter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,13 +37,8 @@ def make_spec(name: str, **source) -> TableSpec:
 
 
 def run(spec: TableSpec, catalog_properties, writer, tmp_path: Path):
-    catalog = load_lake_catalog("default", catalog_properties)
-    lake = IcebergLake(catalog, "it", spec.lake.table, spec.lake.partition_by)
-    rejects = None
-    if spec.source.on_bad_record == "side_table":
-        rejects = RejectsTable(catalog, "it", spec.lake.rejects_table_name)
     store = JsonFileStateStore(tmp_path / f"{spec.name}.json")
-    return run_round(spec, FileSource(spec.source), lake, writer, store, rejects=rejects)
+    return round_parts(spec, None, catalog_properties, writer=writer).run(store)
 
 
 def files_under(root: Path) -> list[str]:
@@ -131,14 +125,15 @@ def test_csv_with_markers_and_bad_rows_set_aside(catalog_properties, spark_write
     assert all("a.csv" in r[0] for r in lake_rows(catalog_properties, side, ["source_file", "reason"]))
 
     # A round run again over a.csv (its data commit lost after its rejects commit) replaces a.csv's rejects.
-    source = FileSource(spec.source)
+    parts = round_parts(spec, None, catalog_properties)
+    source, rejects = parts.source, parts.rejects
+    assert rejects is not None and rejects.lake.identifier == side
     (landed,) = [f for f in source.list_complete() if f.path == "a.csv"]
-    rejects = RejectsTable(load_lake_catalog("default", catalog_properties), *side)
     files = write_split(
         source,
-        FileSplit(0, None, None, 1, (landed,)),
+        FileSplit(0, (landed,)),
         source.schema(),
-        f"file://{tmp_path}/rerun",
+        WriteTarget(f"file://{tmp_path}/rerun", source.schema()),
         rejects_uri=rejects.staging_uri(99, "rerun"),
     )
     assert sum(f.rows for f in files if f.kind == "data") == 200
@@ -208,12 +203,12 @@ def test_offsets_log_that_cannot_be_written_fails_the_round_and_is_recorded(
     landing = tmp_path / "landing"
     spec = make_spec("full_disk", path=str(landing), format="jsonl", columns=COLUMNS)
     write_jsonl(landing / "a.jsonl", range(0, 100), mtime=AN_HOUR_AGO)
-    real_write_log = FileSource.write_log
+    real_write_log = OffsetsLog.write
 
     def disk_full(self, *args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(FileSource, "write_log", disk_full)
+    monkeypatch.setattr(OffsetsLog, "write", disk_full)
     with pytest.raises(OSError, match="No space left"):
         run(spec, catalog_properties, spark_writer, tmp_path)
     state = JsonFileStateStore(tmp_path / "full_disk.json").load()
@@ -222,7 +217,7 @@ def test_offsets_log_that_cannot_be_written_fails_the_round_and_is_recorded(
     table = load_catalog("default", **catalog_properties).load_table(("it", "full_disk"))
     assert table.current_snapshot() is None
 
-    monkeypatch.setattr(FileSource, "write_log", real_write_log)
+    monkeypatch.setattr(OffsetsLog, "write", real_write_log)
     again = run(spec, catalog_properties, spark_writer, tmp_path)
     assert again.outcome == "tiered" and again.metrics.rows == 100
     assert digest(lake_rows(catalog_properties, ("it", "full_disk"), list(COLUMNS))) == digest(

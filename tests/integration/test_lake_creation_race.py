@@ -18,12 +18,10 @@ TABLES_PER_NAMESPACE = 4
 
 
 def create(catalog_properties: dict[str, str], table: str, barrier: multiprocessing.synchronize.Barrier) -> None:
-    from airflow_provider_tiering.lake.iceberg import IcebergLake
-    from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
+    from airflow_provider_tiering.core.spec import LakeSpec
+    from testbed.rounds import lake_of
 
-    lakes = [
-        IcebergLake(load_lake_catalog("default", catalog_properties), f"race{n}", table) for n in range(NAMESPACES)
-    ]
+    lakes = [lake_of(LakeSpec(namespace=f"race{n}", table=table), catalog_properties) for n in range(NAMESPACES)]
     for lake in lakes:  # every worker races every other one, once per namespace
         barrier.wait()
         lake.ensure_table(SCHEMA)

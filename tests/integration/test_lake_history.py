@@ -11,14 +11,12 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from tests.integration.hot_tables import COLUMNS, SqliteHot
-from tests.lake_check import digest, lake_rows
+from testbed.hot_tables import COLUMNS, SqliteHot
+from testbed.lake_check import digest, lake_rows
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,8 +46,7 @@ def test_offsets_survive_other_writers_snapshots_and_snapshot_expiry(tmp_path, c
     state = JsonFileStateStore(tmp_path / "state.json")
 
     def round_():
-        lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", "shared")
-        return run_round(SPEC, hot.source(SPEC.source), lake, spark_writer, state)
+        return round_parts(SPEC, hot, catalog_properties, writer=spark_writer).run(state)
 
     first = round_()
     append_from_another_writer(catalog_properties, range(-10, 0))

@@ -11,23 +11,22 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import load_catalog
 
+from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.compaction import compact
 from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from airflow_provider_tiering.lake.maintenance import (
-    OPERATION_PROPERTY,
-    compact,
-    expire_snapshots,
-    live_data_files,
-    remove_orphan_files,
-)
+from airflow_provider_tiering.lake.live_files import live_data_files
+from airflow_provider_tiering.lake.orphan_files import remove_orphan_files
+from airflow_provider_tiering.lake.snapshot_expiry import expire_snapshots
+from airflow_provider_tiering.lake.tiering_commits import OPERATION_PROPERTY
 from airflow_provider_tiering.spark.session import SparkSettings
-from airflow_provider_tiering.spark.write_job import SparkSplitWriter
-from tests.integration.hot_tables import COLUMNS, SqliteHot
-from tests.integration.test_fencing import CatalogThatPausesBeforeTheSwap
-from tests.lake_check import digest, lake_rows
+from testbed.hot_tables import COLUMNS, SqliteHot
+from testbed.lake_check import digest, lake_rows
+from testbed.lake_faults import CatalogThatPausesBeforeTheSwap
+from testbed.rounds import catalog, lake_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,12 +51,11 @@ class Tiered:
         self.state = JsonFileStateStore(tmp_path / "state.json")
         self.next_id = 1
         # Rounds of one split are written by this process: no Spark session per round.
-        self.round_writer = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+        self.round_writer = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
 
-    def lake(self, catalog=None) -> IcebergLake:
-        return IcebergLake(
-            catalog or load_lake_catalog("default", self.catalog_properties), "it", "kept", self.spec.lake.partition_by
-        )
+    def lake(self, instrumented=None) -> IcebergLake:
+        handle = None if instrumented is None else CatalogHandle.of(instrumented)
+        return lake_of(self.spec, self.catalog_properties, catalog_handle=handle)
 
     def insert(self, rows: int) -> None:
         self.hot.insert("kept", self.next_id, rows)
@@ -146,7 +144,7 @@ def test_compaction_losing_to_a_round_commits_again_with_the_rounds_offsets(tmp_
         rounds.append(tiered.round())
 
     paused = tiered.lake(
-        CatalogThatPausesBeforeTheSwap(load_lake_catalog("default", catalog_properties), a_round_commits_first)
+        CatalogThatPausesBeforeTheSwap(catalog(catalog_properties).handle().get(), a_round_commits_first)
     )
     result = compact_kept(tiered, spark_writer, lake=paused)
 
@@ -171,7 +169,7 @@ def test_round_losing_to_a_compaction_commits_on_top_of_it(tmp_path, catalog_pro
 
     tiered.insert(40)
     paused = tiered.lake(
-        CatalogThatPausesBeforeTheSwap(load_lake_catalog("default", catalog_properties), a_compaction_commits_first)
+        CatalogThatPausesBeforeTheSwap(catalog(catalog_properties).handle().get(), a_compaction_commits_first)
     )
     result = tiered.round(lake=paused)
 

@@ -12,13 +12,11 @@ import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo, GreaterThanOrEqual
 
-from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from airflow_provider_tiering.sources.postgres import PostgresSource
-from tests.lake_check import digest, lake_rows, postgres_rows
+from testbed.lake_check import digest, lake_rows, postgres_rows
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -80,10 +78,8 @@ def test_transform_partitions_each_file_and_prunes_scans(
             "target_rows_per_split": 800,
         }
     )
-    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "parts", name, spec.lake.partition_by)
-    result = run_round(
-        spec, PostgresSource(spec.source, hot_dsn), lake, spark_writer, JsonFileStateStore(tmp_path / "s.json")
-    )
+    parts = round_parts(spec, ConnectionInfo.from_uri(hot_dsn), catalog_properties, writer=spark_writer)
+    result = parts.run(JsonFileStateStore(tmp_path / "s.json"))
     assert result.outcome == "tiered" and result.metrics.rows == ROWS
     assert digest(lake_rows(catalog_properties, ("parts", name), COLUMNS)) == digest(
         postgres_rows(hot_dsn, HOT, COLUMNS)

@@ -7,7 +7,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.pg_server import PostgresServer
+from testbed.pg_server import PostgresServer
 
 # pg_server comes from tests/conftest.py (tests.fixtures_pg)
 pytestmark = pytest.mark.integration

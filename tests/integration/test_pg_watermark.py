@@ -8,13 +8,11 @@ import time
 import psycopg
 import pytest
 
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from tests.integration.hot_tables import COLUMNS, PostgresHot, make_rows
-from tests.lake_check import digest, lake_rows
+from testbed.hot_tables import COLUMNS, PostgresHot, make_rows
+from testbed.lake_check import digest, lake_rows
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,8 +43,7 @@ def rounds_of(table: str, wait: float, pg_server, catalog_properties, spark_writ
     state = JsonFileStateStore(state_path)
 
     def round_():
-        lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table)
-        return run_round(spec, hot.source(spec.source), lake, spark_writer, state)
+        return round_parts(spec, hot, catalog_properties, writer=spark_writer).run(state)
 
     return hot, state, round_
 
@@ -80,9 +77,9 @@ def test_round_waits_for_a_transaction_that_ends_within_the_wait(pg_server, cata
     hot.insert(table, 12, 1)
     threading.Timer(1.5, lambda: (slow.commit(), slow.close())).start()
     spec = spec_for(table, wait=30.0)
-    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table)
+    parts = round_parts(spec, hot, catalog_properties, writer=spark_writer)
     started = time.monotonic()
-    result = run_round(spec, hot.source(spec.source), lake, spark_writer, JsonFileStateStore(tmp_path / "s.json"))
+    result = parts.run(JsonFileStateStore(tmp_path / "s.json"))
     assert time.monotonic() - started >= 1.0
     assert result.end_offsets == {"cursor": 12} and result.metrics.rows == 12
     assert digest(lake_rows(catalog_properties, ("it", table), COLUMNS)) == digest(hot.rows(table))

@@ -7,14 +7,12 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_tiering.core.errors import QuarantinedError, SourceError
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from tests.integration.hot_tables import COLUMNS, SqliteHot
-from tests.lake_check import digest, lake_rows
+from testbed.hot_tables import COLUMNS, SqliteHot
+from testbed.lake_check import digest, lake_rows
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,8 +33,8 @@ def test_table_is_quarantined_after_consecutive_failures_and_reset_brings_it_bac
     store = JsonFileStateStore(tmp_path / "state.json")
 
     def round_():
-        lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", "flaky")
-        return run_round(spec, hot.source(spec.source), lake, spark_writer, store, retry_delay=timedelta(seconds=30))
+        parts = round_parts(spec, hot, catalog_properties, writer=spark_writer)
+        return parts.run(store, retry_delay=lambda error: timedelta(seconds=30))
 
     for attempt in range(1, 4):  # the hot table does not exist yet
         with pytest.raises(SourceError, match="does not exist"):

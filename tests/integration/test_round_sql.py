@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import END_PROPERTY, EPOCH_PROPERTY, IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from tests.integration.hot_tables import COLUMNS, PostgresHot, SqliteHot
-from tests.lake_check import digest, lake_rows, unreferenced_data_files
+from airflow_provider_tiering.lake.tiering_commits import END_PROPERTY, EPOCH_PROPERTY
+from testbed.hot_tables import COLUMNS, PostgresHot, SqliteHot
+from testbed.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.rounds import round_parts
+from testbed.writers import UntouchableWriter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,8 +39,7 @@ def make_spec(name: str, partition_by: tuple[str, ...] = ()) -> TableSpec:
 
 
 def run(spec, hot, catalog_properties, writer, state_path: Path):
-    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", spec.lake.table, spec.lake.partition_by)
-    return run_round(spec, hot.source(spec.source), lake, writer, JsonFileStateStore(state_path))
+    return round_parts(spec, hot, catalog_properties, writer=writer).run(JsonFileStateStore(state_path))
 
 
 def assert_lake_equals_hot(hot, table, catalog_properties):
@@ -83,17 +82,6 @@ def test_lake_equals_hot_store_after_three_rounds_with_inserts(
         assert len(list(iceberg.scan(row_filter="region == 'eu'").plan_files())) < len(files)
 
 
-class UntouchableWriter:
-    """Fails the test if the round touches Spark."""
-
-    @property
-    def parallelism(self) -> int:
-        raise AssertionError("a round with nothing to tier started Spark")
-
-    def write(self, *args, **kwargs):
-        raise AssertionError("a round with nothing to tier ran a Spark job")
-
-
 def test_round_with_nothing_to_tier_runs_no_spark_job(hot, catalog_properties, spark_writer, tmp_path):
     table = f"idle_{hot.kind}"
     spec = make_spec(table)
@@ -121,15 +109,15 @@ def test_empty_hot_table_creates_the_lake_table_and_tiers_nothing(hot, catalog_p
 
 
 def test_a_round_of_one_split_is_written_without_starting_spark(hot, catalog_properties, tmp_path):
+    from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
     table = f"small_{hot.kind}"
     spec = make_spec(table).model_copy(update={"target_rows_per_split": 5000})
     hot.create(table)
     hot.insert(table, 1, 1200)
     # A master nobody listens on: the round fails if it starts a session.
-    writer = SparkSplitWriter(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    writer = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
     result = run(spec, hot, catalog_properties, writer, tmp_path / "state.json")
     assert result.outcome == "tiered" and result.metrics.rows == 1200 and result.metrics.splits == 1
     assert writer._spark is None

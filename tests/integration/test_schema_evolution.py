@@ -10,15 +10,13 @@ import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.types import DoubleType, LongType, StringType
 
+from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import SchemaConflict
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
-from airflow_provider_tiering.sources.postgres import PostgresSource
-from tests.lake_check import digest, lake_rows, postgres_rows
+from testbed.lake_check import digest, lake_rows, postgres_rows
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -41,9 +39,8 @@ def _sql(dsn: str, *statements: str) -> None:
 
 def _round(dsn: str, table: str, catalog_properties, writer, tmp_path: Path):
     spec = _spec(table)
-    lake = IcebergLake(load_lake_catalog("default", catalog_properties), "evo", table)
     store = JsonFileStateStore(tmp_path / f"{table}.json")
-    return run_round(spec, PostgresSource(spec.source, dsn), lake, writer, store), store
+    return round_parts(spec, ConnectionInfo.from_uri(dsn), catalog_properties, writer=writer).run(store), store
 
 
 def _lake_type(catalog_properties, table: str, column: str):

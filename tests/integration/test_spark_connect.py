@@ -7,7 +7,6 @@ and unpickle the Source; this process starts no JVM of its own.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,16 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.iceberg import load_catalog as load_lake_catalog
 from airflow_provider_tiering.spark.session import SparkSettings
-from airflow_provider_tiering.spark.write_job import SparkSplitWriter
-from tests.integration.hot_tables import COLUMNS, SqliteHot
+from testbed.hot_tables import COLUMNS, SqliteHot
+from testbed.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.ports import find_free_port
+from testbed.rounds import round_parts
 from tests.integration.test_spark_class_data_sharing import run_with_archive_dir
-from tests.lake_check import digest, lake_rows, unreferenced_data_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,16 +30,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "spark_connect_server.sh"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def spark_connect(tmp_path_factory) -> Iterator[str]:
     """A Spark Connect server for this module, started by the project's script; stopped at teardown."""
-    port = free_port()
+    port = find_free_port()
     env = {
         **os.environ,
         "VENV": str(Path(sys.executable).parent.parent),
@@ -77,13 +69,12 @@ def test_rounds_through_spark_connect_tier_the_table_row_for_row(
     )
     hot = SqliteHot(tmp_path / "hot.db")
     hot.create(table)
-    writer = SparkSplitWriter(SparkSettings(remote=spark_connect))
+    writer = build_writer(SparkSettings(remote=spark_connect))
     state_path = tmp_path / "state.json"
     try:
         for start, count in [(1, 3000), (3001, 1500)]:
             hot.insert(table, start, count)
-            lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table, spec.lake.partition_by)
-            result = run_round(spec, hot.source(spec.source), lake, writer, JsonFileStateStore(state_path))
+            result = round_parts(spec, hot, catalog_properties, writer=writer).run(JsonFileStateStore(state_path))
             assert result.outcome == "tiered"
             assert result.metrics.rows == count and result.metrics.splits > 1
             assert result.end_offsets == {"cursor": start + count - 1}
@@ -92,12 +83,8 @@ def test_rounds_through_spark_connect_tier_the_table_row_for_row(
     finally:
         writer.stop()
     assert unreferenced_data_files(catalog_properties, ("it", table)) == []
-    idle = run_round(
-        spec,
-        hot.source(spec.source),
-        IcebergLake(load_lake_catalog("default", catalog_properties), "it", table, spec.lake.partition_by),
-        SparkSplitWriter(SparkSettings(remote=spark_connect)),
-        JsonFileStateStore(state_path),
+    idle = round_parts(spec, hot, catalog_properties, spark=SparkSettings(remote=spark_connect)).run(
+        JsonFileStateStore(state_path)
     )
     assert idle.outcome == "nothing_to_tier"
 
@@ -110,7 +97,7 @@ def test_a_process_may_use_a_local_session_and_spark_connect_in_turn(
     hot = SqliteHot(tmp_path / "hot.db")
     for table, writer in [
         ("mixed_local", spark_writer),
-        ("mixed_connect", SparkSplitWriter(SparkSettings(remote=spark_connect))),
+        ("mixed_connect", build_writer(SparkSettings(remote=spark_connect))),
         ("mixed_local_again", spark_writer),
     ]:
         spec = TableSpec.parse(
@@ -122,8 +109,8 @@ def test_a_process_may_use_a_local_session_and_spark_connect_in_turn(
         )
         hot.create(table)
         hot.insert(table, 1, 500)
-        lake = IcebergLake(load_lake_catalog("default", catalog_properties), "it", table)
-        result = run_round(spec, hot.source(spec.source), lake, writer, JsonFileStateStore(tmp_path / f"{table}.json"))
+        parts = round_parts(spec, hot, catalog_properties, writer=writer)
+        result = parts.run(JsonFileStateStore(tmp_path / f"{table}.json"))
         if writer is not spark_writer:
             writer.stop()
         assert result.metrics.rows == 500

@@ -2,7 +2,7 @@
 (scripts/spark_standalone.sh, from the virtualenv's pyspark), a real PostgreSQL hot table, a local Iceberg
 warehouse that the driver and the executors share (one machine).
 
-The driver runs in a child process (tests.spark_standalone): one JVM holds one SparkContext, and this test
+The driver runs in a child process (testbed.spark_standalone): one JVM holds one SparkContext, and this test
 session may already hold a local one.
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.hot_tables import COLUMNS, PostgresHot
-from tests.lake_check import digest, lake_rows, unreferenced_data_files
-from tests.spark_standalone import StandaloneCluster, group_members, is_loopback, listening_addresses, round_in_child
+from testbed.hot_tables import COLUMNS, PostgresHot
+from testbed.lake_check import digest, lake_rows, unreferenced_data_files
+from testbed.spark_standalone import StandaloneCluster, group_members, is_loopback, listening_addresses, round_in_child
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,8 +14,8 @@ from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 from airflow_provider_tiering.core.state import CommittedSnapshot, TableState, TableStatus, utcnow
 from airflow_provider_tiering.sensors.table_due import TableDueSensor
 from airflow_provider_tiering.triggers.table_due import TableDueTrigger
-from tests.airflow_context import saved_state, task_context
-from tests.integration.hot_tables import SqliteHot, sqlite_events_table
+from testbed.airflow_context import saved_state, task_context
+from testbed.hot_tables import SqliteHot, sqlite_events_table
 
 pytestmark = [pytest.mark.integration]
 

@@ -13,14 +13,13 @@ import pytest
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_tiering.core.errors import TieringError
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import CommittedSnapshot, TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
-from tests.airflow_context import saved_state, task_context
-from tests.integration.hot_tables import SqliteHot, sqlite_events_table
+from testbed.airflow_context import saved_state, task_context
+from testbed.hot_tables import SqliteHot, sqlite_events_table
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration]
 
@@ -83,10 +82,8 @@ def test_the_lake_ahead_of_the_state_is_repaired_not_skipped(
     """A crash between commit and record leaves the state behind the lake: rows exist beyond the state's
     offsets, so the round runs, finds the lake already holds them, and repairs the state from the lake."""
     spec = TableSpec.parse(TABLE)
-    lake = IcebergLake(load_catalog("default", catalog_properties), "short", "events")
-    done = run_round(
-        spec, hot.source(spec.source), lake, spark_writer, JsonFileStateStore(hot.path.with_suffix(".json"))
-    )
+    parts = round_parts(spec, hot, catalog_properties, writer=spark_writer)
+    done = parts.run(JsonFileStateStore(hot.path.with_suffix(".json")))
     assert done.end_offsets == {"cursor": 50}
     catalog_conn = {"conn_type": "iceberg", "extra": {"name": "default", **catalog_properties}}
     monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_MISSING", json.dumps(catalog_conn))

@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
 from airflow_provider_tiering.triggers.table_due import TableDueTrigger
 from airflow_provider_tiering.triggers.table_tiered import TableTieredTrigger
-from tests.integration.hot_tables import SqliteHot, sqlite_events_table
+from testbed.hot_tables import SqliteHot, sqlite_events_table
+from testbed.rounds import round_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -116,10 +115,8 @@ def tiered_lake(
         json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog_properties}}),
     )
     table_spec = spec()
-    lake = IcebergLake(load_catalog("default", catalog_properties), "trig", "events")
-    result = run_round(
-        table_spec, hot.source(table_spec.source), lake, spark_writer, JsonFileStateStore(tmp_path / "state.json")
-    )
+    parts = round_parts(table_spec, hot, catalog_properties, writer=spark_writer)
+    result = parts.run(JsonFileStateStore(tmp_path / "state.json"))
     assert result.outcome == "tiered" and result.end_offsets == {"cursor": 100}
     return int(result.snapshot_id)
 

@@ -17,8 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.spec import FileSourceSpec
-from airflow_provider_tiering.sources.files import FilePlan, FileSource, FileSplit, LandedFile
+from airflow_provider_tiering.core.source_specs import FileSourceSpec
+from airflow_provider_tiering.sources.files.listing import LandedFile
+from airflow_provider_tiering.sources.files.plans import FilePlan, FileSplit
+from airflow_provider_tiering.sources.files.source import FileSource
 
 COLUMNS = {"id": "int64", "name": "string", "amount": "decimal128(12, 2)", "day": "date32"}
 AN_HOUR_AGO = time.time() - 3600
@@ -42,7 +44,7 @@ def land(path: Path, text: str, mtime: float | None = AN_HOUR_AGO) -> Path:
 
 
 def read_all(source: FileSource, files: list[LandedFile]) -> list[dict]:
-    split = FileSplit(0, None, None, len(files), files=tuple(files))
+    split = FileSplit(0, tuple(files))
     rows = []
     for batch in source.read_split(split, source.schema()):
         assert batch.schema == source.schema()
@@ -54,7 +56,7 @@ def tier(source: FileSource, committed: dict | None) -> dict:
     """Plan a round and write its offsets log, as run_round does (without Spark)."""
     watermark = source.safe_watermark(committed, None)
     assert watermark.end is not None
-    return source.end_offsets(source.plan_range(committed, watermark.end, 1_000_000))
+    return source.end_offsets(source.plan(committed, watermark.end, 1_000_000))
 
 
 # -- listing and completeness --------------------------------------------------------------------
@@ -105,7 +107,7 @@ def test_pending_files_are_oldest_first_and_a_late_file_with_an_older_name_and_m
     land(landing / "2024-01-04.jsonl", "{}\n", mtime=AN_HOUR_AGO + 20)
     source = make_source(landing, lake)
     assert source.has_rows_after(first)
-    plan = source.plan_range(first, source.safe_watermark(first, None).end, 1000)
+    plan = source.plan(first, source.safe_watermark(first, None).end, 1000)
     assert [f.path for f in plan.files] == ["2024-01-01.jsonl", "2024-01-04.jsonl"]
     second = source.end_offsets(plan)
     assert second["files"] == 4
@@ -118,16 +120,16 @@ def test_a_round_is_capped_at_max_files_per_round_and_counts_the_files_left(tmp_
     for i in range(5):
         land(landing / f"f{i}.jsonl", "{}\n", mtime=AN_HOUR_AGO + i)
     source = make_source(landing, tmp_path / "lake", max_files_per_round=3)
-    plan = source.plan_range(None, source.safe_watermark(None, None).end, 1000)
+    plan = source.plan(None, source.safe_watermark(None, None).end, 1000)
     assert [f.path for f in plan.files] == ["f0.jsonl", "f1.jsonl", "f2.jsonl"]
-    assert plan.capped and plan.remaining_rows == 2 and plan.estimated_rows == 3
+    assert plan.capped and plan.backlog == 2 and len(plan.files) == 3
     assert source.end_offsets(plan)["files"] == 3
 
 
 # -- splits -------------------------------------------------------------------------------------
 def plan_of(sizes: list[int]) -> FilePlan:
     files = tuple(LandedFile(f"f{i:03d}.jsonl", size, 1_000 + i) for i, size in enumerate(sizes))
-    return FilePlan(None, {"pending_files": len(files)}, len(files), capped=False, files=files)
+    return FilePlan(None, {"pending_files": len(files)}, files)
 
 
 def test_splits_are_bin_packed_by_bytes_into_a_multiple_of_parallelism(tmp_path):
@@ -148,7 +150,7 @@ def test_splits_are_deterministic_and_at_most_one_per_file(tmp_path):
     source = make_source(tmp_path, target_bytes_per_split=10)
     sizes = [5, 5, 5, 5, 3, 3, 9]
     plan = plan_of(sizes)
-    shuffled = FilePlan(None, plan.upper, 7, capped=False, files=tuple(random.Random(1).sample(plan.files, 7)))
+    shuffled = FilePlan(None, plan.end, tuple(random.Random(1).sample(plan.files, 7)))
     assert source.cut_splits(plan, 1, 2) == source.cut_splits(shuffled, 1, 2)
     assert len(source.cut_splits(plan_of([100, 100, 100]), 1, 2)) == 3
     assert source.cut_splits(plan_of([]), 1, 2) == []

@@ -6,8 +6,9 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
-from airflow_provider_tiering.core.spec import FileSourceSpec, SqlSourceSpec, TableSpec, load_table_specs
-from airflow_provider_tiering.sources.files import arrow_type
+from airflow_provider_tiering.core.source_specs import FileSourceSpec, SqlSourceSpec
+from airflow_provider_tiering.core.spec import TableSpec, load_table_specs
+from airflow_provider_tiering.sources.files.column_types import arrow_type
 
 
 def spec(**source_overrides):

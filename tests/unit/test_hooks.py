@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
-from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.spec import FileSourceSpec, SparkSpec, SqlSourceSpec
+from airflow_provider_tiering.core.errors import ConnectionNotUsable
+from airflow_provider_tiering.core.source_specs import FileSourceSpec, SqlSourceSpec
+from airflow_provider_tiering.core.spec import SparkSpec
 from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, TieringSourceHook, spark_settings
-from airflow_provider_tiering.sources.files import FileSource
+from airflow_provider_tiering.sources.files.source import FileSource
 from airflow_provider_tiering.sources.postgres import PostgresSource
 from airflow_provider_tiering.sources.sqlite import SqliteSource
 
@@ -34,8 +36,24 @@ def test_postgres_connection_becomes_a_dsn_with_quoted_credentials(monkeypatch):
     )
     source = SqlSourceHook(SOURCE).get_source()
     assert isinstance(source, PostgresSource)
-    assert source.dsn == "postgresql://tier%20er:p%40ss%3Aw%2Frd@db.internal:5433/sales?sslmode=require"
+    # A libpq connection string, quoted by psycopg, that libpq reads back field for field.
+    assert conninfo_to_dict(source.conninfo) == {
+        "host": "db.internal",
+        "port": "5433",
+        "user": "tier er",
+        "password": "p@ss:w/rd",
+        "dbname": "sales",
+        "sslmode": "require",
+    }
     assert "p@ss:w/rd" in source.secrets()
+
+
+def test_postgres_connection_extras_reach_libpq_and_airflows_own_stay_out(monkeypatch):
+    extra = {"connect_timeout": 7, "options": "-c statement_timeout=5000", "sqlalchemy_scheme": "x", "iam": False}
+    set_conn(monkeypatch, "hot", conn_type="postgres", host="db", login="u", password="p", schema="s", extra=extra)
+    parameters = conninfo_to_dict(SqlSourceHook(SOURCE).get_source().conninfo)
+    assert parameters["connect_timeout"] == "7" and parameters["options"] == "-c statement_timeout=5000"
+    assert "sqlalchemy_scheme" not in parameters and "iam" not in parameters
 
 
 def test_sqlite_connection_gives_the_database_path(monkeypatch, tmp_path):
@@ -45,8 +63,9 @@ def test_sqlite_connection_gives_the_database_path(monkeypatch, tmp_path):
 
 
 def test_unsupported_connection_type_is_a_clear_error(monkeypatch):
-    set_conn(monkeypatch, "hot", conn_type="mysql", host="x")
-    with pytest.raises(SourceError, match="connection 'hot' has type 'mysql'; supported: postgres, postgresql, sqlite"):
+    set_conn(monkeypatch, "hot", conn_type="oracle", host="x")
+    supported = "mariadb, mysql, postgres, postgresql, sqlite"
+    with pytest.raises(ConnectionNotUsable, match=f"connection 'hot' has type 'oracle'; supported: {supported}"):
         SqlSourceHook(SOURCE).get_source()
 
 

@@ -1,4 +1,4 @@
-"""Finding the committed offsets in a table's history (IcebergLake._latest_tiering_commit) on stand-in tables."""
+"""Finding the committed offsets in a table's history (``lake/tiering_commits.py``) on stand-in tables."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from airflow_provider_tiering.core.errors import LakeError
-from airflow_provider_tiering.lake.iceberg import END_PROPERTY, EPOCH_PROPERTY, LAST_COMMIT_PROPERTY, IcebergLake
+from airflow_provider_tiering.lake.tiering_commits import (
+    END_PROPERTY,
+    EPOCH_PROPERTY,
+    LAST_COMMIT_PROPERTY,
+    latest_tiering_commit,
+)
 
 
 class Summary(dict):
@@ -47,19 +52,19 @@ class Table:
 
 def test_other_writers_snapshots_on_top_are_passed_over():
     table = Table([tiering(1, None, 1, 10), tiering(2, 1, 2, 20), Snapshot(3, 2), Snapshot(4, 3)])
-    commit = IcebergLake._latest_tiering_commit(table)
+    commit = latest_tiering_commit(table)
     assert (commit.snapshot_id, commit.epoch, commit.end_offsets) == (2, 2, {"cursor": 20})
 
 
 def test_a_table_never_tiered_has_no_commit():
-    assert IcebergLake._latest_tiering_commit(Table([])) is None
-    assert IcebergLake._latest_tiering_commit(Table([Snapshot(1, None), Snapshot(2, 1)])) is None
+    assert latest_tiering_commit(Table([])) is None
+    assert latest_tiering_commit(Table([Snapshot(1, None), Snapshot(2, 1)])) is None
 
 
 def test_expired_tiering_snapshots_leave_the_recorded_last_commit():
     recorded = {LAST_COMMIT_PROPERTY: json.dumps({"epoch": 7, "end-offsets": {"cursor": 70}, "attempt": "a"})}
     table = Table([Snapshot(9, None)], properties=recorded)  # pyiceberg's expiry clears the survivor's parent
-    commit = IcebergLake._latest_tiering_commit(table)
+    commit = latest_tiering_commit(table)
     assert (commit.snapshot_id, commit.epoch, commit.end_offsets) == (9, 7, {"cursor": 70})
 
 
@@ -68,4 +73,4 @@ def test_an_ancestry_cut_by_expiry_without_a_recorded_commit_refuses_to_guess():
     # may have been a newer tiering commit: its offsets must not be used, nor must tiering start over.
     table = Table([tiering(1, None, 1, 10), Snapshot(5, 4)])
     with pytest.raises(LakeError, match="expired parent 4"):
-        IcebergLake._latest_tiering_commit(table)
+        latest_tiering_commit(table)

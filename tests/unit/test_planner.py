@@ -3,8 +3,7 @@ from __future__ import annotations
 import bisect
 import random
 
-from airflow_provider_tiering.core.planner import CursorDistribution, cut_splits, plan_range
-from airflow_provider_tiering.sources.sql import stride_quantiles
+from airflow_provider_tiering.core.planner import CursorDistribution, cut_splits, plan_range, stride_quantiles
 
 
 def rows_per_split(values, splits):

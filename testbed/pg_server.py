@@ -30,16 +30,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import grp
 import os
 import pwd
 import re
-import shutil
 import signal
-import socket
-import stat
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -50,6 +45,9 @@ from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
+
+from testbed.ports import find_free_port
+from testbed.server_process import ServerUserError, ensure_os_user, grant_traverse, pid_alive, start_watchdog
 
 PG_LIB_ROOT = Path("/usr/lib/postgresql")
 OS_USER = "postgres"
@@ -110,13 +108,6 @@ def pg_major_version(bindir: Path) -> int:
     if not match:
         raise PostgresServerError(f"cannot parse postgres --version output: {out!r}")
     return int(match.group(1))
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def default_shared_buffers() -> str:
@@ -343,12 +334,17 @@ class PostgresServer:
         if not self._as_root:
             self.datadir.chmod(0o700)
             return
-        pw = _ensure_os_user(OS_USER)
+        try:
+            pw = ensure_os_user(
+                OS_USER, home="/var/lib/postgresql", shell="/bin/sh", purpose="PostgreSQL as (initdb refuses root)"
+            )
+        except ServerUserError as exc:
+            raise PostgresServerError(str(exc)) from exc
         if self.datadir.stat().st_uid != pw.pw_uid:
             for path in [self.datadir, *self.datadir.rglob("*")]:
                 os.lchown(path, pw.pw_uid, pw.pw_gid)
         self.datadir.chmod(0o700)
-        _grant_traverse(self.datadir.parent, pw.pw_uid, pw.pw_gid)
+        grant_traverse(self.datadir.parent, pw.pw_uid, pw.pw_gid)
 
     def _initdb(self) -> None:
         if any(self.datadir.iterdir()):
@@ -478,13 +474,7 @@ class PostgresServer:
         pid = self._postmaster_pid()
         if pid is None:
             return
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pid)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # survive the terminal's Ctrl-C with us
-        )
+        self._watchdog = start_watchdog(pid, signal.SIGINT)
 
     def _stop_watchdog(self) -> None:
         if self._watchdog is not None:
@@ -500,7 +490,7 @@ class PostgresServer:
             os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return
             time.sleep(0.05)
         raise PostgresServerError(f"postmaster {pid} did not exit after {sig.name}")
@@ -508,75 +498,3 @@ class PostgresServer:
     def _stop_at_exit(self) -> None:
         with contextlib.suppress(Exception):
             self.stop()
-
-
-# Runs as ``python -c _WATCHDOG OWNER_PID POSTMASTER_PID``: polls until the
-# owner is gone (we get reparented), then asks the postmaster for a fast
-# shutdown (SIGINT); exits when the postmaster is gone.
-_WATCHDOG = """
-import os, signal, sys, time
-owner, postmaster = int(sys.argv[1]), int(sys.argv[2])
-while True:
-    try:  # gone, or a zombie nobody reaps (not every container init does)
-        with open(f"/proc/{postmaster}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                break
-    except (OSError, IndexError):
-        break
-    if os.getppid() != owner:
-        os.kill(postmaster, signal.SIGINT)
-    time.sleep(0.5)
-"""
-
-
-def _pid_alive(pid: int) -> bool:
-    """True unless ``pid`` is gone or a zombie."""
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat_line.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def _ensure_os_user(name: str) -> pwd.struct_passwd:
-    """The OS user ``name``, created as a system user (with its group) if missing."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-    home = "/var/lib/postgresql"
-    args = [
-        useradd,
-        "--system",
-        "--home-dir",
-        home,
-        "--no-create-home",
-        "--shell",
-        "/bin/sh",
-    ]
-    try:
-        grp.getgrnam(name)
-        args += ["--gid", name]
-    except KeyError:
-        args.append("--user-group")
-    result = subprocess.run([*args, name], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise PostgresServerError(
-            f"cannot create OS user {name!r} to run PostgreSQL as (initdb refuses root): {result.stderr.strip()}"
-        )
-    return pwd.getpwnam(name)
-
-
-def _grant_traverse(directory: Path, uid: int, gid: int) -> None:
-    """Give ``uid`` search (x, not read) permission on ``directory`` and its ancestors."""
-    for path in [directory, *directory.parents]:
-        st = path.stat()
-        if st.st_uid == uid:
-            can = st.st_mode & stat.S_IXUSR
-        elif st.st_gid == gid:
-            can = st.st_mode & stat.S_IXGRP
-        else:
-            can = st.st_mode & stat.S_IXOTH
-        if not can:
-            path.chmod(stat.S_IMODE(st.st_mode) | stat.S_IXOTH)

@@ -29,7 +29,8 @@ def task_context(asset: Any, state: TableState | None, conf: dict | None = None,
     return {
         "asset_state_store": {asset: accessor},
         "dag_run": SimpleNamespace(conf=conf or {}),
-        "ti": SimpleNamespace(try_number=try_number),
+        "ti": SimpleNamespace(try_number=try_number, dag_id="tiering_test", task_id=str(asset.name)),
+        "logical_date": None,
         "outlet_events": {asset: SimpleNamespace(extra={})},
     }
 

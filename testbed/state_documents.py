@@ -6,7 +6,7 @@ DAG: :func:`assets_dag_file` writes one whose single task has them as outlets. O
 is stored through Airflow's state backend (as ``status.reset_table`` writes one), in a process with the
 cluster's environment::
 
-    python -m tests.e2e.state_documents documents.json     # a JSON list of state documents, each with "namespace"
+    python -m testbed.state_documents documents.json     # a JSON list of state documents, each with "namespace"
 """
 
 from __future__ import annotations
@@ -107,9 +107,9 @@ def write_in_cluster(cluster: Any, documents: Sequence[dict[str, Any]], work_dir
     path = work_dir / "state_documents.json"
     path.write_text(json.dumps(list(documents)))
     done = subprocess.run(
-        [str(cluster.python_bin), "-m", "tests.e2e.state_documents", str(path)],
+        [str(cluster.python_bin), "-m", "testbed.state_documents", str(path)],
         env=cluster.env(),
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
         timeout=300,

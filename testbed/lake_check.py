@@ -58,6 +58,27 @@ def postgres_rows(dsn: str, table: str, columns: Sequence[str]) -> list[tuple]:
         return conn.execute(f'SELECT {", ".join(columns)} FROM "{table}"').fetchall()
 
 
+def mariadb_rows(url: str, table: str, columns: Sequence[str]) -> list[tuple]:
+    """A MariaDB table's rows, read with PyMySQL (the product reads splits with connectorx)."""
+    import pymysql
+    from sqlalchemy.engine import make_url
+
+    parts = make_url(url)
+    with (
+        pymysql.connect(
+            host=parts.host,
+            port=parts.port,
+            user=parts.username,
+            password=parts.password or "",
+            database=parts.database,
+        ) as conn,
+        conn.cursor() as cur,
+    ):
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(f"SELECT {', '.join(f'`{c}`' for c in columns)} FROM `{table}`")
+        return list(cur.fetchall())
+
+
 def unreferenced_data_files(
     catalog_properties: dict[str, str], identifier: tuple[str, str], under: str = ""
 ) -> list[str]:
@@ -72,3 +93,9 @@ def unreferenced_data_files(
     data_dir = Path(table.location().removeprefix("file://")) / "data" / under
     on_disk = {str(p) for p in data_dir.rglob("*.parquet")}
     return sorted(on_disk - referenced)
+
+
+def view_rows(view: Any, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The rows of a view across tiers, as tuples of ``columns``."""
+    table = view.to_arrow().select(list(columns))
+    return [tuple(r[c] for c in columns) for r in table.to_pylist()]

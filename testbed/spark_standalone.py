@@ -7,7 +7,7 @@ directory, and reads the master's and the workers' JSON status.
 ``run_cluster_round`` runs one ``run_round`` of a PostgreSQL table with ``SparkSplitWriter`` on a ``spark://``
 master and reports where its time went (session start, executors registered, plan, write, commit) and, from the
 driver's REST API and the workers' status, which worker each executor ran on and its tasks. It runs in a child
-process (``python -m tests.spark_standalone round CONFIG_JSON``, see ``round_in_child``): one JVM holds one
+process (``python -m testbed.spark_standalone round CONFIG_JSON``, see ``round_in_child``): one JVM holds one
 SparkContext, and a test session may already hold a local one.
 """
 
@@ -23,14 +23,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from testbed.ports import find_free_port
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "spark_standalone.sh"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get_json(url: str, timeout: float = 5.0) -> Any:
@@ -44,8 +40,8 @@ class StandaloneCluster:
     def __init__(self, directory: Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
         self.directory = directory
         self.workers = workers
-        self.port = free_port()
-        self.webui_port = free_port()
+        self.port = find_free_port()
+        self.webui_port = find_free_port()
         self.env = {
             **os.environ,
             "VENV": str(Path(sys.executable).parent.parent),
@@ -176,13 +172,12 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     Keys: master, status_url (the master's /json/), executors (how many to wait for), dsn, table, cursor_column,
     target_rows_per_split, catalog (pyiceberg properties), state_path, conf (extra Spark settings).
     """
-    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.build import build_writer
+    from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.iceberg import IcebergLake, load_catalog
-    from airflow_provider_tiering.sources.postgres import PostgresSource
     from airflow_provider_tiering.spark.session import SparkSettings
-    from airflow_provider_tiering.spark.write_job import SparkSplitWriter
+    from testbed.rounds import round_parts
 
     table = config["table"]
     spec = TableSpec.parse(
@@ -203,7 +198,7 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     }
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    writer = SparkSplitWriter(SparkSettings(master=config["master"], conf=conf, app_name=f"tiering {table}"))
+    writer = build_writer(SparkSettings(master=config["master"], conf=conf, app_name=f"tiering {table}"))
     sc = writer.spark.sparkContext
     timings["session_start"] = time.perf_counter() - started
     registered = time.perf_counter()
@@ -215,12 +210,8 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     phases: dict[str, float] = {}
     round_started = time.perf_counter()
     try:
-        lake = IcebergLake(load_catalog("default", config["catalog"]), "cluster", table)
-        result = run_round(
-            spec,
-            PostgresSource(spec.source, config["dsn"]),
-            lake,
-            writer,
+        parts = round_parts(spec, ConnectionInfo.from_uri(config["dsn"]), config["catalog"], writer=writer)
+        result = parts.run(
             JsonFileStateStore(Path(config["state_path"])),
             observe=lambda phase: phases.setdefault(phase, time.perf_counter()),
         )
@@ -268,7 +259,7 @@ def round_in_child(config: dict[str, Any], timeout: float = 1800) -> dict[str, A
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.spark_standalone", "round", json.dumps(config)],
+        [sys.executable, "-m", "testbed.spark_standalone", "round", json.dumps(config)],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -285,6 +276,6 @@ def round_in_child(config: dict[str, Any], timeout: float = 1800) -> dict[str, A
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "round":
-        sys.exit("usage: python -m tests.spark_standalone round CONFIG_JSON")
+        sys.exit("usage: python -m testbed.spark_standalone round CONFIG_JSON")
     outcome = run_cluster_round(json.loads(sys.argv[2]))
     print("RESULT " + json.dumps(outcome), flush=True)

@@ -23,7 +23,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from urllib.parse import quote
 
 import httpx
 import psutil
+
+from testbed.ports import find_free_port
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +74,6 @@ def _stop_leftover_clusters() -> None:
 
 class AirflowClusterError(RuntimeError):
     """A component died, a wait timed out, or the REST API answered with an error."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _error_summary(body: str, limit: int = 600) -> str:
@@ -197,7 +192,7 @@ class AirflowCluster:
             self.proc_log_dir.mkdir(parents=True, exist_ok=True)
             self.passwords_file.write_text(json.dumps({ADMIN_USER: ADMIN_PASSWORD}) + "\n")
             for attempt in range(3):
-                self.port = _free_port()
+                self.port = find_free_port()
                 self._write_config()
                 if attempt == 0:
                     self._migrate()

@@ -9,34 +9,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from airflow_provider_tiering.lake.partitioner import Partitioner, partition_to_json
+from airflow_provider_tiering.core.ports import RowPartitioner, WrittenFile
+from airflow_provider_tiering.lake.partitioner import partition_to_json
+from airflow_provider_tiering.lake.warehouse import filesystem_and_path
 
 # Buffer about this much before writing a row group, so row groups are not one per small batch.
 ROW_GROUP_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class WrittenFile:
-    path: str
-    rows: int
-    bytes: int
-    split_index: int
-    #: The file's partition record values as JSON (see ``partitioner.partition_to_json``); "[]" unpartitioned.
-    partition: str = "[]"
-    #: "data" for the lake table, "rejects" for the side table of bad records.
-    kind: str = "data"
-
-
-def filesystem_and_path(uri: str) -> tuple[pafs.FileSystem, str]:
-    """Resolve a warehouse URI (``file://``, ``s3://``, a plain path…) to a pyarrow filesystem."""
-    return pafs.FileSystem.from_uri(uri)
 
 
 class _RollingWriter:
@@ -126,7 +110,7 @@ def write_data_files(
     directory_uri: str,
     file_prefix: str,
     split_index: int,
-    partitioner: Partitioner | None = None,
+    partitioner: RowPartitioner | None = None,
     target_file_bytes: int = 128 * 1024 * 1024,
 ) -> list[WrittenFile]:
     """Write ``batches`` under ``directory_uri`` (a sub-folder per partition) as ``<file_prefix>-…-NNNN.parquet``."""

@@ -1,0 +1,158 @@
+"""What a table's task does now: run a round, or skip it and why. Decided from the state document alone, plus,
+at most once, a cheap probe of the hot store.
+
+One decision serves the tier operator and both modes of the due sensor; the Airflow layer only maps it to a task
+outcome. A table is due once ``freshness_seconds`` have passed since its last tiered round (at once when never
+tiered, failed, or left mid-round); a due table at rest whose hot store holds nothing beyond its committed offsets
+has nothing new. A quarantined table is refused; a DAG run that names its tables runs those, due or not, and
+skips the others.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from airflow_provider_tiering.core.error_text import describe_error
+from airflow_provider_tiering.core.ports import Offsets
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state import TableState, TableStatus
+
+log = logging.getLogger(__name__)
+
+# A table resting in one of these states has a freshness clock; any other state means "act now"
+# (never tiered, failed and retrying, or an attempt that must be recovered).
+_RESTING = frozenset({TableStatus.TIERED, TableStatus.SCHEDULED})
+
+
+class TaskAction(enum.StrEnum):
+    """What a table's task does now."""
+
+    RUN = "run"
+    #: Due, at rest: run only if the hot store has rows beyond ``probe_offsets`` (see :meth:`TaskDecision.probed`).
+    PROBE = "probe"
+    NOT_SELECTED = "not_selected"
+    NOT_DUE = "not_due"
+    NOTHING_NEW = "nothing_new"
+    QUARANTINED = "quarantined"
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    """A decision with its reason (for the task log) and what a waiting sensor needs (due time, offsets)."""
+
+    table: str
+    action: TaskAction
+    reason: str
+    due_at: datetime | None = None
+    #: The committed offsets of the state (what the hot store is probed beyond).
+    committed: Offsets | None = None
+
+    @property
+    def runs(self) -> bool:
+        return self.action is TaskAction.RUN
+
+    def probed(self, has_rows: bool) -> TaskDecision:
+        """The decision once the hot store has answered a ``PROBE``."""
+        if self.action is not TaskAction.PROBE:
+            return self
+        if has_rows:
+            return replace(self, action=TaskAction.RUN, reason=f"{self.table}: due, with rows beyond {self.committed}")
+        return replace(
+            self,
+            action=TaskAction.NOTHING_NEW,
+            reason=f"{self.table}: nothing to tier; the hot store has no row beyond {self.committed}",
+        )
+
+
+def due_at(state: TableState | None, freshness_seconds: float) -> datetime | None:
+    """When the table next needs a round; None means now."""
+    if state is None or state.status not in _RESTING or state.last_tiered_time is None:
+        return None
+    return state.last_tiered_time + timedelta(seconds=freshness_seconds)
+
+
+def is_due(state: TableState | None, freshness_seconds: float, now: datetime) -> bool:
+    """Due once ``freshness_seconds`` have passed since the last tiered round (or at once when never tiered,
+    failed, or left mid-round)."""
+    when = due_at(state, freshness_seconds)
+    return when is None or now >= when
+
+
+def _at_rest(state: TableState | None) -> bool:
+    """A table never seen, or at rest after a good round with nothing pending (no failure, quarantine or
+    unconfirmed watermark): if its hot store has no row beyond the committed offsets, a round has nothing to do.
+    Any other table runs its round, which retries, recovers or repairs."""
+    return state is None or (
+        state.status in _RESTING
+        and state.consecutive_failures == 0
+        and state.quarantined_since is None
+        and state.watermark_candidate is None
+    )
+
+
+def quarantine_reason(name: str, state: TableState) -> str:
+    """Why a quarantined table is not tiered, and what to do."""
+    since = state.quarantined_since.isoformat() if state.quarantined_since else "?"
+    reason = (
+        f"table {name!r} is quarantined since {since} after {state.consecutive_failures} consecutive failed "
+        f"rounds (last error: {state.last_error}); reset it to tier it again"
+    )
+    return f"{reason} ({state.note})" if state.note else reason
+
+
+def decide_task(
+    spec: TableSpec, state: TableState | None, *, now: datetime, selected: Sequence[str] | None
+) -> TaskDecision:
+    """Decide what the table's task does now, from its state document and the DAG run's selection (None: every
+    table, when due). A ``PROBE`` decision still needs :func:`probe_hot_store` and :meth:`TaskDecision.probed`."""
+    name = spec.name
+    committed = None if state is None or state.committed is None else state.committed.end_offsets
+    if selected is not None and name not in selected:
+        reason = f"{name}: not among the tables this run tiers ({', '.join(selected)})"
+        return TaskDecision(name, TaskAction.NOT_SELECTED, reason)
+    if state is not None and state.quarantined_since is not None:
+        return TaskDecision(name, TaskAction.QUARANTINED, quarantine_reason(name, state))
+    if selected is not None:
+        return TaskDecision(name, TaskAction.RUN, f"{name}: named in the run's conf", committed=committed)
+    when = due_at(state, spec.freshness_seconds)
+    if when is not None and now < when:
+        reason = (
+            f"{name}: not due until {when.isoformat()} "
+            f"(freshness {spec.freshness_seconds:g}s since the last tiered round)"
+        )
+        return TaskDecision(name, TaskAction.NOT_DUE, reason, due_at=when, committed=committed)
+    if _at_rest(state):
+        return TaskDecision(name, TaskAction.PROBE, f"{name}: due; new rows?", committed=committed)
+    return TaskDecision(name, TaskAction.RUN, f"{name}: due", committed=committed)
+
+
+def probe_hot_store(has_rows_after: Callable[[Offsets | None], bool], decision: TaskDecision) -> TaskDecision:
+    """Answer a ``PROBE`` decision with the hot store's ``has_rows_after``. A probe that fails counts as "there may
+    be rows": the round then reports and records the error (it owns the table's state, retries and quarantine)."""
+    if decision.action is not TaskAction.PROBE:
+        return decision
+    try:
+        return decision.probed(has_rows_after(decision.committed))
+    except Exception as exc:
+        log.warning("%s: probing the hot store failed, the round will tell: %s", decision.table, describe_error(exc))
+        return decision.probed(True)
+
+
+def record_decision(state: TableState | None, decision: TaskDecision, now: datetime) -> TableState | None:
+    """The state as the decision leaves it (to be saved), or None when it changes nothing: a table found not due
+    rests in SCHEDULED until its freshness interval passes; one with nothing new settles at rest, checked now."""
+    if decision.action is TaskAction.NOT_DUE and state is not None:
+        if state.status is TableStatus.TIERED:
+            state.transition(TableStatus.SCHEDULED)
+        state.last_checked_time = now
+        return state
+    if decision.action is TaskAction.NOTHING_NEW:
+        state = state or TableState(table=decision.table)
+        state.walk_to_idle()
+        state.last_checked_time = now
+        return state
+    return None

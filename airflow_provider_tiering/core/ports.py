@@ -1,0 +1,430 @@
+"""The kernel's ports: what a round needs from a hot store, a lake, a split writer and a rejects table.
+
+Everything here is an interface or a value passed through one. Implementations live outside the kernel:
+``sources/`` (hot stores, one module per kind, found through ``sources/registry.py``), ``lake/`` (Iceberg) and
+``spark/`` (the write job); ``build.py`` assembles them for a table. Third-party types (Arrow) are only named
+for the type checker: the kernel itself imports none of them.
+
+A source owns its plan and split types: a SQL table plans cursor ranges (``core/planner.py``), a landing zone
+plans sets of files. The kernel only asks a plan whether it is empty and how much it left for later, and a
+split for its index; everything else about them is between the source and its own reader, which runs inside a
+Spark task (so sources, splits and partitioners must pickle).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:  # pyarrow is imported where it is used: probing for new rows needs none of it
+    import pyarrow as pa
+
+#: How far the lake has a table's hot data; JSON-native (e.g. ``{"cursor": 42}`` or a landing zone's file log).
+Offsets = dict[str, Any]
+
+
+class FileKind(enum.StrEnum):
+    """What a written Parquet file holds."""
+
+    DATA = "data"  # rows of the lake table
+    REJECTS = "rejects"  # bad records, for the table's side table
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file a split writer wrote, not yet visible to readers: only this metadata travels to the driver."""
+
+    path: str
+    rows: int
+    bytes: int
+    split_index: int
+    #: The file's partition record values as JSON (see ``lake/partitioner.py``); "[]" when unpartitioned.
+    partition: str = "[]"
+    kind: FileKind = FileKind.DATA
+
+
+@dataclass(frozen=True)
+class LakeCommit:
+    """The latest tiering commit of a lake table: what the lake holds (the single source of truth)."""
+
+    snapshot_id: int
+    epoch: int
+    end_offsets: Offsets | None
+    committed_at: datetime
+
+
+@dataclass(frozen=True)
+class WatermarkBlocker:
+    """An open transaction that may still commit rows below the observed high watermark."""
+
+    pid: int | None
+    transaction_start: str | None
+    age_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "transaction_start": self.transaction_start, "age_seconds": round(self.age_seconds, 1)}
+
+
+@dataclass(frozen=True)
+class SafeWatermark:
+    """How far a round may tier without risking a row committed later below it.
+
+    ``end`` is the safe end offset (``None``: nothing is safe beyond what the lake has).
+    ``observed`` is the raw high watermark; when it is ahead of ``end``, ``blockers`` say why.
+    ``candidate`` is an observation that becomes safe once its blockers have ended; the round
+    keeps it in the state document and hands it back next time (a cache: losing it only delays).
+    """
+
+    end: Offsets | None
+    observed: Offsets | None
+    blockers: Sequence[WatermarkBlocker] = ()
+    candidate: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LineageDataset:
+    """A dataset as OpenLineage names it: the hot table a round read, or the lake table it wrote."""
+
+    namespace: str
+    name: str
+    fields: tuple[tuple[str, str], ...] = ()  # (column, type)
+    symlink: tuple[str, str] | None = None  # (namespace, name) of the same dataset under another name
+
+
+def location_dataset_name(uri: str) -> tuple[str, str]:
+    """OpenLineage's (namespace, name) of a dataset known by its location: ``file`` and the absolute path, or
+    ``scheme://authority`` and the path."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return "file", str(Path(parts.path).resolve()) if parts.scheme == "" else parts.path
+    return f"{parts.scheme}://{parts.netloc}", parts.path
+
+
+class Split(Protocol):
+    """One slice of a round, read and written by one Spark task. Opaque to the kernel beyond its index."""
+
+    @property
+    def index(self) -> int:
+        """0..n-1 within its round."""
+        ...
+
+
+class Plan(Protocol):
+    """What a round will tier, as its source planned it. Opaque to the kernel beyond these two questions."""
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to tier."""
+        ...
+
+    @property
+    def backlog(self) -> int:
+        """How much the per-round cap left for later rounds (rows, or files for a landing zone)."""
+        ...
+
+
+PlanT = TypeVar("PlanT", bound=Plan)
+SplitT = TypeVar("SplitT", bound=Split)
+SplitT_contra = TypeVar("SplitT_contra", bound=Split, contravariant=True)
+
+
+class SplitReader(Protocol[SplitT_contra]):
+    """What a split writer's tasks read from: a source, or the lake itself for a compaction."""
+
+    @property
+    def display_name(self) -> str: ...
+
+    def read_split(self, split: SplitT_contra, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Read one split as record batches of ``schema``. Runs inside a Spark task; re-runnable.
+
+        Raises:
+            SourceError: the split could not be read (unreachable, changed underfoot, a value does not convert).
+        """
+        ...
+
+    def take_rejects(self) -> list[dict[str, Any]]:
+        """Bad records set aside by the last ``read_split``; emptied on read."""
+        ...
+
+
+class EvictionSource(Protocol):
+    """A hot store that can delete rows the lake holds (see ``core/eviction.py``)."""
+
+    def evicting(self) -> AbstractContextManager[None]:
+        """Around the batches of one eviction (a source may keep one connection open meanwhile)."""
+        ...
+
+    def evict_batch(
+        self,
+        after: Any | None,
+        upto: Any,
+        cutoff: datetime,
+        age_column: str | None,
+        limit: int,
+        verify: VerifyRows,
+    ) -> tuple[int, Any | None]:
+        """Delete up to ``limit`` rows with ``after < cursor <= upto`` older than ``cutoff``, in cursor order, each
+        one only if ``verify`` (given them, as tiered) accepts the lot; one transaction.
+
+        Returns:
+            (rows deleted, the batch's last cursor value as an offset value; None when no row qualified).
+        Raises:
+            SourceError: the rows could not be read, locked or deleted (nothing of the batch was deleted).
+            LakeError: raised by ``verify``: the lake does not hold the rows as they are (nothing was deleted).
+        """
+        ...
+
+
+class TiersReader(Protocol):
+    """A hot store that can fix a snapshot of its table and read the rows beyond some offsets in it (reading
+    across tiers, ``across_tiers.py``)."""
+
+    def rows_after_reader(self) -> AbstractContextManager[Callable[[Offsets | None], pa.Table]]:
+        """Fix a snapshot of the hot table on entry; inside the block, ``read(offsets)`` returns its rows beyond
+        ``offsets`` as of that moment (``None``: every row).
+
+        Raises:
+            SourceError: the snapshot cannot be taken or read.
+        """
+        ...
+
+
+class VerifyRows(Protocol):
+    def __call__(self, rows: pa.Table, /) -> None:
+        """Raise to keep ``rows`` (roll the batch back)."""
+        ...
+
+
+class Source(ABC, Generic[PlanT, SplitT]):
+    """A hot store that a round reads from; ``PlanT`` and ``SplitT`` are its own plan and split types.
+
+    Instances are pickled to Spark executors for ``read_split``: open connections and listings lazily.
+    Every method may raise :class:`~airflow_provider_tiering.core.errors.SourceError` when the hot store is
+    unreachable, the table or a column is missing, or a type cannot be tiered.
+    """
+
+    #: Human-readable name for messages (never contains credentials).
+    display_name: str
+
+    @abstractmethod
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the tiered columns, as written to the lake; empty when it cannot be known yet
+        (a landing zone of Parquet files where none has landed)."""
+
+    @abstractmethod
+    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+        """The end offset this round may safely tier up to: no row can still commit at or below it.
+
+        ``committed`` is the lake's end offsets; ``candidate`` what the last round kept (see :class:`SafeWatermark`).
+        """
+
+    @abstractmethod
+    def has_rows_after(self, committed: Offsets | None) -> bool:
+        """Whether the hot store holds any row beyond ``committed`` (a cheap probe, safe or not)."""
+
+    @abstractmethod
+    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> PlanT:
+        """Measure what lies in ``(start, end]`` and cap it at about ``max_rows`` rows."""
+
+    @abstractmethod
+    def cut_splits(self, plan: PlanT, target_rows_per_split: int, parallelism: int) -> list[SplitT]:
+        """Cut a plan into splits of balanced estimated size, indexed 0..n-1; deterministic for equal input."""
+
+    @abstractmethod
+    def end_offsets(self, plan: PlanT) -> Offsets:
+        """The offsets the lake holds once ``plan`` is committed (a landing zone writes its file log here)."""
+
+    @abstractmethod
+    def read_split(self, split: SplitT, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Read one split as record batches of exactly ``schema``. Runs inside a Spark task; re-runnable."""
+
+    @abstractmethod
+    def lineage_dataset(self) -> LineageDataset:
+        """The hot table as an OpenLineage dataset (never with credentials)."""
+
+    def secrets(self) -> list[str]:
+        """Credentials this source holds, so errors can be masked."""
+        return []
+
+    def bind_lake(self, table_location: str) -> None:
+        """Called once the lake table exists, with its location (a source may keep offset logs there)."""
+        return None
+
+    def take_rejects(self) -> list[dict[str, Any]]:
+        """Bad records set aside by the last ``read_split`` (``on_bad_record="side_table"``); emptied on read."""
+        return []
+
+    def after_commit(self, committed: Offsets) -> int:
+        """Best-effort housekeeping once ``committed`` is in the lake (e.g. archive tiered files); returns a count."""
+        return 0
+
+    def evictor(self) -> EvictionSource | None:
+        """This source's eviction of tiered rows, or None when it cannot delete rows (a landing zone)."""
+        return None
+
+    def tiers_reader(self) -> TiersReader | None:
+        """This source's consistent read of the rows beyond the lake's offsets, or None (a landing zone)."""
+        return None
+
+
+class RowPartitioner(Protocol):
+    """Cuts a batch of rows by the lake table's partition spec (``lake/partitioner.py``); pickled to Spark tasks."""
+
+    @property
+    def is_partitioned(self) -> bool: ...
+
+    def split(self, table: pa.Table) -> Iterator[tuple[list[Any], str, pa.Table]]:
+        """Yield ``(partition record values, partition path, rows)`` per partition present in ``table``."""
+        ...
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """Where and how a round's files are written: a staging directory no reader sees, in the lake's schema."""
+
+    directory_uri: str
+    schema: pa.Schema
+    partitioner: RowPartitioner | None = None
+    target_file_bytes: int = 128 * 1024 * 1024
+
+
+class SplitWriter(Protocol):
+    """Writes splits as Parquet files, in parallel (a Spark job: one task per split)."""
+
+    @property
+    def parallelism(self) -> int:
+        """How many splits run at once (the Spark task slots); asking may start the Spark session."""
+        ...
+
+    @property
+    def writes_single_split_locally(self) -> bool:
+        """Whether a round of one split is written by this process itself, without starting Spark."""
+        ...
+
+    def write(
+        self,
+        reader: SplitReader[SplitT],
+        splits: Sequence[SplitT],
+        read_schema: pa.Schema,
+        target: WriteTarget,
+        *,
+        rejects_uri: str | None = None,
+    ) -> list[WrittenFile]:
+        """Read every split with ``reader`` (in ``read_schema``) and write it into ``target``; rejects files, if the
+        reader set records aside, go under ``rejects_uri``. Returns the files of the successful task attempts only.
+
+        Raises:
+            SourceError: a split could not be read (a task's error, condensed).
+            SparkUnavailable: the Spark master or Connect server cannot be reached; nothing was written.
+            InvalidPlan: the splits are not indexed 0..n-1.
+        """
+        ...
+
+    def stop(self) -> None:
+        """Release the Spark session, if one was started."""
+        ...
+
+
+class Lake(Protocol):
+    """The lake table of one tiered table (``lake/iceberg.py``). Its latest tiering commit is the single source of
+    truth for what has been tiered."""
+
+    def ensure_table(self, schema: pa.Schema) -> str:
+        """Create the table on the first round (schema and partition spec in one commit), or let its schema follow
+        the hot store's; returns the table's location.
+
+        Raises:
+            SchemaConflict: the hot store's schema changed in a way the lake cannot follow; nothing was changed.
+            LakeError: the catalog or the table cannot be loaded, or its partitioning differs from the spec's.
+        """
+        ...
+
+    def write_target(self, epoch: int, attempt: str, target_file_bytes: int) -> WriteTarget:
+        """Where this attempt writes its data files, and in which schema and partitioning."""
+        ...
+
+    def committed(self) -> LakeCommit | None:
+        """The lake's latest tiering commit, fresh from the catalog; None before the first round.
+
+        Raises:
+            LakeError: the committed offsets cannot be known (their snapshots were expired by an older version).
+        """
+        ...
+
+    def commit(
+        self,
+        files: Sequence[WrittenFile],
+        *,
+        epoch: int,
+        start: Mapping[str, Any] | None,
+        end: Mapping[str, Any],
+        table_name: str,
+        attempt: str,
+    ) -> int:
+        """Add all ``files`` in one snapshot carrying ``epoch`` and the offsets; returns its snapshot id.
+
+        Raises:
+            FencedError: the lake's offsets are not ``start`` or its epoch is not below ``epoch``: a newer attempt
+                committed first. Nothing was committed.
+            CommitConflict: the catalog's atomic swap was lost too often to unrelated commits. Nothing was committed.
+            LakeError: the table disappeared or the catalog refused the commit.
+        """
+        ...
+
+    def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:
+        """Delete files of attempts in epochs ``(since_epoch, committed_epoch)`` that no snapshot references;
+        returns how many. Only after a commit: those attempts can never commit any more."""
+        ...
+
+    def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
+        """Delete this attempt's files other than ``keep`` (task retries, a fenced attempt); returns how many."""
+        ...
+
+    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
+        """The current snapshot's rows with ``lower <= column <= upper``, shaped ``like`` (for eviction).
+
+        Raises:
+            LakeError: the lake's rows cannot be compared with the hot store's.
+        """
+        ...
+
+
+class EvictionLake(Protocol):
+    """What eviction reads from the lake: its latest commit and the rows of a cursor range."""
+
+    def committed(self) -> LakeCommit | None: ...
+
+    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
+        """The current snapshot's rows with ``lower <= column <= upper``, shaped ``like`` (its columns and types).
+
+        Raises:
+            LakeError: the lake's rows cannot be compared with the hot store's.
+        """
+        ...
+
+
+class RejectsSink(Protocol):
+    """The side table of a table's bad records (``lake/rejects.py``)."""
+
+    def ensure(self) -> None:
+        """Create the side table if it does not exist."""
+        ...
+
+    def staging_uri(self, epoch: int, attempt: str) -> str:
+        """Where this attempt's tasks write rejects files."""
+        ...
+
+    def replace(self, files: Sequence[WrittenFile], *, epoch: int, table_name: str, attempt: str) -> int:
+        """Commit ``files`` in place of the side table's rows of the same source files; returns the snapshot id."""
+        ...
+
+    def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
+        """Delete this attempt's rejects files other than ``keep``."""
+        ...

@@ -1,0 +1,246 @@
+"""The hot-store part of a table spec, one model per source kind, and the registry of those kinds.
+
+``TableSpec.source`` is the union of the models in :data:`SOURCE_SPEC_KINDS`, told apart by ``kind`` ("sql"
+when unset). Which implementation reads a spec is the business of ``sources/registry.py`` (for "sql", the
+Airflow connection's type picks the dialect). A model declares what its kind supports (``supports_eviction``,
+a ``cursor()`` a reader can wait for, ``rejects_to_side_table``), so no code outside the registries needs to
+ask which kind it holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, Union
+
+from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
+
+from airflow_provider_tiering.core.spec_types import Identifier, StrictModel
+
+
+class SourceSpecBase(StrictModel):
+    """What every source kind's spec offers the rest of the package."""
+
+    #: The spec kind, the discriminator of the source union.
+    kind: str
+    #: The Airflow connection of the hot store (None: this table needs none).
+    conn_id: str | None = None
+    #: Eviction (deleting tiered rows from the hot store) works for this kind.
+    supports_eviction: ClassVar[bool] = False
+
+    def column_names(self) -> tuple[str, ...] | None:
+        """The tiered columns when declared; None when they come from the hot store."""
+        return None
+
+    def cursor(self) -> str | None:
+        """The column whose committed value tells how far the lake is (None: no such column, e.g. files)."""
+        return None
+
+    @property
+    def rejects_to_side_table(self) -> bool:
+        """Bad records go to the table's side table instead of failing the round."""
+        return False
+
+    def describe(self) -> str:
+        """The hot table in a few words, for messages."""
+        return self.kind
+
+
+class SqlSourceSpec(SourceSpecBase):
+    """A table in a SQL hot store (PostgreSQL, SQLite, MariaDB/MySQL: the connection's type says which), read
+    incrementally by a cursor column."""
+
+    supports_eviction: ClassVar[bool] = True
+
+    kind: Literal["sql"] = "sql"
+    conn_id: str = Field(min_length=1, description="Airflow connection of the hot database")
+    table: Identifier
+    db_schema: Identifier | None = Field(default=None, description="schema of the table (PostgreSQL)")
+    cursor_column: Identifier = Field(description="monotonic column (integer or timestamp) that orders new rows")
+    columns: tuple[Identifier, ...] | None = Field(default=None, description="columns to tier; all when unset")
+    settle_lag_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="only tier rows whose cursor is this old (engines without a transaction view)",
+    )
+    max_watermark_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="how long a round waits for in-flight transactions before tiering up to the last safe point",
+    )
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("columns must not be empty; leave it unset to tier every column")
+        if len(set(value)) != len(value):
+            raise ValueError("columns must not repeat")
+        return value
+
+    def column_names(self) -> tuple[str, ...] | None:
+        """The tiered columns when declared; None means every column of the hot table."""
+        return self.columns
+
+    def cursor(self) -> str | None:
+        return self.cursor_column
+
+    def describe(self) -> str:
+        return f"table {self.db_schema + '.' if self.db_schema else ''}{self.table}"
+
+    @model_validator(mode="after")
+    def _cursor_is_tiered(self) -> SqlSourceSpec:
+        if self.columns is not None and self.cursor_column not in self.columns:
+            raise ValueError(f"cursor_column {self.cursor_column!r} must be one of columns")
+        return self
+
+
+#: Arrow type names a file source may declare (spelled as ``str(pyarrow type)``), all of which Iceberg can hold.
+FILE_COLUMN_TYPES = frozenset(
+    {"int32", "int64", "float", "double", "float32", "float64", "string", "bool", "binary", "date32"}
+)
+TIMESTAMP_TYPE = re.compile(r"^timestamp\[us(?:, tz=(UTC))?\]$")
+DECIMAL_TYPE = re.compile(r"^decimal128\((\d{1,2}), ?(\d{1,2})\)$")
+#: Default file-name globs per format.
+DEFAULT_FILE_PATTERNS: dict[str, tuple[str, ...]] = {
+    "jsonl": ("*.jsonl", "*.json"),
+    "csv": ("*.csv",),
+    "parquet": ("*.parquet",),
+}
+
+
+def _check_column_type(name: str) -> str:
+    """Validate an Arrow type name without importing pyarrow (DAG files are parsed often)."""
+    text = name.strip()
+    if text in FILE_COLUMN_TYPES or TIMESTAMP_TYPE.match(text):
+        return text
+    decimal = DECIMAL_TYPE.match(text)
+    if decimal:
+        precision, scale = int(decimal.group(1)), int(decimal.group(2))
+        if 1 <= precision <= 38 and scale <= precision:
+            return text
+        raise ValueError(f"{name!r}: a decimal128 needs 1 <= precision <= 38 and scale <= precision")
+    raise ValueError(
+        f"{name!r} is not a supported Arrow type; use one of {', '.join(sorted(FILE_COLUMN_TYPES))}, "
+        "timestamp[us], timestamp[us, tz=UTC] or decimal128(precision, scale) "
+        "(Iceberg keeps timestamps in microseconds, with time zone in UTC)"
+    )
+
+
+class FileSourceSpec(SourceSpecBase):
+    """A landing zone: files (JSON lines, CSV, Parquet) that arrive in a directory, each tiered once.
+
+    Relative paths (to ``path``) identify files: a file is tiered once when it is complete, and
+    a later file with the same relative path is taken for the same file and never tiered again.
+    Files and folders whose name starts with ``_`` or ``.`` are ignored (hidden, temporary).
+    """
+
+    kind: Literal["files"]
+    path: str = Field(min_length=1, description="directory of the landing zone: a local path or a URI (s3://…)")
+    conn_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Airflow connection for object-store credentials: its extra holds the filesystem options",
+    )
+    format: Literal["jsonl", "csv", "parquet"]
+    pattern: str | tuple[str, ...] | None = Field(
+        default=None, description="glob(s) on the file name; by default *.jsonl and *.json, *.csv or *.parquet"
+    )
+    recursive: bool = Field(default=True, description="also list sub-folders")
+    columns: dict[Identifier, Annotated[str, AfterValidator(_check_column_type)]] | None = Field(
+        default=None,
+        validate_default=True,
+        description="column name -> Arrow type name; required for jsonl and csv, "
+        "for parquet the union of the files' schemas when unset",
+    )
+    settle_seconds: float = Field(
+        default=30.0, ge=0, description="a file is complete once its mtime is this old (unless marker_suffix is set)"
+    )
+    marker_suffix: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a file F is complete when F + suffix exists (then settle_seconds is not used); "
+        "marker files are never data",
+    )
+    on_bad_record: Literal["fail", "side_table"] = "fail"
+    after_commit: Literal["keep", "delete", "archive"] = Field(
+        default="keep", description="what happens to a file once it is in the lake"
+    )
+    archive_path: str | None = Field(
+        default=None,
+        min_length=1,
+        validate_default=True,
+        description="where archived files go, on the landing zone's file system",
+    )
+    csv_delimiter: str = Field(default=",", min_length=1, max_length=1)
+    csv_header: bool = Field(default=True, description="the first line of each CSV file names its columns")
+    max_files_per_round: int = Field(default=100_000, gt=0)
+    target_bytes_per_split: int = Field(default=128 * 1024 * 1024, gt=0)
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_declared(cls, value: dict[str, str] | None, info: ValidationInfo) -> dict[str, str] | None:
+        file_format = info.data.get("format")
+        if value is None and file_format in ("jsonl", "csv"):
+            raise ValueError(f"columns are required for format {file_format!r} (column name -> Arrow type)")
+        if value is not None and not value:
+            raise ValueError("columns must not be empty")
+        return value
+
+    @field_validator("pattern")
+    @classmethod
+    def _patterns_not_empty(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        if value is not None and (not value or any(not p for p in (value if isinstance(value, tuple) else (value,)))):
+            raise ValueError("pattern must not be empty; leave it unset for the format's default")
+        return value
+
+    @field_validator("archive_path")
+    @classmethod
+    def _archive_path_iff_archive(cls, value: str | None, info: ValidationInfo) -> str | None:
+        after_commit = info.data.get("after_commit")
+        if after_commit == "archive" and value is None:
+            raise ValueError("archive_path is required when after_commit is 'archive'")
+        if after_commit != "archive" and value is not None:
+            raise ValueError("archive_path is only used when after_commit is 'archive'")
+        return value
+
+    def column_names(self) -> tuple[str, ...] | None:
+        """The declared columns; None when they come from the files (parquet)."""
+        return None if self.columns is None else tuple(self.columns)
+
+    @property
+    def rejects_to_side_table(self) -> bool:
+        return self.on_bad_record == "side_table"
+
+    def describe(self) -> str:
+        return f"landing zone {self.path} ({self.format})"
+
+    def file_patterns(self) -> tuple[str, ...]:
+        if self.pattern is None:
+            return DEFAULT_FILE_PATTERNS[self.format]
+        return self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
+
+
+#: Every source spec kind by its ``kind`` tag. A new kind is one model here and one entry in
+#: ``sources/registry.py``; the spec's union below is derived from this mapping.
+SOURCE_SPEC_KINDS: dict[str, type[SourceSpecBase]] = {"sql": SqlSourceSpec, "files": FileSourceSpec}
+#: The kind of a source spec that names none (specs written before landing zones existed are SQL tables).
+DEFAULT_SOURCE_KIND = "sql"
+
+
+def _source_kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return str(value.get("kind", DEFAULT_SOURCE_KIND))
+    return str(getattr(value, "kind", DEFAULT_SOURCE_KIND))
+
+
+if TYPE_CHECKING:
+    #: The hot store of a table (statically: whichever kind; use the base's capabilities).
+    SourceSpec: TypeAlias = SourceSpecBase
+else:
+    SourceSpec = Annotated[
+        Union[tuple(Annotated[model, Tag(kind)] for kind, model in SOURCE_SPEC_KINDS.items())],  # noqa: UP007
+        Discriminator(_source_kind),
+    ]

@@ -1,0 +1,31 @@
+"""The building blocks of table specs: validated identifiers and the strict, frozen model every spec part uses."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+# Plain identifiers only: they are also quoted when used, this keeps names portable and readable.
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def check_identifier(value: str) -> str:
+    """Return ``value`` if it is a plain identifier; raise ValueError (a spec validation error) otherwise."""
+    if not _IDENTIFIER.match(value):
+        raise ValueError(
+            f"{value!r} is not a plain identifier (letters, digits, underscore; "
+            "starts with a letter or underscore; at most 63 characters)"
+        )
+    return value
+
+
+#: A table, schema or column name: validated here, and still quoted wherever it is used.
+Identifier = Annotated[str, AfterValidator(check_identifier)]
+
+
+class StrictModel(BaseModel):
+    """A spec part: unknown fields are an error, and a built spec never changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,0 +1,67 @@
+"""Iceberg catalogs: loaded from pyiceberg properties, and loaded late, inside the round that needs them."""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airflow_provider_tiering.core.errors import LakeError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+
+@contextmanager
+def _local_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """Load a pyiceberg catalog. A SQL catalog on a local SQLite file is created under a file lock: several tasks
+    creating its tables at once would race (pyiceberg creates them with check-then-create)."""
+    from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
+
+    props = dict(properties)
+    uri = props.get("uri", "")
+    if props.get("type") == "sql" and uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///"))
+        with _local_lock(database.with_name(database.name + ".lock")):
+            return pyiceberg_load_catalog(name, **props)
+    return pyiceberg_load_catalog(name, **props)
+
+
+class CatalogHandle:
+    """A catalog loaded on its first use, so that one that cannot be loaded (unreachable, misconfigured) fails
+    inside the table's round, which records the error in the table's state, instead of before the round starts."""
+
+    def __init__(self, load: Callable[[], Catalog], description: str, *, loaded: Catalog | None = None) -> None:
+        self._load = load
+        self.description = description
+        self._catalog = loaded
+
+    @classmethod
+    def of(cls, catalog: Catalog) -> CatalogHandle:
+        """A handle of a catalog loaded already."""
+        return cls(lambda: catalog, repr(catalog.name), loaded=catalog)
+
+    def get(self) -> Catalog:
+        """The catalog.
+
+        Raises:
+            LakeError: it cannot be loaded (the cause is chained).
+        """
+        if self._catalog is None:
+            try:
+                self._catalog = self._load()
+            except Exception as exc:
+                raise LakeError(f"Iceberg catalog {self.description} cannot be loaded: {exc}") from exc
+        return self._catalog

@@ -1,0 +1,92 @@
+"""A landing zone's offsets: the set of tiered files, kept in the lake as a content-addressed log.
+
+The log is a gzip'd, sorted list of relative paths under ``<table location>/metadata/tiering-source-files/``,
+named by its sha256; the lake snapshot's offsets only reference it, so writing it twice is harmless and a log
+cannot change once a snapshot names it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import uuid
+import zlib
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import fs as pafs
+
+from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.ports import Offsets
+
+#: Offsets logs live under ``<table location>/`` this folder.
+LOG_DIR = "metadata/tiering-source-files"
+
+
+class OffsetsLog:
+    """Reads and writes the file logs of one lake table (bound to its location once the table exists)."""
+
+    def __init__(self, display_name: str) -> None:
+        self.display_name = display_name
+        self._directory: str | None = None
+        self._read: dict[str, frozenset[str]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_read": {}}  # executors need none of the driver's logs
+
+    def bind(self, table_location: str) -> None:
+        self._directory = f"{table_location.rstrip('/')}/{LOG_DIR}"
+
+    @property
+    def is_bound(self) -> bool:
+        return self._directory is not None
+
+    def files(self, committed: Offsets | None) -> frozenset[str]:
+        """The relative paths of the files that ``committed`` says are in the lake."""
+        if committed is None:
+            return frozenset()
+        try:
+            uri, sha, count = str(committed["log"]), str(committed["sha256"]), int(committed["files"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SourceError(
+                f"{self.display_name}: committed offsets {committed!r} are not those of a file source"
+            ) from exc
+        cached = self._read.get(sha)
+        if cached is not None:
+            return cached
+        try:
+            filesystem, path = pafs.FileSystem.from_uri(uri)
+            with filesystem.open_input_stream(path, compression=None) as stream:
+                text = gzip.decompress(stream.read())
+        except (OSError, EOFError, zlib.error, pa.ArrowInvalid) as exc:
+            raise SourceError(
+                f"{self.display_name}: the offsets log {uri} of the committed files is missing or unreadable: {exc}"
+            ) from exc
+        files = frozenset(text.decode("utf-8").splitlines())
+        if hashlib.sha256(text).hexdigest() != sha or len(files) != count:
+            raise SourceError(
+                f"{self.display_name}: the offsets log {uri} is corrupt: it does not hold the {count} files "
+                f"of sha256 {sha}"
+            )
+        self._read[sha] = files
+        return files
+
+    def write(self, files: frozenset[str], total_bytes: int) -> Offsets:
+        """Write the log of ``files`` (by rename, content-addressed) and return the offsets that name it."""
+        if self._directory is None:
+            raise SourceError(f"{self.display_name}: the lake table is not bound (bind_lake was not called)")
+        text = "".join(f"{path}\n" for path in sorted(files)).encode("utf-8")
+        sha = hashlib.sha256(text).hexdigest()
+        uri = f"{self._directory}/{sha}.txt.gz"
+        filesystem, path = pafs.FileSystem.from_uri(uri)
+        directory = path.rsplit("/", 1)[0]
+        temporary = f"{directory}/.{sha}.{uuid.uuid4().hex}.tmp"
+        try:
+            filesystem.create_dir(directory, recursive=True)
+            with filesystem.open_output_stream(temporary, compression=None) as out:
+                out.write(gzip.compress(text, mtime=0))
+            filesystem.move(temporary, path)
+        except OSError as exc:
+            raise SourceError(f"{self.display_name}: cannot write the offsets log {uri}: {exc}") from exc
+        self._read[sha] = files
+        return {"files": len(files), "bytes": total_bytes, "log": uri, "sha256": sha}

@@ -1,0 +1,458 @@
+"""MariaDB and MySQL hot store: splits streamed as Arrow by connectorx, small queries through PyMySQL, and a safe
+watermark from ``information_schema.INNODB_TRX``.
+
+Reader, measured on TPC-H lineitem SF 1 (6,001,215 rows) from a local MariaDB 10.11: connectorx's Arrow stream
+830,000 rows/s at 103 MB peak, against PyMySQL (unbuffered cursor into Arrow) 74,000-104,000 rows/s, the
+``mariadb`` connector 263,000 rows/s (it also returned a partial result without an error when its connection was
+killed) and mysql-connector 119,000 rows/s. connectorx's own conversions are exact except for decimals (all read as
+``decimal128(38, 10)``: a wider scale is rounded), so decimals that do not fit that are selected as text and cast
+here, exactly; TIMESTAMP values are read in UTC; every batch is cast to the table's types, which raises rather than
+rounds. connectorx queues batches without bound when the writer is slower: a split's memory is bounded by its size
+(``target_rows_per_split``; about 180 MB for a million lineitem rows).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError
+from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution
+from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.source_specs import SqlSourceSpec
+from airflow_provider_tiering.sources.sql import (
+    Bindings,
+    OpenTransaction,
+    Rows,
+    SqlSource,
+    cursor_to_json,
+    quote_identifier,
+)
+
+#: Every session reads and compares times in UTC (TIMESTAMP columns are stored in UTC, shown in the session's zone).
+SESSION_TIME_ZONE = "SET time_zone = '+00:00'"
+#: The widest decimal connectorx reads exactly (it reads every decimal as decimal128(38, 10)).
+CONNECTORX_DECIMAL_SCALE = 10
+CONNECTORX_DECIMAL_DIGITS = 28
+#: Above this many rows in a range, quantiles come from a random sample instead of the whole cursor column.
+EXACT_QUANTILE_MAX_ROWS = 2_000_000
+SAMPLE_TARGET_ROWS = 200_000
+#: PyMySQL's error codes for a refused privilege (1227: "you need the PROCESS privilege"; 1142: a table).
+_ACCESS_DENIED = frozenset({1227, 1142, 1044})
+
+#: Unsigned types become the next wider signed one: Iceberg's integers are signed.
+_INTEGER_TYPES: dict[tuple[str, bool], pa.DataType] = {
+    ("tinyint", False): pa.int8(),
+    ("tinyint", True): pa.int16(),
+    ("smallint", False): pa.int16(),
+    ("smallint", True): pa.int32(),
+    ("mediumint", False): pa.int32(),
+    ("mediumint", True): pa.int32(),
+    ("int", False): pa.int32(),
+    ("int", True): pa.int64(),
+    ("bigint", False): pa.int64(),
+}
+_SCALAR_TYPES: dict[str, pa.DataType] = {
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "char": pa.string(),
+    "varchar": pa.string(),
+    "tinytext": pa.string(),
+    "text": pa.string(),
+    "mediumtext": pa.string(),
+    "longtext": pa.string(),
+    "enum": pa.string(),
+    "set": pa.string(),
+    "json": pa.string(),
+    "binary": pa.binary(),
+    "varbinary": pa.binary(),
+    "tinyblob": pa.binary(),
+    "blob": pa.binary(),
+    "mediumblob": pa.binary(),
+    "longblob": pa.binary(),
+    "bit": pa.binary(),
+    "date": pa.date32(),
+    "datetime": pa.timestamp("us"),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "time": pa.time64("us"),
+    "year": pa.int16(),
+}
+
+
+def arrow_type(column: str, data_type: str, column_type: str, precision: int | None, scale: int | None) -> pa.DataType:
+    """The Arrow type a MariaDB/MySQL column is tiered as (its ``information_schema.COLUMNS`` fields)."""
+    data_type = data_type.lower()
+    unsigned = "unsigned" in column_type.lower()
+    if data_type == "bigint" and unsigned:
+        return pa.decimal128(20, 0)  # up to 2**64 - 1: more than Iceberg's long holds
+    if (data_type, unsigned) in _INTEGER_TYPES:
+        return _INTEGER_TYPES[(data_type, unsigned)]
+    if data_type == "decimal":
+        digits = int(precision or 10)
+        if digits > 38:
+            raise SourceError(f"column {column!r}: {column_type} is wider than Iceberg's decimal(38)")
+        return pa.decimal128(digits, int(scale or 0))
+    try:
+        return _SCALAR_TYPES[data_type]
+    except KeyError as exc:
+        raise SourceError(f"column {column!r} has type {column_type!r}, which cannot be tiered") from exc
+
+
+def _read_as_text(field: pa.Field[Any]) -> bool:
+    """A decimal connectorx cannot read exactly (more scale, or more digits, than its decimal128(38, 10))."""
+    kind = field.type
+    return pa.types.is_decimal(kind) and (
+        kind.scale > CONNECTORX_DECIMAL_SCALE or kind.precision - kind.scale > CONNECTORX_DECIMAL_DIGITS
+    )
+
+
+def _arrow_values(values: Sequence[Any], kind: pa.DataType) -> pa.Array[Any]:
+    """PyMySQL's Python values of one column as an Arrow array of ``kind`` (small reads: eviction, across tiers)."""
+    if pa.types.is_time(kind):
+        values = [None if v is None else (datetime.min + v).time() for v in values]  # TIME comes as timedelta
+    elif pa.types.is_string(kind):
+        values = [None if v is None else v if isinstance(v, str) else ",".join(sorted(v)) for v in values]
+    return pa.array(values, kind)
+
+
+def _batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    columns = list(zip(*rows)) if rows else [() for _ in schema]
+    try:
+        return pa.RecordBatch.from_arrays([_arrow_values(c, f.type) for c, f in zip(columns, schema)], schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SourceError(f"cannot convert MariaDB values to {schema}: {exc}") from exc
+
+
+class MySqlSource(SqlSource):
+    """A MariaDB or MySQL table, reached with the fields of a ``mysql`` (or ``mariadb``) connection; the
+    connection's schema is the database unless the spec's ``db_schema`` names another."""
+
+    def __init__(self, spec: SqlSourceSpec, connection: ConnectionInfo) -> None:
+        super().__init__(spec)
+        database = spec.db_schema or connection.schema
+        if not database:
+            raise ConnectionNotUsable(
+                f"connection {connection.describe()}: a mysql connection needs the database as its schema "
+                "(or the table spec's db_schema)"
+            )
+        self.connection = connection
+        self.database = database
+        self.display_name = f"mysql table {database}.{spec.table}"
+        self._cursor_sql_type: str | None = None
+        self._primary_key: tuple[str, ...] | None = None
+
+    # -- connections ---------------------------------------------------------------------------
+    def secrets(self) -> list[str]:
+        return self.connection.secrets()
+
+    def lineage_dataset(self) -> LineageDataset:
+        host, port = self.connection.host or "localhost", self.connection.port or 3306
+        return LineageDataset(f"mysql://{host}:{port}", f"{self.database}.{self.spec.table}")
+
+    def _url(self) -> str:
+        """The connectorx URL (credentials percent-encoded by SQLAlchemy's URL, Airflow's own dependency)."""
+        from sqlalchemy.engine import URL
+
+        url = URL.create(
+            "mysql",
+            username=self.connection.login,
+            password=self.connection.password,
+            host=self.connection.host or "localhost",
+            port=self.connection.port or 3306,
+            database=self.database,
+        )
+        return url.render_as_string(hide_password=False)
+
+    def _connect(self) -> Any:
+        import pymysql
+
+        extra = self.connection.extra
+        try:
+            return pymysql.connect(
+                host=self.connection.host or "localhost",
+                port=self.connection.port or 3306,
+                user=self.connection.login,
+                password=self.connection.password or "",
+                database=self.database,
+                charset=str(extra.get("charset", "utf8mb4")),
+                connect_timeout=int(extra.get("connect_timeout", 10)),
+                autocommit=True,
+                init_command=SESSION_TIME_ZONE,
+            )
+        except pymysql.MySQLError as exc:
+            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
+
+    def _placeholder(self, position: int) -> str:
+        return "%s"
+
+    def quote(self, name: str) -> str:
+        return quote_identifier(name, "`")
+
+    @property
+    def table_ref(self) -> str:
+        return f"{self.quote(self.database)}.{self.quote(self.spec.table)}"
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        import pymysql
+
+        with self._connect() as conn, conn.cursor() as cur:
+            try:
+                cur.execute(sql, tuple(params))
+                return list(cur.fetchall())
+            except pymysql.MySQLError as exc:
+                raise SourceError(f"{self.display_name}: query failed: {exc}") from exc
+
+    # -- schema --------------------------------------------------------------------------------
+    def _load_schema(self) -> pa.Schema:
+        rows = self._query(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, IS_NULLABLE "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (self.database, self.spec.table),
+        )
+        if not rows:
+            raise SourceError(f"{self.display_name} does not exist (or is not visible to this user)")
+        fields = []
+        for name, data_type, column_type, precision, scale, nullable in rows:
+            if name == self.spec.cursor_column:
+                self._cursor_sql_type = str(data_type).lower()
+            if self.spec.columns is not None and name not in self.spec.columns and name != self.spec.cursor_column:
+                continue
+            try:
+                kind = arrow_type(name, str(data_type), str(column_type), precision, scale)
+            except SourceError as exc:
+                raise SourceError(f"{self.display_name}: {exc}") from exc
+            fields.append(pa.field(name, kind, nullable=nullable == "YES"))
+        return pa.schema(fields)
+
+    def _cursor_literal(self, value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise SourceError(f"{self.display_name}: offset {value!r} is not a valid cursor value")
+        if isinstance(value, int):
+            return str(value)
+        import pymysql.converters
+
+        literal = pymysql.converters.escape_string(value)  # MySQL's own escaping (backslashes included)
+        self.schema()
+        sql_type = "DATE" if self._cursor_sql_type == "date" else "DATETIME(6)"
+        return f"CAST('{literal}' AS {sql_type})"
+
+    def _cast_cursor(self, placeholder: str) -> str:
+        self.schema()
+        if self._cursor_sql_type in ("datetime", "timestamp"):
+            return f"CAST({placeholder} AS DATETIME(6))"
+        return placeholder
+
+    def select_expression(self, field: pa.Field[Any]) -> str:
+        name = self.quote(field.name)
+        return f"CAST({name} AS CHAR) AS {name}" if _read_as_text(field) else name
+
+    # -- safe watermark ------------------------------------------------------------------------
+    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+        """Tier only up to a watermark that no open InnoDB transaction can still commit below (see
+        ``SqlSource._watermark_waiting_for_transactions``), and, for timestamp cursors, that is at least
+        ``settle_lag_seconds`` old (times an application assigns itself). Seeing other sessions' transactions in
+        ``information_schema.INNODB_TRX`` needs the PROCESS privilege: without it the round fails rather than risk
+        losing a row committed out of cursor order."""
+        import pymysql
+
+        self.check_cursor_not_null()
+        lower = None if committed is None else committed["cursor"]
+        bindings = self.bindings()
+        predicate = self.range_predicate(lower, None, bindings.bind_cursor)
+        lag = self.spec.settle_lag_seconds
+        if lag and self._cursor_sql_type in ("datetime", "timestamp"):
+            predicate += f" AND {self.cursor_ref} <= NOW(6) - INTERVAL {bindings.bind(float(lag))} SECOND"
+        with self._connect() as conn, conn.cursor() as cur:
+            try:
+                cur.execute(
+                    f"SELECT MAX({self.cursor_ref}), NOW(6) FROM {self.table_ref} WHERE {predicate}", bindings.values
+                )
+                high, observed_at = cur.fetchone()
+                if high is None:
+                    return SafeWatermark(end=None, observed=None)
+                return self._watermark_waiting_for_transactions(
+                    high, committed, candidate, lambda: self._open_transactions(cur, observed_at)
+                )
+            except pymysql.MySQLError as exc:
+                if exc.args and exc.args[0] in _ACCESS_DENIED:
+                    raise SourceError(
+                        f"{self.display_name}: the safe watermark needs to see every open transaction "
+                        f"(information_schema.INNODB_TRX), which this user may not: GRANT PROCESS ON *.* to it. "
+                        f"Without it a row committed below the cursor could be lost; nothing was tiered ({exc})"
+                    ) from exc
+                raise SourceError(f"{self.display_name}: reading the high watermark failed: {exc}") from exc
+
+    @staticmethod
+    def _open_transactions(cur: Any, started_before: datetime) -> list[OpenTransaction]:
+        # trx_started has second precision: a transaction started in the same second counts (a wait, never a loss).
+        cur.execute(
+            "SELECT trx_id, trx_mysql_thread_id, trx_started, "
+            "TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6)) / 1e6 FROM information_schema.INNODB_TRX "
+            "WHERE trx_mysql_thread_id <> CONNECTION_ID() AND trx_is_read_only = 0 AND trx_started <= %s",
+            (started_before,),
+        )
+        return [
+            OpenTransaction((str(trx_id), int(thread)), int(thread), started.replace(tzinfo=UTC), float(age))
+            for trx_id, thread, started, age in cur.fetchall()
+        ]
+
+    # -- planning ------------------------------------------------------------------------------
+    def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
+        """Row count and cursor quantiles in ``(lower, upper]``: exact up to ``EXACT_QUANTILE_MAX_ROWS`` rows (the
+        cursor column streamed by connectorx, sorted in Arrow), from a random sample of about
+        ``SAMPLE_TARGET_ROWS`` beyond (measured on 6M rows: the sample 0.7 s, ROW_NUMBER() over the range 6.5 s)."""
+        import pymysql
+
+        bindings = self.bindings()
+        predicate = self.range_predicate(lower, upper, bindings.bind_cursor)
+        try:
+            with self._connect() as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT COUNT(*) FROM {self.table_ref} WHERE {predicate}", bindings.values)
+                rows = int(cur.fetchone()[0])
+                if rows == 0:
+                    return CursorDistribution(lower, upper, 0)
+                if rows > EXACT_QUANTILE_MAX_ROWS:
+                    sampled = self.bindings()
+                    where = self.range_predicate(lower, upper, sampled.bind_cursor)
+                    fraction = sampled.bind(min(1.0, SAMPLE_TARGET_ROWS / rows))
+                    cur.execute(
+                        f"SELECT {self.cursor_ref} FROM {self.table_ref} WHERE {where} AND RAND() < {fraction}",
+                        sampled.values,
+                    )
+                    values = pa.array(sorted(row[0] for row in cur.fetchall()))
+        except pymysql.MySQLError as exc:
+            raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from exc
+        if rows <= EXACT_QUANTILE_MAX_ROWS:
+            literal = self.range_predicate(lower, upper, self._cursor_literal)
+            sql = f"SELECT {self.cursor_ref} FROM {self.table_ref} WHERE {literal}"
+            column = pa.chunked_array([batch.column(0) for batch in self._stream(sql)])
+            values = pc.take(column, pc.sort_indices(column))
+        if len(values) == 0:
+            return CursorDistribution(lower, upper, rows)
+        last = len(values) - 1
+        positions = [min(last, max(0, math.ceil(f * len(values)) - 1)) for f in QUANTILE_FRACTIONS]
+        picked = pc.take(values, pa.array(positions)).to_pylist()
+        return CursorDistribution(lower, upper, rows, [cursor_to_json(v) for v in picked])
+
+    # -- reading -------------------------------------------------------------------------------
+    def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        return self._stream(sql)  # connectorx's types; the caller casts each batch to ``schema``
+
+    def _stream(self, sql: str) -> Iterator[pa.RecordBatch]:
+        """A query's result streamed as Arrow batches by connectorx, in a UTC session."""
+        import connectorx
+
+        try:
+            reader = connectorx.read_sql(
+                self._url(), sql, return_type="arrow_stream", pre_execution_query=SESSION_TIME_ZONE
+            )
+            yield from reader
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                raise  # KeyboardInterrupt, SystemExit, GeneratorExit: not a read error
+            # connectorx reports a failed read (a refused login, a value it cannot convert) as a panic, which is
+            # no Exception subclass.
+            raise SourceError(f"{self.display_name}: reading a split failed: {exc}") from exc
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Callable[[str, Sequence[Any], pa.Schema], Iterator[pa.RecordBatch]]]:
+        import pymysql
+
+        conn = self._connect()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            except pymysql.MySQLError as exc:
+                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from exc
+
+            def run(sql: str, params: Sequence[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+                try:
+                    cur.execute(sql, tuple(params))
+                    while rows := cur.fetchmany(65_536):
+                        yield _batch(rows, schema)
+                except pymysql.MySQLError as exc:
+                    raise SourceError(f"{self.display_name}: reading failed: {exc}") from exc
+
+            yield run
+            conn.commit()
+        finally:
+            conn.close()
+
+    # -- eviction ------------------------------------------------------------------------------
+    def _age_before(self, column: str, field: pa.Field[Any], cutoff: datetime, bindings: Bindings) -> str:
+        utc = cutoff.astimezone(UTC).replace(tzinfo=None)
+        value: date | datetime = utc if pa.types.is_timestamp(field.type) else utc.date()
+        return f"{column} < {bindings.bind(value)}"
+
+    def primary_key(self) -> tuple[str, ...]:
+        """The table's primary key columns: what an evicted batch is deleted by (InnoDB has no usable row id)."""
+        if self._primary_key is None:
+            rows = self._query(
+                "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+                (self.database, self.spec.table),
+            )
+            if not rows:
+                raise SourceError(
+                    f"{self.display_name}: eviction deletes rows by primary key, and the table has none; "
+                    "add one or turn eviction off (nothing was evicted)"
+                )
+            self._primary_key = tuple(str(row[0]) for row in rows)
+        return self._primary_key
+
+    def _row_id_sql(self) -> str:
+        return f"JSON_ARRAY({', '.join(self.quote(c) for c in self.primary_key())}) AS __row_id"
+
+    def _evict_in_transaction(
+        self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
+    ) -> int:
+        import pymysql
+
+        key = self.primary_key()
+        conn = self._evict_conn or self._connect()
+        try:
+            cur = conn.cursor()
+            try:
+                conn.begin()
+                cur.execute(f"{select_sql} FOR UPDATE", tuple(params))  # locked: what is verified is what is deleted
+                found = list(cur.fetchall())
+            except pymysql.MySQLError as exc:
+                conn.rollback()
+                raise SourceError(f"{self.display_name}: reading rows to evict failed: {exc}") from exc
+            rows = pa.Table.from_batches([_batch([r[1:] for r in found], schema)], schema=schema)
+            try:
+                verify(rows)
+                if found:
+                    keys = [tuple(json.loads(r[0])) for r in found]
+                    placeholders = ", ".join("(" + ", ".join(["%s"] * len(key)) + ")" for _ in keys)
+                    columns = ", ".join(self.quote(c) for c in key)
+                    cur.execute(
+                        f"DELETE FROM {self.table_ref} WHERE ({columns}) IN ({placeholders})",
+                        [value for row_key in keys for value in row_key],
+                    )
+                    if cur.rowcount != len(keys):
+                        raise SourceError(
+                            f"{self.display_name}: an evicted batch matched {cur.rowcount} rows by primary key, "
+                            f"not {len(keys)}; nothing of it was evicted"
+                        )
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+            return rows.num_rows
+        finally:
+            if conn is not self._evict_conn:
+                conn.close()
+
+    def _eviction_connection(self) -> Any:
+        return self._connect()

@@ -1,0 +1,101 @@
+"""Every hot-store implementation, and how a table's spec and connection find theirs.
+
+A source spec's ``kind`` picks the entries (``core/source_specs.py``); for ``"sql"``, the Airflow connection's
+type picks the dialect. Implementations are imported only when a table needs them, and an entry names the
+modules its pip extra installs, so a missing driver fails at once with the extra to install instead of a bare
+``ModuleNotFoundError`` in the middle of a round.
+
+Adding a hot store is one module under ``sources/`` and one entry here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import ConnectionNotUsable, MissingDependency
+from airflow_provider_tiering.core.ports import Source
+from airflow_provider_tiering.core.source_specs import SourceSpecBase
+
+_PACKAGE = "airflow-provider-tiering"
+#: How a source is built: ``Class(spec, connection)``.
+SourceFactory = Callable[[SourceSpecBase, ConnectionInfo | None], Source[Any, Any]]
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """One hot-store implementation: the spec kind it reads, the connection types it takes (empty: it needs no
+    connection, and takes any for its options), where it lives, and its pip extra."""
+
+    name: str
+    spec_kind: str
+    conn_types: frozenset[str]
+    #: ``module:Class``; the class is built as ``Class(spec, connection)``.
+    target: str
+    extra: str | None = None
+    #: Importable modules the extra installs.
+    requires: tuple[str, ...] = ()
+
+    def load(self) -> SourceFactory:
+        """The implementation class; MissingDependency names the extra when its drivers are not installed."""
+        missing = [module for module in self.requires if importlib.util.find_spec(module) is None]
+        if missing:
+            raise MissingDependency(
+                f"{self.name} hot tables need {', '.join(missing)}: pip install '{_PACKAGE}[{self.extra}]'"
+            )
+        module_name, _, class_name = self.target.partition(":")
+        found: SourceFactory = getattr(importlib.import_module(module_name), class_name)
+        return found
+
+
+SOURCE_KINDS: tuple[SourceKind, ...] = (
+    SourceKind(
+        "postgres",
+        "sql",
+        frozenset({"postgres", "postgresql"}),
+        "airflow_provider_tiering.sources.postgres:PostgresSource",
+        extra="postgres",
+        requires=("adbc_driver_postgresql", "psycopg"),
+    ),
+    SourceKind("sqlite", "sql", frozenset({"sqlite"}), "airflow_provider_tiering.sources.sqlite:SqliteSource"),
+    SourceKind(
+        "mysql",
+        "sql",
+        frozenset({"mysql", "mariadb"}),
+        "airflow_provider_tiering.sources.mysql:MySqlSource",
+        extra="mysql",
+        requires=("connectorx", "pymysql"),
+    ),
+    SourceKind("files", "files", frozenset(), "airflow_provider_tiering.sources.files.source:FileSource"),
+)
+
+
+def connection_types(spec_kind: str) -> list[str]:
+    """The connection types some implementation of ``spec_kind`` takes, sorted."""
+    return sorted(t for kind in SOURCE_KINDS if kind.spec_kind == spec_kind for t in kind.conn_types)
+
+
+def source_kind(spec: SourceSpecBase, connection: ConnectionInfo | None) -> SourceKind:
+    """The implementation for a source spec and its resolved connection (None: the spec names none).
+
+    Raises:
+        ConnectionNotUsable: no implementation of the spec's kind takes a connection of that type, or the kind
+            needs a connection and none was given.
+    """
+    candidates = [kind for kind in SOURCE_KINDS if kind.spec_kind == spec.kind]
+    for kind in candidates:
+        if not kind.conn_types or (connection is not None and connection.type in kind.conn_types):
+            return kind
+    what = "no connection" if connection is None else f"type {connection.conn_type!r}"
+    raise ConnectionNotUsable(
+        f"connection {spec.conn_id!r} has {what}; supported: {', '.join(connection_types(spec.kind))}"
+    )
+
+
+def build_source(spec: SourceSpecBase, connection: ConnectionInfo | None) -> Source[Any, Any]:
+    """The source of a table's hot store (see :func:`source_kind`; MissingDependency when its extra is missing)."""
+    return source_kind(spec, connection).load()(spec, connection)

@@ -1,0 +1,123 @@
+"""Run one round in a child process and SIGKILL its whole process group at a chosen phase.
+
+``crash_round(...)`` (in the test) runs ``python -m testbed.crash_round '<json config>'``, whose ``main`` runs the
+round. The process group holds that driver, Spark's JVM and its Python workers, so nothing survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_tiering.build import build_writer
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.ports import VerifyRows
+from airflow_provider_tiering.core.round import RoundPhase
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.sources.sqlite import SqliteSource
+from airflow_provider_tiering.spark.session import SparkSettings
+from testbed.rounds import round_parts
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def crash_round(
+    tmp_path: Path, catalog_properties: dict[str, str], kill_at: str, spec: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """Run a round of ``spec`` in a child process (hot store ``tmp_path/hot.db`` for a SQL spec, state
+    ``tmp_path/state.json``) and SIGKILL it at phase ``kill_at`` ("writing": once its first data file exists)."""
+    config = {
+        "spec": spec,
+        "kill_at": kill_at,
+        "catalog": catalog_properties,
+        "warehouse": str(tmp_path / "warehouse"),
+        "hot": str(tmp_path / "hot.db"),
+        "state": str(tmp_path / "state.json"),
+        "marker": str(tmp_path / "killed-with-files.json"),
+    }
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(
+        [sys.executable, "-m", "testbed.crash_round", json.dumps(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,  # its own process group: driver, JVM and Python workers die together
+    )
+
+
+def kill_everything() -> None:
+    sys.stdout.flush()
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def kill_when_files_appear(staging: Path, before: set[str], marker: Path) -> None:
+    """Kill mid-write: as soon as the round's first data file exists, while other splits still run."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        files = sorted(str(p) for p in staging.rglob("*.parquet") if str(p) not in before) if staging.exists() else []
+        if files:
+            marker.write_text(json.dumps(files))
+            kill_everything()
+        time.sleep(0.01)
+
+
+class SqliteSourceKilledInItsSecondEvictionBatch(SqliteSource):
+    """Dies inside the second eviction batch's transaction: its rows read and locked, none deleted yet."""
+
+    batches = 0
+
+    def evict_batch(
+        self, after: Any, upto: Any, cutoff: datetime, age_column: str | None, limit: int, verify: VerifyRows
+    ) -> tuple[int, Any | None]:
+        self.batches += 1
+        if self.batches < 2:
+            return super().evict_batch(after, upto, cutoff, age_column, limit, verify)
+
+        def die(rows: pa.Table) -> None:
+            print(f"phase evicting (a batch of {rows.num_rows} rows in flight)", flush=True)
+            kill_everything()
+
+        return super().evict_batch(after, upto, cutoff, age_column, limit, die)
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    spec = TableSpec.parse(config["spec"])
+    kill_at = config["kill_at"]
+    staging = Path(config["warehouse"]) / spec.lake.namespace / spec.lake.table / "data" / "tiering"
+    before = {str(p) for p in staging.rglob("*.parquet")} if staging.exists() else set()
+
+    def observe(phase: RoundPhase) -> None:
+        print(f"phase {phase}", flush=True)
+        if phase == kill_at == "writing":
+            args = (staging, before, Path(config["marker"]))
+            threading.Thread(target=kill_when_files_appear, args=args, daemon=True).start()
+        elif phase == kill_at:
+            kill_everything()
+
+    connection = None if spec.source.conn_id is None else ConnectionInfo("sqlite", host=config["hot"])
+    source = None
+    if kill_at == "evicting":
+        source = SqliteSourceKilledInItsSecondEvictionBatch(spec.source, connection)  # type: ignore[arg-type]
+    writer = build_writer(SparkSettings(master="local[2]"))
+    parts = round_parts(spec, connection, config["catalog"], writer=writer, source=source)
+    parts.run(JsonFileStateStore(config["state"]), observe=observe)
+    print("round finished without being killed", flush=True)
+    sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""pytest fixtures for real database servers: PostgreSQL and MariaDB, one of each per test session.
+
+Use from a conftest.py::
+
+    from tests.fixtures_servers import mariadb_server, pg_server  # noqa
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from testbed.mariadb_server import MariaDBNotInstalledError, MariaDBServer
+from testbed.pg_server import PostgresNotInstalledError, PostgresServer
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One throw-away PostgreSQL server for the whole test session.
+
+    Its data directory lives under pytest's session temp dir (pytest keeps
+    the last few; the server log is ``<datadir>/postgres.log``). The server
+    is stopped (fast shutdown) at session end. Fails, rather than skips,
+    when PostgreSQL is not installed: the integration suite needs it.
+    """
+    datadir = tmp_path_factory.mktemp("pg") / "data"
+    try:
+        server = PostgresServer(datadir)
+    except PostgresNotInstalledError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """One throw-away MariaDB server for the whole test session (on 127.0.0.1; log in ``<datadir>/mariadbd.log``).
+    Fails, rather than skips, when MariaDB is not installed."""
+    datadir = tmp_path_factory.mktemp("mariadb") / "data"
+    try:
+        server = MariaDBServer(datadir)
+    except MariaDBNotInstalledError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with server:
+        yield server

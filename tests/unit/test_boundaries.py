@@ -1,0 +1,55 @@
+"""The package's boundaries (``docs/design.md``, "Architecture"), checked on its code."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "airflow_provider_tiering"
+REGISTRIES = {PACKAGE / "sources" / "registry.py", PACKAGE / "core" / "source_specs.py"}
+SOURCE_CLASSES = r"(PostgresSource|SqliteSource|MySqlSource|FileSource|SqlSource|SqlSourceSpec|FileSourceSpec)"
+
+
+def python_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_kernel_imports_neither_airflow_spark_pyiceberg_nor_pyarrow() -> None:
+    modules = sorted(f"airflow_provider_tiering.core.{p.stem}" for p in (PACKAGE / "core").glob("*.py"))
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "heavy = ('airflow', 'pyspark', 'pyiceberg', 'pyarrow', 'py4j')\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy})))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(loaded.stdout) == []
+
+
+def test_no_switch_on_source_kinds_outside_the_registries() -> None:
+    switches = re.compile(
+        rf"isinstance\([^)]*{SOURCE_CLASSES}|(source|spec)\.kind\s*(==|!=|in)\s|conn_type\s*(==|in)\s|"
+        r"frozenset\(\{\"(postgres|sqlite|mysql|mariadb)\""
+    )
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in python_files()
+        if path not in REGISTRIES
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if switches.search(line)
+    ]
+    assert found == []
+
+
+def test_no_module_reaches_into_another_ones_private_names() -> None:
+    private = re.compile(r"\b(?!self\b|cls\b)\w+\._(latest_tiering_commit|data_file|append|schema|table|catalog)\b")
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in python_files()
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if private.search(line)
+    ]
+    assert found == []

@@ -1,0 +1,130 @@
+"""What a table's task does now (``core/decisions.py``), decided from its state document and one probe."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from airflow_provider_tiering.core.decisions import (
+    TaskAction,
+    decide_task,
+    due_at,
+    is_due,
+    probe_hot_store,
+    record_decision,
+)
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state import CommittedSnapshot, TableState, TableStatus
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+SPEC = TableSpec.parse(
+    {
+        "name": "t",
+        "source": {"conn_id": "hot", "table": "t", "cursor_column": "id"},
+        "lake": {"namespace": "n", "table": "t"},
+        "freshness_seconds": 300,
+    }
+)
+
+
+def tiered_at(when: datetime, status: TableStatus = TableStatus.TIERED) -> TableState:
+    return TableState(
+        table="t",
+        status=status,
+        epoch=3,
+        last_tiered_time=when,
+        committed=CommittedSnapshot(snapshot_id=9, epoch=3, end_offsets={"cursor": 50}),
+    )
+
+
+def test_never_tiered_table_is_due_at_once():
+    assert is_due(None, 300, T0) and is_due(TableState(table="t"), 300, T0)
+
+
+def test_table_is_due_once_its_freshness_interval_has_passed():
+    state = tiered_at(T0)
+    assert not is_due(state, 300, T0 + timedelta(seconds=299))
+    assert is_due(state, 300, T0 + timedelta(seconds=300))
+    assert due_at(state, 300) == T0 + timedelta(seconds=300)
+
+
+def test_failed_or_interrupted_tables_are_due_regardless_of_freshness():
+    for status in (TableStatus.FAILED, TableStatus.TIERING, TableStatus.PENDING):
+        assert is_due(tiered_at(T0, status), 3600, T0 + timedelta(seconds=1))
+
+
+def test_a_not_due_check_rests_the_table_in_scheduled():
+    state = tiered_at(T0)
+    decision = decide_task(SPEC, state, now=T0 + timedelta(seconds=5), selected=None)
+    assert decision.action is TaskAction.NOT_DUE and decision.due_at == T0 + timedelta(seconds=300)
+    assert "not due until" in decision.reason and decision.committed == {"cursor": 50}
+    assert record_decision(state, decision, T0 + timedelta(seconds=5)) is state
+    assert state.status is TableStatus.SCHEDULED and state.last_checked_time == T0 + timedelta(seconds=5)
+    again = decide_task(SPEC, state, now=T0 + timedelta(seconds=6), selected=None)
+    record_decision(state, again, T0 + timedelta(seconds=6))
+    assert state.status is TableStatus.SCHEDULED
+    assert not is_due(state, 300, T0 + timedelta(seconds=6))
+
+
+def test_a_due_table_at_rest_runs_only_with_new_rows_and_otherwise_settles_checked():
+    state = tiered_at(T0)
+    later = T0 + timedelta(seconds=400)
+    decision = decide_task(SPEC, state, now=later, selected=None)
+    assert decision.action is TaskAction.PROBE
+    probed_offsets: list[object] = []
+
+    def no_rows(offsets):
+        probed_offsets.append(offsets)
+        return False
+
+    nothing = probe_hot_store(no_rows, decision)
+    assert probed_offsets == [{"cursor": 50}]
+    assert nothing.action is TaskAction.NOTHING_NEW and "no row beyond {'cursor': 50}" in nothing.reason
+    assert record_decision(state, nothing, later) is state
+    assert state.status is TableStatus.TIERED and state.last_checked_time == later
+    assert probe_hot_store(lambda offsets: True, decision).runs
+
+
+def test_a_probe_that_fails_lets_the_round_run_and_tell():
+    def broken(offsets):
+        raise OSError("hot store unreachable")
+
+    decision = decide_task(SPEC, None, now=T0, selected=None)
+    assert decision.action is TaskAction.PROBE and decision.committed is None
+    assert probe_hot_store(broken, decision).runs
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"status": TableStatus.FAILED, "consecutive_failures": 1},
+        {"watermark_candidate": {"offsets": {"cursor": 60}, "blockers": [[1, "x"]]}},
+        {"status": TableStatus.TIERING},
+    ],
+    ids=["failed", "watermark-pending", "mid-round"],
+)
+def test_a_table_not_at_rest_runs_without_a_probe(changes):
+    state = tiered_at(T0 - timedelta(hours=1))
+    for key, value in changes.items():
+        setattr(state, key, value)
+    decision = decide_task(SPEC, state, now=T0, selected=None)
+    assert decision.action is TaskAction.RUN
+    assert record_decision(state, decision, T0) is None
+
+
+def test_a_run_naming_tables_runs_them_due_or_not_and_skips_the_others():
+    fresh = tiered_at(T0)
+    assert decide_task(SPEC, fresh, now=T0, selected=["t"]).runs
+    other = decide_task(SPEC, fresh, now=T0, selected=["u"])
+    assert other.action is TaskAction.NOT_SELECTED and "not among the tables this run tiers (u)" in other.reason
+
+
+def test_a_quarantined_table_is_refused_even_when_named():
+    state = tiered_at(T0, TableStatus.FAILED)
+    state.consecutive_failures, state.quarantined_since, state.last_error = 5, T0, "boom"
+    state.quarantine_if_exhausted(5, T0)
+    for selected in (None, ["t"]):
+        decision = decide_task(SPEC, state, now=T0 + timedelta(days=1), selected=selected)
+        assert decision.action is TaskAction.QUARANTINED
+        assert "is quarantined since" in decision.reason and "boom" in decision.reason
