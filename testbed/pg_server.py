@@ -37,7 +37,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -222,6 +222,29 @@ class PostgresServer:
         """A new psycopg connection over TCP with the password (caller closes it)."""
         return psycopg.connect(self.dsn_for(dbname or self._dbname), **kwargs)
 
+    def create_role(self, name: str, password: str, grants: Iterable[str] = ()) -> str:
+        """Create (or reset) the login role ``name`` with exactly ``grants`` in this database; returns its URI.
+
+        Each grant is the part of a ``GRANT`` statement before ``TO``, e.g. ``"SELECT ON public.orders"`` or
+        ``"pg_read_all_stats"`` (a role). An existing role gets the new password and loses its privileges on
+        this database's tables and its predefined roles, so repeated runs on a reused data directory agree.
+        """
+        role = sql.Identifier(name)
+        with self.connect(autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+            if exists is None:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(password)))
+            else:
+                conn.execute(sql.SQL("ALTER ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(password)))
+                conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {}").format(role))
+                conn.execute(sql.SQL("REVOKE pg_read_all_stats, pg_read_all_data FROM {}").format(role))
+            for grant in grants:
+                conn.execute(sql.SQL(f"GRANT {grant} TO {{}}").format(role))  # type: ignore[arg-type]
+        return (
+            f"postgresql://{quote(name, safe='')}:{quote(password, safe='')}"
+            f"@{self.host}:{self.port}/{quote(self._dbname, safe='')}"
+        )
+
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Self:
         """initdb (unless already initialised), start, create the database."""
@@ -400,6 +423,8 @@ class PostgresServer:
             # pg_ctl -w waits on postmaster.pid, not on the socket.
             "unix_socket_directories": socket_dir,
             "max_connections": 100,
+            # Two-phase commit on, for the tests of prepared transactions.
+            "max_prepared_transactions": 10,
             "shared_buffers": self._shared_buffers,
             "password_encryption": "scram-sha-256",
             # Throw-away: durability off.

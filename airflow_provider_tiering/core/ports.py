@@ -62,14 +62,21 @@ class LakeCommit:
 
 @dataclass(frozen=True)
 class WatermarkBlocker:
-    """An open transaction that may still commit rows below the observed high watermark."""
+    """An open transaction that may still commit rows below the observed high watermark: its session's ``pid``
+    (None for a prepared transaction, named by ``prepared``), and its start and age where the hot store shows them
+    to this role."""
 
     pid: int | None
     transaction_start: str | None
-    age_seconds: float
+    age_seconds: float | None
+    prepared: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "transaction_start": self.transaction_start, "age_seconds": round(self.age_seconds, 1)}
+        age = None if self.age_seconds is None else round(self.age_seconds, 1)
+        found: dict[str, Any] = {"pid": self.pid, "transaction_start": self.transaction_start, "age_seconds": age}
+        if self.prepared is not None:
+            found["prepared"] = self.prepared
+        return found
 
 
 @dataclass(frozen=True)

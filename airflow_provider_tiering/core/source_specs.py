@@ -61,7 +61,7 @@ class SqlSourceSpec(SourceSpecBase):
     settle_lag_seconds: float = Field(
         default=0.0,
         ge=0,
-        description="only tier rows whose cursor is this old (engines without a transaction view)",
+        description="only tier rows whose cursor is this old: times an application assigns itself (time cursors)",
     )
     max_watermark_wait_seconds: float = Field(
         default=30.0,

@@ -267,8 +267,8 @@ class MySqlSource(SqlSource):
         lower = None if committed is None else committed["cursor"]
         bindings = self.bindings()
         predicate = self.range_predicate(lower, None, bindings.bind_cursor)
-        lag = self.spec.settle_lag_seconds
-        if lag and self._cursor_sql_type in ("datetime", "timestamp"):
+        lag = self.settle_lag()
+        if lag:
             predicate += f" AND {self.cursor_ref} <= NOW(6) - INTERVAL {bindings.bind(float(lag))} SECOND"
         with self._connect() as conn, conn.cursor() as cur:
             try:
@@ -278,8 +278,15 @@ class MySqlSource(SqlSource):
                 high, observed_at = cur.fetchone()
                 if high is None:
                     return SafeWatermark(end=None, observed=None)
+                # A transaction's NOW() is its start, so one that has not written yet may still insert a smaller
+                # time; an integer cursor's value is taken by the insert, which marks the transaction as writing.
+                writers_only = self._cursor_sql_type not in ("datetime", "timestamp", "date")
                 return self._watermark_waiting_for_transactions(
-                    high, committed, candidate, lambda: self._open_transactions(cur, observed_at)
+                    high,
+                    committed,
+                    candidate,
+                    lambda: self._open_transactions(cur, observed_at, writers_only=writers_only),
+                    method="innodb_trx",
                 )
             except pymysql.MySQLError as exc:
                 if exc.args and exc.args[0] in _ACCESS_DENIED:
@@ -291,12 +298,15 @@ class MySqlSource(SqlSource):
                 raise SourceError(f"{self.display_name}: reading the high watermark failed: {exc}") from exc
 
     @staticmethod
-    def _open_transactions(cur: Any, started_before: datetime) -> list[OpenTransaction]:
+    def _open_transactions(cur: Any, started_before: datetime, *, writers_only: bool) -> list[OpenTransaction]:
+        """Other sessions' InnoDB transactions open since before the read (those that have modified rows only,
+        with ``writers_only``: a transaction that only read never holds the table back)."""
         # trx_started has second precision: a transaction started in the same second counts (a wait, never a loss).
+        writing = " AND trx_rows_modified > 0" if writers_only else ""
         cur.execute(
             "SELECT trx_id, trx_mysql_thread_id, trx_started, "
             "TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6)) / 1e6 FROM information_schema.INNODB_TRX "
-            "WHERE trx_mysql_thread_id <> CONNECTION_ID() AND trx_is_read_only = 0 AND trx_started <= %s",
+            f"WHERE trx_mysql_thread_id <> CONNECTION_ID() AND trx_is_read_only = 0 AND trx_started <= %s{writing}",
             (started_before,),
         )
         return [

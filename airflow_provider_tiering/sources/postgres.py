@@ -1,4 +1,4 @@
-"""PostgreSQL hot store: binary COPY into Arrow (ADBC), and a safe watermark from pg_stat_activity."""
+"""PostgreSQL hot store: binary COPY into Arrow (ADBC), and a safe watermark from open transactions' locks."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ APPLICATION_NAME = "airflow-provider-tiering"
 #: Above this many rows in a range, quantiles come from a block sample instead of a full sort.
 EXACT_QUANTILE_MAX_ROWS = 2_000_000
 SAMPLE_TARGET_ROWS = 200_000
+_TIME_CURSOR_TYPES = ("timestamp with time zone", "timestamp without time zone", "date")
 #: Extras of Airflow's postgres connection form that are Airflow's own, not libpq parameters (after the Postgres
 #: provider's ``PostgresHook.ignored_extra_options``; the provider is not a dependency). Every other extra goes to
 #: libpq as it is, so a wrong one fails the connection loudly instead of being dropped.
@@ -193,15 +194,35 @@ class PostgresSource(SqlSource):
     # -- safe watermark ------------------------------------------------------------------------
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
         """Tier only up to a watermark that no open transaction can still commit below (see
-        ``SqlSource._watermark_waiting_for_transactions``): every client transaction of this database that
-        started before the high watermark was read. Sessions of other roles are visible only with
-        ``pg_read_all_stats``."""
+        ``SqlSource._watermark_waiting_for_transactions``).
+
+        Integer cursors: the transactions waited for are those holding a lock that lets them write this table (or
+        one of its partitions) when the high watermark has been read. An INSERT, UPDATE, DELETE, COPY or MERGE
+        takes it before it takes a value from the column's sequence and keeps it until the transaction ends,
+        prepared transactions included. ``pg_locks`` shows these locks to every role, so this needs no grant, and
+        a session that only read the table, or wrote another one, never holds it back.
+
+        Time cursors (``timestamp``, ``date``): a transaction's ``now()`` is its start, so any transaction open
+        since before the read may still insert a smaller value, even one that has not touched the table yet. They
+        are waited for too, which needs their start times: ``pg_stat_activity`` shows other roles' only to members
+        of ``pg_read_all_stats``, and without it the round fails naming the grant. Times an application assigns
+        itself are covered by ``settle_lag_seconds``: only rows at least that old are tiered."""
         self.check_cursor_not_null()
         lower = None if committed is None else committed["cursor"]
         bindings = self.bindings()
-        where = "" if lower is None else f" WHERE {self.range_predicate(lower, None, bindings.bind_cursor)}"
+        conditions = [] if lower is None else [self.range_predicate(lower, None, bindings.bind_cursor)]
+        time_cursor = self._cursor_sql_type in _TIME_CURSOR_TYPES
+        lag = self.settle_lag()
+        if lag:
+            now = "clock_timestamp()"
+            if self._cursor_sql_type != "timestamp with time zone":
+                now = "(clock_timestamp() AT TIME ZONE 'UTC')"  # naive cursors hold UTC times
+            conditions.append(f"{self.cursor_ref} <= {now} - make_interval(secs => {bindings.bind(float(lag))})")
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         with self._connect() as conn, conn.cursor() as cur:
             try:
+                if time_cursor:
+                    self._check_sees_transaction_starts(cur)
                 cur.execute(
                     f"SELECT max({self.cursor_ref}), clock_timestamp() FROM {self.table_ref}{where}",
                     parameters=tuple(bindings.values) or None,
@@ -209,25 +230,74 @@ class PostgresSource(SqlSource):
                 high, observed_at = cur.fetchone()
                 if high is None:
                     return SafeWatermark(end=None, observed=None)
+
+                # Read after the high watermark: a transaction that took a smaller cursor value before it was read
+                # and has not committed still holds its lock (and its start) now.
+                def blockers() -> list[OpenTransaction]:
+                    writing = self._writing_transactions(cur)
+                    if not time_cursor:
+                        return writing
+                    seen = {t.key for t in writing}
+                    return writing + [t for t in self._transactions_started(cur, observed_at) if t.key not in seen]
+
                 return self._watermark_waiting_for_transactions(
-                    high, committed, candidate, lambda: self._open_transactions(cur, observed_at)
+                    high, committed, candidate, blockers, method="pg_locks+activity" if time_cursor else "pg_locks"
                 )
             except SourceError:
                 raise
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: reading the high watermark failed: {exc}") from exc
 
-    @staticmethod
-    def _open_transactions(cur: Any, started_before: datetime) -> list[OpenTransaction]:
+    def _writing_transactions(self, cur: Any) -> list[OpenTransaction]:
+        """Transactions of other sessions (and prepared ones) holding a lock on the table, or on a partition of it,
+        that lets them write rows; with their start where ``pg_stat_activity`` shows it to this role."""
         cur.execute(
-            "SELECT pid, xact_start, EXTRACT(EPOCH FROM clock_timestamp() - xact_start)::float8 "
-            "FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend' AND xact_start IS NOT NULL "
-            "AND application_name IS DISTINCT FROM $1 AND xact_start <= $2",
+            "SELECT DISTINCT ON (l.virtualtransaction) l.virtualtransaction, l.pid, p.gid, "
+            "coalesce(p.prepared, a.xact_start), "
+            "EXTRACT(EPOCH FROM clock_timestamp() - coalesce(p.prepared, a.xact_start))::float8 "
+            "FROM pg_locks l "
+            "LEFT JOIN pg_locks x ON x.locktype = 'transactionid' AND x.virtualtransaction = l.virtualtransaction "
+            "LEFT JOIN pg_prepared_xacts p ON p.transaction = x.transactionid "
+            "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'relation' AND l.pid IS DISTINCT FROM pg_backend_pid() "
+            "AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') "
+            "AND (l.relation = CAST($1 AS regclass) "
+            "OR l.relation IN (SELECT relid FROM pg_partition_tree(CAST($1 AS regclass))))",
+            parameters=(self._qualified_name(),),
+        )
+        return [
+            OpenTransaction((str(vxid),), None if pid is None else int(pid), start, age, gid)
+            for vxid, pid, gid, start, age in cur.fetchall()
+        ]
+
+    @staticmethod
+    def _transactions_started(cur: Any, started_before: datetime) -> list[OpenTransaction]:
+        """Client transactions of this database, other than this package's readers, open since before the read."""
+        cur.execute(
+            "SELECT l.virtualtransaction, a.pid, a.xact_start, "
+            "EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8 "
+            "FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'virtualxid' "
+            "AND l.mode = 'ExclusiveLock' "
+            "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() "
+            "AND a.backend_type = 'client backend' AND a.xact_start IS NOT NULL "
+            "AND a.application_name IS DISTINCT FROM $1 AND a.xact_start <= $2",
             parameters=(APPLICATION_NAME, started_before),
         )
-        return [OpenTransaction((int(pid), start), int(pid), start, float(age)) for pid, start, age in cur.fetchall()]
+        return [OpenTransaction((str(vxid),), int(pid), start, float(age)) for vxid, pid, start, age in cur.fetchall()]
+
+    def _check_sees_transaction_starts(self, cur: Any) -> None:
+        cur.execute("SELECT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')")
+        if not cur.fetchone()[0]:
+            raise SourceError(
+                f"{self.display_name}: the safe watermark of a time cursor ({self.spec.cursor_column}) waits for "
+                f"every transaction open since before it was read, whose start times this role may not see: "
+                f"GRANT pg_read_all_stats TO the connection's user. Without it a row committed below the cursor "
+                f"could be lost; nothing was tiered"
+            )
+
+    def _qualified_name(self) -> str:
+        """The table's name as ``regclass`` reads it (quoted, so case and odd characters survive)."""
+        return self.table_ref if self.spec.db_schema else f"{self.quote('public')}.{self.table_ref}"
 
     # -- planning ------------------------------------------------------------------------------
     def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:

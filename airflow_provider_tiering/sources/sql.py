@@ -84,16 +84,17 @@ class Bindings:
 
 @dataclass(frozen=True)
 class OpenTransaction:
-    """A transaction the watermark waits for: ``key`` identifies it across looks (an id, or pid and start)."""
+    """A transaction the watermark waits for: ``key`` identifies it across looks (a transaction id)."""
 
     key: tuple[Any, ...]
     pid: int | None
     started: datetime | None
-    age_seconds: float
+    age_seconds: float | None
+    prepared: str | None = None
 
     def blocker(self) -> WatermarkBlocker:
         started = None if self.started is None else self.started.isoformat()
-        return WatermarkBlocker(self.pid, started, self.age_seconds)
+        return WatermarkBlocker(self.pid, started, self.age_seconds, self.prepared)
 
 
 class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
@@ -218,6 +219,21 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
                 "the column NOT NULL); nothing was tiered"
             )
 
+    def settle_lag(self) -> float:
+        """``settle_lag_seconds``, which only a time cursor can honour (its rows carry their age); set on an integer
+        cursor it would be ignored, so the round fails instead."""
+        import pyarrow as pa
+
+        lag = self.spec.settle_lag_seconds
+        cursor_type = self.schema().field(self.spec.cursor_column).type
+        if lag and not (pa.types.is_timestamp(cursor_type) or pa.types.is_date(cursor_type)):
+            raise SourceError(
+                f"{self.display_name}: settle_lag_seconds applies to timestamp and date cursors; "
+                f"{self.spec.cursor_column!r} is {cursor_type}. Remove it from the spec: rows of an integer cursor "
+                "are waited for through the transactions writing them"
+            )
+        return lag
+
     def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
         lower = None if start is None else start["cursor"]
         upper = end["cursor"]
@@ -244,14 +260,15 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         committed: Offsets | None,
         candidate: dict[str, Any] | None,
         open_transactions: Callable[[], list[OpenTransaction]],
+        method: str,
     ) -> SafeWatermark:
         """Tier only up to a watermark that no open transaction can still commit below.
 
-        ``high`` is the high watermark, and ``open_transactions()`` the client transactions (other than this
-        package's readers) open since before it was read: any of them may still commit a smaller cursor value
-        (a sequence value taken early, ``now()`` of an old transaction). The round waits, up to
-        ``max_watermark_wait_seconds``, for them to end. If they do not, the round tiers up to an earlier
-        observation whose blockers have all ended since (``candidate``), or not at all, and reports the blockers.
+        ``high`` is the high watermark, and ``open_transactions()`` the transactions, open when it was read, that
+        may still commit a smaller cursor value (a sequence value taken early, ``now()`` of an old transaction).
+        The round waits, up to ``max_watermark_wait_seconds``, for them to end. If they do not, the round tiers up
+        to an earlier observation whose blockers have all ended since (``candidate``, kept only if it was made by
+        the same ``method``), or not at all, and reports the blockers.
         """
         lower = None if committed is None else committed["cursor"]
         observed = {"cursor": cursor_to_json(high)}
@@ -265,9 +282,10 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         if not blockers:
             return SafeWatermark(end=observed, observed=observed)
         still_open = {tuple(_candidate_key(b.key)) for b in open_transactions()}
-        new_candidate = {"offsets": observed, "blockers": [_candidate_key(b.key) for b in blockers]}
+        new_candidate = {"offsets": observed, "blockers": [_candidate_key(b.key) for b in blockers], "method": method}
         safe = None
-        if candidate and not any(tuple(b) in still_open for b in candidate["blockers"]):
+        trusted = candidate is not None and candidate.get("method") == method
+        if candidate and trusted and not any(tuple(b) in still_open for b in candidate["blockers"]):
             previous = candidate["offsets"]["cursor"]
             if lower is None or previous > lower:
                 safe = candidate["offsets"]

@@ -110,15 +110,12 @@ class SqliteSource(SqlSource):
         return str(value) if isinstance(value, int) else quote_string(value)
 
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
-        import pyarrow as pa
-
         self.check_cursor_not_null()
         lower = None if committed is None else committed["cursor"]
         bindings = self.bindings()
         predicate = self.range_predicate(lower, None, bindings.bind_cursor)
-        lag = self.spec.settle_lag_seconds
-        cursor_type = self.schema().field(self.spec.cursor_column).type
-        if lag and pa.types.is_timestamp(cursor_type):
+        lag = self.settle_lag()
+        if lag:
             settled = (datetime.now(UTC) - timedelta(seconds=lag)).strftime("%Y-%m-%d %H:%M:%S.%f")
             predicate += f" AND {self.cursor_ref} <= {bindings.bind(settled)}"
         sql = f"SELECT max({self.cursor_ref}) FROM {self.table_ref} WHERE {predicate}"

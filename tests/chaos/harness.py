@@ -5,9 +5,9 @@
     report = ChaosRun(ChaosConfig(workdir=tmp_path, seconds=60)).run()
     assert report.lost == report.duplicated == 0
 
-Parts, all real: a throw-away PostgreSQL server (``tests/pg_server.py``), the round worker process
+Parts, all real: a throw-away PostgreSQL server (``testbed.pg_server``), the round worker process
 (``round_worker.py``: local Spark, pyiceberg SQL catalog on SQLite, a JSON state document per table), the warehouse
-on a size-limited tmpfs, writers with transactions held open (``writers.py``), and the faults of ``faults.py``,
+on a size-limited tmpfs, writers with transactions held open (``testbed.hot_writers``), and the faults of ``faults.py``,
 injected one at a time, each either at a random moment or when the round in progress reaches a chosen phase.
 
 At the end the writers stop, a last batch of rows is inserted into every table (so the last round commits, which
@@ -37,12 +37,12 @@ from typing import Any
 import psycopg
 from pyiceberg.catalog import load_catalog
 
+from testbed.hot_writers import COLUMNS, Writers, create_hot_table, insert_rows
 from testbed.lake_check import digest, lake_rows, postgres_rows, unreferenced_data_files
 from testbed.pg_server import PostgresServer
 from tests.chaos.faults import CatalogOutage, LakeCommitRace, WarehouseMount, kill_process_group
 from tests.chaos.report import FaultRecord, Report, RoundRecord, TableCheck, summarize
 from tests.chaos.round_worker import NAMESPACE
-from tests.chaos.writers import COLUMNS, Writers, create_hot_table, insert_rows
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("sigkill", "postgres_restart", "catalog_outage", "lake_commit_race", "disk_full")

@@ -91,6 +91,31 @@ def test_three_rounds_with_a_late_commit_leave_the_lake_equal_to_the_table(
     assert state.load().status is TableStatus.TIERED
 
 
+def test_an_idle_transaction_that_only_read_does_not_hold_the_table_back(
+    hot: MariaDBHot, catalog_properties: dict[str, str], spark_writer: Any, tmp_path: Path
+) -> None:
+    table, other = unique("idle_reader"), unique("idle_reader_other")
+    hot.create(table)
+    hot.create(other)
+    hot.insert(table, 1, 10)
+    spec = make_spec(table, source={"max_watermark_wait_seconds": 30})
+    reader = hot.connect(autocommit=False)
+    try:
+        with reader.cursor() as cur:  # an open transaction, not declared read-only, that has written nothing
+            cur.execute(f"SELECT COUNT(*) FROM `{other}` FOR UPDATE")
+            cur.execute(f"SELECT COUNT(*) FROM `{table}`")
+        hot.insert(table, 11, 5)
+        result = round_parts(spec, hot, catalog_properties, writer=spark_writer).run(
+            JsonFileStateStore(tmp_path / "state.json")
+        )
+        # Waiting for the reader would have taken the whole 30 s wait and tiered nothing.
+        assert result.outcome == "tiered" and result.end_offsets == {"cursor": 15} and result.blockers == []
+    finally:
+        reader.rollback()
+        reader.close()
+    assert assert_lake_equals_hot(hot, table, catalog_properties) == 15
+
+
 def test_a_wrong_password_fails_only_that_tables_task_with_a_masked_error(
     hot: MariaDBHot, mariadb_server: MariaDBServer, catalog_properties: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
