@@ -43,10 +43,12 @@ class SqliteHot:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def create(self, table: str) -> None:
+    def create(self, table: str, *, autoincrement: bool = False) -> None:
+        """The test table, ``id`` its rowid; with ``autoincrement`` SQLite never reuses an id (eviction needs it)."""
+        key = "INTEGER PRIMARY KEY AUTOINCREMENT" if autoincrement else "INTEGER PRIMARY KEY"
         with sqlite3.connect(self.path) as conn:
             conn.execute(
-                f'CREATE TABLE "{table}" (id INTEGER PRIMARY KEY, region TEXT NOT NULL, amount DECIMAL(12,2), '
+                f'CREATE TABLE "{table}" (id {key}, region TEXT NOT NULL, amount DECIMAL(12,2), '
                 "created_at TIMESTAMP, note TEXT)"
             )
 

@@ -15,9 +15,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.ports import Offsets
+from airflow_provider_tiering.core.ports import BehindLook, Offsets
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus
 
@@ -50,21 +51,29 @@ class TaskDecision:
     due_at: datetime | None = None
     #: The committed offsets of the state (what the hot store is probed beyond).
     committed: Offsets | None = None
+    #: The stretch below them that the hot store emptied, as the state knows it (or the probe found it).
+    emptied: dict[str, Any] | None = None
 
     @property
     def runs(self) -> bool:
         return self.action is TaskAction.RUN
 
-    def probed(self, has_rows: bool) -> TaskDecision:
-        """The decision once the hot store has answered a ``PROBE``."""
+    def probed(self, has_work: bool, behind: BehindLook | None = None) -> TaskDecision:
+        """The decision once the hot store has answered a ``PROBE`` (``behind``: its look below the offsets)."""
         if self.action is not TaskAction.PROBE:
             return self
-        if has_rows:
-            return replace(self, action=TaskAction.RUN, reason=f"{self.table}: due, with rows beyond {self.committed}")
+        emptied = self.emptied if behind is None else behind.emptied
+        if behind is not None and behind.arrived:
+            reason = f"{self.table}: due, with {behind.arrived} row(s) behind {self.committed} ({behind.where})"
+            return replace(self, action=TaskAction.RUN, reason=reason, emptied=emptied)
+        if has_work:
+            reason = f"{self.table}: due, with rows beyond {self.committed}"
+            return replace(self, action=TaskAction.RUN, reason=reason, emptied=emptied)
         return replace(
             self,
             action=TaskAction.NOTHING_NEW,
             reason=f"{self.table}: nothing to tier; the hot store has no row beyond {self.committed}",
+            emptied=emptied,
         )
 
 
@@ -111,6 +120,7 @@ def decide_task(
     table, when due). A ``PROBE`` decision still needs :func:`probe_hot_store` and :meth:`TaskDecision.probed`."""
     name = spec.name
     committed = None if state is None or state.committed is None else state.committed.end_offsets
+    emptied = None if state is None else state.emptied_range
     if selected is not None and name not in selected:
         reason = f"{name}: not among the tables this run tiers ({', '.join(selected)})"
         return TaskDecision(name, TaskAction.NOT_SELECTED, reason)
@@ -126,17 +136,20 @@ def decide_task(
         )
         return TaskDecision(name, TaskAction.NOT_DUE, reason, due_at=when, committed=committed)
     if _at_rest(state):
-        return TaskDecision(name, TaskAction.PROBE, f"{name}: due; new rows?", committed=committed)
+        return TaskDecision(name, TaskAction.PROBE, f"{name}: due; new rows?", committed=committed, emptied=emptied)
     return TaskDecision(name, TaskAction.RUN, f"{name}: due", committed=committed)
 
 
-def probe_hot_store(has_rows_after: Callable[[Offsets | None], bool], decision: TaskDecision) -> TaskDecision:
-    """Answer a ``PROBE`` decision with the hot store's ``has_rows_after``. A probe that fails counts as "there may
-    be rows": the round then reports and records the error (it owns the table's state, retries and quarantine)."""
+def probe_hot_store(
+    probe: Callable[[Offsets | None, dict[str, Any] | None], tuple[bool, BehindLook]], decision: TaskDecision
+) -> TaskDecision:
+    """Answer a ``PROBE`` decision with the hot store's ``probe`` (``Source.probe``: rows beyond the committed
+    offsets, or arrived behind them). A probe that fails counts as "there may be rows": the round then reports and
+    records the error (it owns the table's state, retries and quarantine)."""
     if decision.action is not TaskAction.PROBE:
         return decision
     try:
-        return decision.probed(has_rows_after(decision.committed))
+        return decision.probed(*probe(decision.committed, decision.emptied))
     except Exception as exc:
         log.warning("%s: probing the hot store failed, the round will tell: %s", decision.table, describe_error(exc))
         return decision.probed(True)
@@ -144,7 +157,11 @@ def probe_hot_store(has_rows_after: Callable[[Offsets | None], bool], decision: 
 
 def record_decision(state: TableState | None, decision: TaskDecision, now: datetime) -> TableState | None:
     """The state as the decision leaves it (to be saved), or None when it changes nothing: a table found not due
-    rests in SCHEDULED until its freshness interval passes; one with nothing new settles at rest, checked now."""
+    rests in SCHEDULED until its freshness interval passes; one with nothing new settles at rest, checked now; a
+    probe that found the hot store's newest rows gone below the offsets keeps that stretch watched."""
+    if decision.action is TaskAction.RUN and state is not None and decision.emptied != state.emptied_range:
+        state.emptied_range = decision.emptied
+        return state
     if decision.action is TaskAction.NOT_DUE and state is not None:
         if state.status is TableStatus.TIERED:
             state.transition(TableStatus.SCHEDULED)
@@ -154,5 +171,6 @@ def record_decision(state: TableState | None, decision: TaskDecision, now: datet
         state = state or TableState(table=decision.table)
         state.walk_to_idle()
         state.last_checked_time = now
+        state.emptied_range = decision.emptied
         return state
     return None

@@ -40,6 +40,11 @@ class SourceError(TieringError):
     """The hot store could not be read (unreachable, missing table or column, bad types)."""
 
 
+class CursorBehindLake(SourceError):
+    """Rows arrived at or below the lake's committed offsets (a cursor gone backwards: a table reloaded, ids
+    reused): no later round would read them, so the round fails instead of skipping them."""
+
+
 class FencedError(TieringError):
     """A stale attempt tried to commit: the lake moved on since it planned. Nothing was committed."""
 

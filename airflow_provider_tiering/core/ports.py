@@ -96,6 +96,21 @@ class SafeWatermark:
 
 
 @dataclass(frozen=True)
+class BehindLook:
+    """What a look at the hot store below the committed offsets found.
+
+    ``arrived``: rows that arrived at or below the committed offsets since an earlier look found that stretch
+    emptied (no round will ever read them). ``emptied``: the stretch to keep watching (JSON, the source's own;
+    None when there is none), handed back to the next look through the state document.
+    """
+
+    arrived: int = 0
+    emptied: dict[str, Any] | None = None
+    #: The emptied stretch in words, for messages (e.g. "id in (50, 100]").
+    where: str = ""
+
+
+@dataclass(frozen=True)
 class LineageDataset:
     """A dataset as OpenLineage names it: the hot table a round read, or the lake table it wrote."""
 
@@ -235,6 +250,21 @@ class Source(ABC, Generic[PlanT, SplitT]):
     @abstractmethod
     def has_rows_after(self, committed: Offsets | None) -> bool:
         """Whether the hot store holds any row beyond ``committed`` (a cheap probe, safe or not)."""
+
+    def probe(self, committed: Offsets | None, emptied: dict[str, Any] | None) -> tuple[bool, BehindLook]:
+        """A due table's probe: whether a round has work (rows beyond ``committed``, or rows that arrived behind
+        it: the round then fails naming them), and the look behind (see :meth:`look_behind`)."""
+        behind = self.look_behind(committed, emptied)
+        return behind.arrived > 0 or self.has_rows_after(committed), behind
+
+    def look_behind(self, committed: Offsets | None, emptied: dict[str, Any] | None) -> BehindLook:
+        """Whether rows arrived at or below ``committed``, where no round reads. A cursor goes backwards when the
+        newest rows the lake holds leave the hot store (a table truncated and reloaded, rows evicted or deleted)
+        and new ones take cursor values from below (a restarted sequence, SQLite reusing ``max(rowid) + 1``). A
+        look that finds the hot store's newest cursor below ``committed`` returns that stretch as ``emptied``;
+        later looks count the rows arriving in it, and drop it once rows beyond it exist again. A source whose
+        offsets new items cannot fall behind (a landing zone lists every file it has not tiered) finds nothing."""
+        return BehindLook()
 
     @abstractmethod
     def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> PlanT:

@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow_provider_tiering.core.decisions import quarantine_reason
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.errors import FencedError, QuarantinedError, SourceError
+from airflow_provider_tiering.core.errors import CursorBehindLake, FencedError, QuarantinedError, SourceError
 from airflow_provider_tiering.core.ports import (
     FileKind,
     Lake,
@@ -120,6 +120,10 @@ def _evict(
         metrics.evicted_rows, state.eviction_note = result.rows, result.note
         if result.rows:
             log.info("%s: evicted %d tiered rows in %d batches", spec.name, result.rows, result.batches)
+            # Eviction may have emptied the newest rows the lake holds: watch that stretch from now on, not from
+            # the next round (rows arriving in it before then would go unseen).
+            committed = None if state.committed is None else state.committed.end_offsets
+            state.emptied_range = source.look_behind(committed, state.emptied_range).emptied
     except Exception as exc:
         state.eviction_note = f"eviction failed: {describe_error(exc, secrets)}"
         log.warning("%s: %s", spec.name, state.eviction_note)
@@ -155,6 +159,22 @@ def _reconcile_with_lake(state: TableState, lake: LakeCommit | None, now: dateti
             f"attempt at epoch {state.epoch} ended without recording its outcome (its process died or was "
             "killed); the round is planned again from the lake's committed offsets",
             now,
+        )
+
+
+def _refuse_rows_behind(spec: TableSpec, source: Source[Any, Any], state: TableState, start: Offsets | None) -> None:
+    """Fail the round when rows arrived at or below the committed offsets (see ``Source.look_behind``): later
+    rounds only read beyond the offsets, so going on would lose them for good."""
+    behind = source.look_behind(start, state.emptied_range)
+    state.emptied_range = behind.emptied
+    if behind.arrived:
+        lake = f"{spec.lake.namespace}.{spec.lake.table}"
+        raise CursorBehindLake(
+            f"{source.display_name}: {behind.arrived} row(s) arrived at or below the lake's committed offsets "
+            f"{start} ({behind.where}) after the table's newest rows there were gone: its cursor went backwards "
+            "(the table was reloaded, or a sequence or rowid reused values). No later round reads them, so nothing "
+            f"was tiered. Give those rows cursor values above the committed offsets, or drop lake table {lake} to "
+            "tier the whole table again (the next round recreates it)"
         )
 
 
@@ -262,6 +282,7 @@ def run_round(
         lake_commit = lake.committed()
         _reconcile_with_lake(state, lake_commit, clock())
         start = None if lake_commit is None else lake_commit.end_offsets
+        _refuse_rows_behind(spec, source, state, start)
         watermark = source.safe_watermark(start, state.watermark_candidate)
         state.watermark_blockers = [b.to_json() for b in watermark.blockers]
         state.watermark_candidate = watermark.candidate

@@ -86,6 +86,9 @@ class TableState:
     quarantined_since: DocumentTime | None = None
     note: str | None = None
     evicted_rows_total: int = 0
+    #: A stretch at or below the committed offsets that the hot store emptied (its newest rows are gone), watched
+    #: for rows arriving in it (see ``Source.look_behind``).
+    emptied_range: dict[str, Any] | None = None
     #: Why the last round's eviction did not run or stopped (its rows stay in the hot store); None when it ran.
     eviction_note: str | None = None
 

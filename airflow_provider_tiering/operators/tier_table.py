@@ -88,7 +88,7 @@ class TierTableOperator(BaseOperator):
             # CPU-seconds, most of a nothing-to-tier round.
             with self._setup_failure_recorded(state_store, context, retry_delay):
                 source = hook.get_source()
-            decision = probe_hot_store(source.has_rows_after, decision)
+            decision = probe_hot_store(source.probe, decision)
         changed = record_decision(state, decision, now)
         if changed is not None:
             state_store.save(changed)

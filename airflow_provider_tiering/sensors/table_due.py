@@ -17,6 +17,7 @@ from airflow_provider_tiering.core.decisions import (
     probe_hot_store,
     record_decision,
 )
+from airflow_provider_tiering.core.ports import BehindLook
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
@@ -68,6 +69,7 @@ class TableDueSensor(BaseSensorOperator):
         return self._check_or_defer(context, deadline)
 
     def execute_complete(self, context: Any, event: dict[str, Any], deadline: str) -> Any:
+        self._keep_emptied_range(context, event.get("emptied_range"))
         if event.get("probe_error"):
             self.log.warning(
                 "%s: probing the hot store failed, the round will tell: %s", self.table_spec.name, event["probe_error"]
@@ -76,6 +78,17 @@ class TableDueSensor(BaseSensorOperator):
         if event.get("status") == "deadline":
             raise AirflowSkipException(f"{self.table_spec.name}: not due with new rows before {deadline}")
         return self._check_or_defer(context, datetime.fromisoformat(deadline))
+
+    def _keep_emptied_range(self, context: Any, emptied: dict[str, Any] | None) -> None:
+        """Record a stretch the trigger found emptied below the offsets (it cannot write the state itself), so the
+        next look counts the rows arriving in it from there."""
+        if emptied is None:
+            return
+        store = AssetStateStore(context["asset_state_store"][self.table_asset])
+        state = store.load()
+        if state is not None and state.emptied_range is None:
+            state.emptied_range = emptied
+            store.save(state)
 
     def _check_or_defer(self, context: Any, deadline: datetime) -> dict[str, Any]:
         spec = self.table_spec
@@ -96,6 +109,7 @@ class TableDueSensor(BaseSensorOperator):
                 table=spec.model_dump(mode="json"),
                 due_at=None if waiting_until is None else waiting_until.isoformat(),
                 committed=decision.committed,
+                emptied=decision.emptied,
                 poke_interval=self.poke_interval,
                 deadline=deadline.isoformat(),
             ),
@@ -119,10 +133,10 @@ class TableDueSensor(BaseSensorOperator):
         if decision.action is TaskAction.PROBE:
             from airflow_provider_tiering.hooks.tiering import TieringSourceHook
 
-            def has_rows_after(committed: dict[str, Any] | None) -> bool:
-                return TieringSourceHook(self.table_spec.source).get_source().has_rows_after(committed)
+            def probe(committed: dict[str, Any] | None, emptied: dict[str, Any] | None) -> tuple[bool, BehindLook]:
+                return TieringSourceHook(self.table_spec.source).get_source().probe(committed, emptied)
 
-            decision = probe_hot_store(has_rows_after, decision)
+            decision = probe_hot_store(probe, decision)
         changed = record_decision(state, decision, now)
         if changed is not None:
             store.save(changed)

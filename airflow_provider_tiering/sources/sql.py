@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, RangeSplit, cut_splits, plan_range
 from airflow_provider_tiering.core.ports import (
+    BehindLook,
     EvictionSource,
     Offsets,
     SafeWatermark,
@@ -205,6 +206,30 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         bindings = self.bindings()
         predicate = f"({self.range_predicate(lower, None, bindings.bind_cursor)}) OR {self.cursor_ref} IS NULL"
         return bool(self._query(f"SELECT 1 FROM {self.table_ref} WHERE {predicate} LIMIT 1", bindings.values))
+
+    def look_behind(self, committed: Offsets | None, emptied: dict[str, Any] | None) -> BehindLook:
+        """See ``Source.look_behind``. ``emptied`` is ``{"after": newest cursor left (None: the table was empty),
+        "through": the committed cursor then}``. Costs one index probe while the newest row is at or beyond the
+        committed cursor, plus a count of the rows in the emptied stretch while one is watched."""
+        if committed is None:
+            return BehindLook()
+        through = committed["cursor"] if emptied is None else emptied["through"]
+        if emptied is not None:
+            after = emptied["after"]
+            bindings = self.bindings()
+            predicate = self.range_predicate(after, through, bindings.bind_cursor)
+            ((arrived,),) = self._query(f"SELECT count(*) FROM {self.table_ref} WHERE {predicate}", bindings.values)
+            if arrived:
+                column = self.spec.cursor_column
+                where = f"{column} <= {through!r}" if after is None else f"{after!r} < {column} <= {through!r}"
+                return BehindLook(int(arrived), emptied, where)
+        bindings = self.bindings()
+        beyond = f"{self.cursor_ref} >= {bindings.bind_cursor(through)}"
+        if self._query(f"SELECT 1 FROM {self.table_ref} WHERE {beyond} LIMIT 1", bindings.values):
+            return BehindLook()  # rows at or beyond the stretch again: no sequence or rowid hands out values in it
+        ((newest,),) = self._query(f"SELECT max({self.cursor_ref}) FROM {self.table_ref}")
+        left = None if newest is None else cursor_to_json(newest)
+        return BehindLook(0, {"after": left, "through": through})
 
     def check_cursor_not_null(self) -> None:
         """Raise SourceError if any row has a NULL cursor: no cursor range holds it, so it could never be tiered,

@@ -179,6 +179,38 @@ class SqliteSource(SqlSource):
     def _row_id_sql(self) -> str:
         return "rowid AS __row_id"
 
+    @contextmanager
+    def evicting(self) -> Iterator[None]:
+        self._refuse_reusable_rowid_cursor()
+        with super().evicting():
+            yield
+
+    def _refuse_reusable_rowid_cursor(self) -> None:
+        """Refuse eviction when the cursor is the table's rowid without AUTOINCREMENT: SQLite gives a new row
+        ``max(rowid) + 1``, so once eviction has deleted the newest rows, new rows would reuse ids at or below the
+        committed offset and no round would read them."""
+        rows = self._query(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?",
+            (self.spec.table,),
+        )
+        create_sql = str(rows[0][0]) if rows else ""
+        if re.search(r"\bAUTOINCREMENT\b", create_sql, re.IGNORECASE) or re.search(
+            r"\bWITHOUT\s+ROWID\s*$", create_sql, re.IGNORECASE
+        ):
+            return
+        key = [
+            (name, declared)
+            for _, name, declared, _, _, pk in self._query(f"PRAGMA table_info({self.table_ref})")
+            if pk
+        ]
+        if len(key) == 1 and key[0][0] == self.spec.cursor_column and str(key[0][1]).upper() == "INTEGER":
+            raise SourceError(
+                f"{self.display_name}: eviction refused: cursor column {self.spec.cursor_column!r} is the table's "
+                "rowid (INTEGER PRIMARY KEY without AUTOINCREMENT), which SQLite reuses: once eviction deleted the "
+                "newest rows, new rows would get ids at or below the lake's committed offset and never be tiered. "
+                "Declare it INTEGER PRIMARY KEY AUTOINCREMENT (rebuild the table), or tier by a timestamp cursor"
+            )
+
     def _evict_in_transaction(
         self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
     ) -> int:

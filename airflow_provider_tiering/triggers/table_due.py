@@ -22,7 +22,8 @@ async def sleep_until(moment: datetime | None) -> None:
 
 class TableDueTrigger(BaseTrigger):
     """Sleeps until ``due_at``, then probes the hot store every ``poke_interval`` seconds for rows beyond
-    ``committed`` until there are some or ``deadline`` passes.
+    ``committed`` (or arrived behind it, in the ``emptied`` stretch; see ``Source.look_behind``) until there are
+    some or ``deadline`` passes.
 
     Triggers have no access to the metadata database (so none to the table's state document): the
     sensor reads the state on the worker and hands over what the wait needs, the due time and the
@@ -39,11 +40,13 @@ class TableDueTrigger(BaseTrigger):
         committed: dict[str, Any] | None,
         poke_interval: float,
         deadline: str | None,
+        emptied: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.table = table
         self.due_at = due_at
         self.committed = committed
+        self.emptied = emptied
         self.poke_interval = poke_interval
         self.deadline = deadline
 
@@ -54,6 +57,7 @@ class TableDueTrigger(BaseTrigger):
                 "table": self.table,
                 "due_at": self.due_at,
                 "committed": self.committed,
+                "emptied": self.emptied,
                 "poke_interval": self.poke_interval,
                 "deadline": self.deadline,
             },
@@ -70,15 +74,21 @@ class TableDueTrigger(BaseTrigger):
             yield TriggerEvent({"status": "deadline", "table": spec.name})
             return
         await sleep_until(due_at)
-        probes, secrets = 0, []
+        probes, secrets, emptied = 0, [], self.emptied
         try:
             source = await hooks.TieringSourceHook(spec.source).aget_source()
             secrets = source.secrets()
-            while not await asyncio.to_thread(source.has_rows_after, self.committed):
+            while True:
+                has_work, behind = await asyncio.to_thread(source.probe, self.committed, emptied)
+                emptied = behind.emptied
+                if has_work:
+                    break
                 probes += 1
                 now = utcnow()
                 if deadline is not None and now >= deadline:
-                    yield TriggerEvent({"status": "deadline", "table": spec.name, "probes": probes})
+                    yield TriggerEvent(
+                        {"status": "deadline", "table": spec.name, "probes": probes, "emptied_range": emptied}
+                    )
                     return
                 self.log.info(
                     "%s: due, but no rows beyond %s yet; next probe in %ss",
@@ -91,6 +101,13 @@ class TableDueTrigger(BaseTrigger):
                     pause = min(pause, (deadline - now).total_seconds())
                 await asyncio.sleep(max(0.0, pause))
         except Exception as exc:  # the round itself records and retries source errors: hand over, don't hide
-            yield TriggerEvent({"status": "due", "table": spec.name, "probe_error": describe_error(exc, secrets)})
+            yield TriggerEvent(
+                {
+                    "status": "due",
+                    "table": spec.name,
+                    "probe_error": describe_error(exc, secrets),
+                    "emptied_range": emptied,
+                }
+            )
             return
-        yield TriggerEvent({"status": "due", "table": spec.name, "probes": probes + 1})
+        yield TriggerEvent({"status": "due", "table": spec.name, "probes": probes + 1, "emptied_range": emptied})

@@ -14,6 +14,7 @@ from airflow_provider_tiering.core.decisions import (
     probe_hot_store,
     record_decision,
 )
+from airflow_provider_tiering.core.ports import BehindLook
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import CommittedSnapshot, TableState, TableStatus
 
@@ -74,20 +75,35 @@ def test_a_due_table_at_rest_runs_only_with_new_rows_and_otherwise_settles_check
     assert decision.action is TaskAction.PROBE
     probed_offsets: list[object] = []
 
-    def no_rows(offsets):
-        probed_offsets.append(offsets)
-        return False
+    def no_rows(offsets, emptied):
+        probed_offsets.append((offsets, emptied))
+        return False, BehindLook()
 
     nothing = probe_hot_store(no_rows, decision)
-    assert probed_offsets == [{"cursor": 50}]
+    assert probed_offsets == [({"cursor": 50}, None)]
     assert nothing.action is TaskAction.NOTHING_NEW and "no row beyond {'cursor': 50}" in nothing.reason
     assert record_decision(state, nothing, later) is state
     assert state.status is TableStatus.TIERED and state.last_checked_time == later
-    assert probe_hot_store(lambda offsets: True, decision).runs
+    assert probe_hot_store(lambda offsets, emptied: (True, BehindLook()), decision).runs
+
+
+def test_a_probe_keeps_an_emptied_stretch_watched_and_runs_when_rows_arrive_in_it():
+    state = tiered_at(T0)
+    later = T0 + timedelta(seconds=400)
+    decision = decide_task(SPEC, state, now=later, selected=None)
+    stretch = {"after": 40, "through": 50}
+    emptied = probe_hot_store(lambda offsets, emptied: (False, BehindLook(0, stretch)), decision)
+    assert emptied.action is TaskAction.NOTHING_NEW
+    assert record_decision(state, emptied, later) is state and state.emptied_range == stretch
+    again = decide_task(SPEC, state, now=later + timedelta(seconds=400), selected=None)
+    assert again.emptied == stretch
+    arrived = probe_hot_store(lambda offsets, emptied: (True, BehindLook(3, emptied, "40 < id <= 50")), again)
+    assert arrived.runs and "3 row(s) behind {'cursor': 50} (40 < id <= 50)" in arrived.reason
+    assert record_decision(state, arrived, later) is None  # the round looks again and fails, naming them
 
 
 def test_a_probe_that_fails_lets_the_round_run_and_tell():
-    def broken(offsets):
+    def broken(offsets, emptied):
         raise OSError("hot store unreachable")
 
     decision = decide_task(SPEC, None, now=T0, selected=None)
