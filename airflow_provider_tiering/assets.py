@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, AssetAlias
 
 from airflow_provider_tiering.core.spec import TableSpec
 
@@ -16,3 +16,9 @@ def table_asset(spec: TableSpec) -> Asset:
         group="tiering",
         extra={"tiered_table": spec.name},
     )
+
+
+def recovered_events_alias(spec: TableSpec) -> AssetAlias:
+    """The alias through which a round announces, on the table's asset, the commits of earlier rounds that died
+    before announcing them (one task can emit only one event per asset directly)."""
+    return AssetAlias(name=f"{spec.asset_name}/recovered", group="tiering")

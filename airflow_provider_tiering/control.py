@@ -6,17 +6,54 @@ Needs the metadata database (CLI, API server), like :mod:`airflow_provider_tieri
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound, TriggerFailed
-from airflow_provider_tiering.status import ASSET_GROUP, session_scope
+from airflow_provider_tiering.status import ASSET_GROUP, list_tiering_statuses, session_scope
 
 #: Task instance states after which a table's task will not run again in that DAG run.
 FINISHED_STATES = frozenset({"success", "skipped", "failed", "upstream_failed", "removed"})
 OK_STATES = frozenset({"success", "skipped"})
+
+
+class TableOutcome(enum.StrEnum):
+    """What a triggered table's round came to, from its task's state and the table's state document."""
+
+    TIERED = "tiered"
+    NOTHING_NEW = "nothing_new"
+    HELD_BACK = "held_back"  # open transactions kept rows from being tiered (some may have been)
+    QUARANTINED = "quarantined"
+    FAILED = "failed"
+    UNFINISHED = "unfinished"  # still running when the wait ended
+
+
+#: The exit code of ``airflow tiering trigger --wait`` for each outcome (documented in the README).
+EXIT_CODES = {
+    TableOutcome.TIERED: 0,
+    TableOutcome.FAILED: 1,
+    TableOutcome.UNFINISHED: 2,
+    TableOutcome.NOTHING_NEW: 3,
+    TableOutcome.HELD_BACK: 4,
+    TableOutcome.QUARANTINED: 5,
+}
+#: Several tables: the exit code of the first outcome in this order that any of them had.
+_SEVERITY = (
+    TableOutcome.FAILED,
+    TableOutcome.UNFINISHED,
+    TableOutcome.QUARANTINED,
+    TableOutcome.HELD_BACK,
+    TableOutcome.NOTHING_NEW,
+    TableOutcome.TIERED,
+)
+
+
+def exit_code(outcomes: Iterable[TableOutcome]) -> int:
+    found = set(outcomes)
+    return next((EXIT_CODES[o] for o in _SEVERITY if o in found), 0)
 
 
 @dataclass(frozen=True)
@@ -148,3 +185,28 @@ def wait_for_tables(
         if deadline is not None and time.monotonic() >= deadline:
             return states
         time.sleep(poll_interval)
+
+
+def table_outcomes(
+    runs: Iterable[TriggeredRun], states: dict[str, str | None], *, session: Any | None = None
+) -> dict[str, TableOutcome]:
+    """Each triggered table's outcome, once its task has finished (``states``: :func:`task_states`)."""
+    runs = list(runs)
+    documents = {(s.dag_id, s.table): s.state for s in list_tiering_statuses(session=session)}
+    outcomes: dict[str, TableOutcome] = {}
+    for run in runs:
+        for table in run.tasks:
+            task_state, document = states.get(table), documents.get((run.dag_id, table))
+            if task_state not in FINISHED_STATES:
+                outcomes[table] = TableOutcome.UNFINISHED
+            elif task_state not in OK_STATES:
+                outcomes[table] = TableOutcome.FAILED
+            elif document is not None and document.quarantined_since is not None:
+                outcomes[table] = TableOutcome.QUARANTINED
+            elif document is not None and document.watermark_blockers:
+                outcomes[table] = TableOutcome.HELD_BACK
+            elif task_state == "success":
+                outcomes[table] = TableOutcome.TIERED
+            else:
+                outcomes[table] = TableOutcome.NOTHING_NEW
+    return outcomes

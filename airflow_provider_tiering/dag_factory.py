@@ -83,6 +83,7 @@ def build_tiering_dag(
             task_id=SUMMARY_TASK_ID,
             table_task_ids=[t.task_id for t in table_tasks],
             maintenance_task_ids=[t.task_id for t in maintenance_tasks],
+            tables=specs,
         )
         for task in table_tasks + maintenance_tasks:
             task >> summary

@@ -7,6 +7,7 @@ state through the execution API instead (``context["asset_state_store"]``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
 
 ASSET_GROUP = "tiering"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ def _maintenance_json(status: MaintenanceStatus | None) -> dict[str, Any] | None
 
 @dataclass(frozen=True)
 class TieringRound:
-    """One successful round of a table, from its asset event."""
+    """One committed round of a table: from its asset event (``recovered`` when a later round announced it for a
+    round that died first), or read from the lake's snapshot where no event announced it (``source="lake"``)."""
 
     timestamp: datetime
     epoch: int | None
@@ -144,6 +148,8 @@ class TieringRound:
     dag_id: str | None
     run_id: str | None
     task_id: str | None
+    recovered: bool = False
+    source: str = "event"
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "timestamp": self.timestamp.isoformat()}
@@ -229,16 +235,20 @@ def get_tiering_status(table: str, *, session: Any | None = None) -> TieringStat
     raise TableNotFound(f"no tiered table named {table!r} has a state document")
 
 
-def tiering_history(table: str, limit: int = 50, *, session: Any | None = None) -> list[TieringRound]:
-    """The table's most recent successful rounds (its asset events), newest first."""
+def tiering_history(
+    table: str, limit: int = 50, *, session: Any | None = None, read_lake: bool = True
+) -> list[TieringRound]:
+    """The table's most recent committed rounds, newest epoch first: its asset events, and, with ``read_lake``, the
+    lake's tiering snapshots that no event announced (a round that died between its commit and its record, not
+    yet announced by a later round). An unreachable catalog leaves the events alone (logged)."""
     from airflow.models.asset import AssetEvent
     from sqlalchemy import select
 
     with session_scope(session) as s:
-        asset_id = get_tiering_status(table, session=s).asset_id
+        found = get_tiering_status(table, session=s)
         events = s.scalars(
             select(AssetEvent)
-            .where(AssetEvent.asset_id == asset_id)
+            .where(AssetEvent.asset_id == found.asset_id)
             .order_by(AssetEvent.timestamp.desc(), AssetEvent.id.desc())
             .limit(limit)
         ).all()
@@ -262,9 +272,46 @@ def tiering_history(table: str, limit: int = 50, *, session: Any | None = None) 
                     dag_id=event.source_dag_id,
                     run_id=event.source_run_id,
                     task_id=event.source_task_id,
+                    recovered=bool(extra.get("recovered")),
                 )
             )
-    return rounds
+    if read_lake:
+        rounds += _rounds_only_the_lake_knows(found, {r.epoch for r in rounds}, limit)
+    return sorted(rounds, key=lambda r: (r.epoch or 0, r.timestamp), reverse=True)[:limit]
+
+
+def _rounds_only_the_lake_knows(found: TieringStatus, announced: set[int | None], limit: int) -> list[TieringRound]:
+    """The lake's newest tiering commits (at most ``limit``) that no event in ``announced`` covers."""
+    from airflow_provider_tiering.core.spec import LakeSpec
+    from airflow_provider_tiering.hooks.tiering import lake_of
+
+    catalog_conn_id = found.asset_uri.split("://", 1)[1].split("/", 1)[0]
+    try:
+        lake = lake_of(LakeSpec(catalog_conn_id=catalog_conn_id, namespace=found.namespace, table=found.lake_table))
+        commits = lake.tiering_commits(0)[-limit:]
+    except Exception as exc:  # history stays readable without the catalog
+        log.warning("%s: the lake's commits cannot be read: %s", found.table, exc)
+        return []
+    return [
+        TieringRound(
+            timestamp=commit.committed_at,
+            epoch=commit.epoch,
+            snapshot_id=commit.snapshot_id,
+            rows=commit.rows,
+            bytes=commit.bytes,
+            files=commit.files,
+            duration_seconds=None,
+            lag_seconds=None,
+            start_offsets=commit.start_offsets,
+            end_offsets=commit.end_offsets,
+            dag_id=None,
+            run_id=None,
+            task_id=None,
+            source="lake",
+        )
+        for commit in commits
+        if commit.epoch not in announced
+    ]
 
 
 def reset_table(table: str, *, session: Any | None = None) -> TableState:

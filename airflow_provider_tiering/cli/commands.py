@@ -12,7 +12,13 @@ import yaml
 from airflow.utils.cli import suppress_logs_and_warning
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 
-from airflow_provider_tiering.control import FINISHED_STATES, OK_STATES, trigger_tables, wait_for_tables
+from airflow_provider_tiering.control import (
+    TableOutcome,
+    exit_code,
+    table_outcomes,
+    trigger_tables,
+    wait_for_tables,
+)
 from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound, TriggerFailed
 from airflow_provider_tiering.status import get_tiering_status, list_tiering_statuses, reset_table, tiering_history
 
@@ -31,7 +37,17 @@ STATUS_COLUMNS = (
     "last_error",
     "maintenance",
 )
-HISTORY_COLUMNS = ("timestamp", "epoch", "rows", "files", "duration_seconds", "end_offsets", "run_id")
+HISTORY_COLUMNS = (
+    "timestamp",
+    "epoch",
+    "rows",
+    "files",
+    "duration_seconds",
+    "end_offsets",
+    "run_id",
+    "source",
+    "recovered",
+)
 
 
 def _short(value: Any, width: int = 60) -> str:
@@ -121,15 +137,18 @@ def trigger(args: Namespace) -> None:
         timeout=args.timeout,
         on_change=lambda table, state: print(f"{table}: {state or 'not scheduled yet'}", file=sys.stderr),
     )
-    emit([{"table": t, "state": s} for t, s in states.items()], args.output)
-    unfinished = [t for t, s in states.items() if s not in FINISHED_STATES]
-    failed = [t for t, s in states.items() if s in FINISHED_STATES and s not in OK_STATES]
+    outcomes = table_outcomes(runs, states)
+    emit([{"table": t, "state": s, "outcome": outcomes[t].value} for t, s in states.items()], args.output)
+    unfinished = [t for t, o in outcomes.items() if o is TableOutcome.UNFINISHED]
     if unfinished:
         print(f"timed out waiting for {', '.join(unfinished)}", file=sys.stderr)
-        raise SystemExit(2)
-    if failed:
-        print(f"failed: {', '.join(failed)}", file=sys.stderr)
-        raise SystemExit(1)
+    for outcome in (TableOutcome.FAILED, TableOutcome.QUARANTINED, TableOutcome.HELD_BACK):
+        named = [t for t, o in outcomes.items() if o is outcome]
+        if named:
+            print(f"{outcome.value.replace('_', ' ')}: {', '.join(named)}", file=sys.stderr)
+    code = exit_code(outcomes.values())
+    if code:
+        raise SystemExit(code)
 
 
 @suppress_logs_and_warning

@@ -171,6 +171,8 @@ def record_decision(state: TableState | None, decision: TaskDecision, now: datet
         state = state or TableState(table=decision.table)
         state.walk_to_idle()
         state.last_checked_time = now
+        if not state.watermark_blockers:
+            state.caught_up_time = now
         state.emptied_range = decision.emptied
         return state
     return None

@@ -45,6 +45,11 @@ class CursorBehindLake(SourceError):
     reused): no later round would read them, so the round fails instead of skipping them."""
 
 
+class RoundTimedOut(TieringError):
+    """A round ran past its ``round_timeout_seconds``: it was stopped (its Spark job cancelled) and nothing was
+    committed by it."""
+
+
 class FencedError(TieringError):
     """A stale attempt tried to commit: the lake moved on since it planned. Nothing was committed."""
 

@@ -61,6 +61,36 @@ class LakeCommit:
 
 
 @dataclass(frozen=True)
+class TieringCommit:
+    """One tiering round's commit as the lake records it (its snapshot and the properties it carries)."""
+
+    snapshot_id: int
+    epoch: int
+    start_offsets: Offsets | None
+    end_offsets: Offsets | None
+    rows: int
+    bytes: int
+    files: int
+    committed_at: datetime
+
+    def event_extra(self, table: str) -> dict[str, Any]:
+        """The asset event a round announces for this commit, ``recovered``: read back from the lake because the
+        round that made it did not live to announce it (its duration and lag are unknown)."""
+        return {
+            "table": table,
+            "epoch": self.epoch,
+            "snapshot_id": self.snapshot_id,
+            "start_offsets": self.start_offsets,
+            "end_offsets": self.end_offsets,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "files": self.files,
+            "committed_at": self.committed_at.isoformat(),
+            "recovered": True,
+        }
+
+
+@dataclass(frozen=True)
 class WatermarkBlocker:
     """An open transaction that may still commit rows below the observed high watermark: its session's ``pid``
     (None for a prepared transaction, named by ``prepared``), and its start and age where the hot store shows them
@@ -393,6 +423,11 @@ class Lake(Protocol):
         Raises:
             LakeError: the committed offsets cannot be known (their snapshots were expired by an older version).
         """
+        ...
+
+    def tiering_commits(self, after_epoch: int) -> list[TieringCommit]:
+        """The tiering commits with an epoch above ``after_epoch`` among the current snapshot's ancestry, oldest
+        first (those whose snapshots were expired are gone)."""
         ...
 
     def commit(

@@ -29,6 +29,7 @@ from airflow_provider_tiering.core.ports import (
     Source,
     SplitT,
     SplitWriter,
+    TieringCommit,
     WrittenFile,
 )
 from airflow_provider_tiering.core.spec import TableSpec
@@ -78,6 +79,16 @@ class RoundResult:
     blockers: list[dict[str, Any]] = field(default_factory=list)
     cleaned_files: int = 0
     note: str | None = None
+    #: Earlier commits that no asset event announced (see ``run_round``'s ``announced_epoch``), oldest first.
+    unannounced: tuple[TieringCommit, ...] = ()
+
+    def announcements(self) -> list[dict[str, Any]]:
+        """The asset events this round owes, oldest first: its unannounced predecessors (``recovered``), then its
+        own when it tiered rows."""
+        owed = [commit.event_extra(self.table) for commit in self.unannounced]
+        if self.outcome is RoundOutcome.TIERED:
+            owed.append(self.event_extra())
+        return owed
 
     def event_extra(self) -> dict[str, Any]:
         return {
@@ -162,6 +173,23 @@ def _reconcile_with_lake(state: TableState, lake: LakeCommit | None, now: dateti
         )
 
 
+#: At most this many unannounced commits are announced by one round (a lake tiered outside Airflow for long).
+MAX_RECOVERED_EVENTS = 100
+
+
+def _unannounced_commits(
+    lake: Lake, lake_commit: LakeCommit | None, announced_epoch: int | None
+) -> tuple[TieringCommit, ...]:
+    if announced_epoch is None or lake_commit is None or lake_commit.epoch <= announced_epoch:
+        return ()
+    commits = lake.tiering_commits(announced_epoch)
+    if len(commits) > MAX_RECOVERED_EVENTS:
+        log.warning(
+            "%d lake commits were never announced; announcing the newest %d", len(commits), MAX_RECOVERED_EVENTS
+        )
+    return tuple(commits[-MAX_RECOVERED_EVENTS:])
+
+
 def _refuse_rows_behind(spec: TableSpec, source: Source[Any, Any], state: TableState, start: Offsets | None) -> None:
     """Fail the round when rows arrived at or below the committed offsets (see ``Source.look_behind``): later
     rounds only read beyond the offsets, so going on would lose them for good."""
@@ -236,6 +264,22 @@ def record_failure_before_round(
     state_store.save(state)
 
 
+def record_interrupted_round(
+    spec: TableSpec,
+    state_store: StateStore,
+    exc: BaseException,
+    *,
+    secrets: Sequence[str] = (),
+    retry_delay: RetryDelay = no_retry,
+    clock: Callable[[], datetime] = utcnow,
+) -> None:
+    """Record a round stopped from outside while it ran (a timeout): FAILED with ``exc`` as its error, like any
+    failed round. Whatever it had written is cleaned by the next committed round, as for any failed attempt."""
+    state = state_store.load() or TableState(table=spec.name)
+    _fail(state, spec, exc, secrets, clock(), retry_delay)
+    state_store.save(state)
+
+
 def run_round(
     spec: TableSpec,
     source: Source[PlanT, SplitT],
@@ -248,6 +292,7 @@ def run_round(
     observe: Callable[[RoundPhase], None] | None = None,
     clock: Callable[[], datetime] = utcnow,
     rejects: RejectsSink | None = None,
+    announced_epoch: int | None = None,
 ) -> RoundResult:
     """Run one exactly-once round of ``spec`` and return what it did.
 
@@ -265,6 +310,8 @@ def run_round(
     ``writer`` is only touched when there is something to tier, so an idle round starts no Spark.
     ``rejects`` is the side table that bad records go to (a file source with ``on_bad_record="side_table"``);
     they are committed there before the round's data (idempotently per source file, see ``lake/rejects.py``).
+    ``announced_epoch`` is the newest epoch an asset event announced (0: none yet; None: unknown); the lake's
+    commits above it, made by rounds that died before announcing them, come back in ``unannounced``.
     """
     notify: Callable[[RoundPhase], None] = observe or (lambda phase: None)
     started = time.monotonic()
@@ -282,6 +329,7 @@ def run_round(
         lake_commit = lake.committed()
         _reconcile_with_lake(state, lake_commit, clock())
         start = None if lake_commit is None else lake_commit.end_offsets
+        unannounced = _unannounced_commits(lake, lake_commit, announced_epoch)
         _refuse_rows_behind(spec, source, state, start)
         watermark = source.safe_watermark(start, state.watermark_candidate)
         state.watermark_blockers = [b.to_json() for b in watermark.blockers]
@@ -301,6 +349,8 @@ def run_round(
         state.consecutive_failures = 0
         state.next_retry_at = None
         state.last_checked_time = clock()
+        if not state.watermark_blockers:
+            state.caught_up_time = state.last_checked_time
         state_store.save(state)
         log.info("%s: nothing to tier (lake at epoch %s, offsets %s)", spec.name, lake_epoch, start)
         return RoundResult(
@@ -312,6 +362,7 @@ def run_round(
             start,
             blockers=state.watermark_blockers,
             note=state.note,
+            unannounced=unannounced,
         )
 
     # 2. Acquire a new epoch.
@@ -373,6 +424,8 @@ def run_round(
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)
     state.last_tiered_time = now
     state.last_checked_time = now
+    if not state.watermark_blockers and not plan.backlog:
+        state.caught_up_time = now
     state.last_round = metrics
     state.consecutive_failures = 0
     state.next_retry_at = None
@@ -402,5 +455,14 @@ def run_round(
         _evict(spec, source, lake, state, state_store, metrics, epoch, clock(), secrets)
         notify(RoundPhase.EVICTED)
     return RoundResult(
-        spec.name, RoundOutcome.TIERED, epoch, snapshot_id, start, dict(end), metrics, state.watermark_blockers, cleaned
+        spec.name,
+        RoundOutcome.TIERED,
+        epoch,
+        snapshot_id,
+        start,
+        dict(end),
+        metrics,
+        state.watermark_blockers,
+        cleaned,
+        unannounced=unannounced,
     )

@@ -139,8 +139,28 @@ class TableSpec(StrictModel):
     )
     max_retry_delay_seconds: float = Field(default=900.0, ge=0)
     max_consecutive_failures: int = Field(default=5, gt=0, description="then the table is quarantined")
+    staleness_alert_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="fail the table's task (and the run's summary) when the lake has not caught up with the hot "
+        "store for this long; unset: three times freshness_seconds, at least an hour",
+    )
+    round_timeout_seconds: float | None = Field(
+        default=3600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a round still running after this long fails (Airflow's execution_timeout); None: no limit",
+    )
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
     eviction: EvictionSpec = Field(default_factory=EvictionSpec)
+
+    @property
+    def staleness_bound_seconds(self) -> float:
+        """After this long without catching up, the table is stale (see ``core/staleness.py``)."""
+        if self.staleness_alert_seconds is not None:
+            return self.staleness_alert_seconds
+        return max(3600.0, 3 * self.freshness_seconds)
 
     @field_validator("name")
     @classmethod

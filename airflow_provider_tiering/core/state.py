@@ -73,6 +73,9 @@ class TableState:
     epoch: int = 0
     last_tiered_time: DocumentTime | None = None
     last_checked_time: DocumentTime | None = None
+    #: When the lake last held every row the hot store had (a round that left nothing behind, or found nothing
+    #: new with no open transaction holding the watermark back): what staleness is measured from.
+    caught_up_time: DocumentTime | None = None
     committed: CommittedSnapshot | None = None
     last_error: str | None = None
     last_error_time: DocumentTime | None = None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import CommitConflict, LakeError
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
-from airflow_provider_tiering.core.ports import LakeCommit, WriteTarget, WrittenFile
+from airflow_provider_tiering.core.ports import LakeCommit, TieringCommit, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.add_files import append_files
 from airflow_provider_tiering.lake.catalog import CatalogHandle
 from airflow_provider_tiering.lake.partitioner import Partitioner
@@ -27,6 +27,7 @@ from airflow_provider_tiering.lake.tiering_commits import (
     commit_properties,
     last_commit_property,
     latest_tiering_commit,
+    tiering_commits,
 )
 
 if TYPE_CHECKING:
@@ -112,6 +113,11 @@ class IcebergLake:
         """The lake's latest tiering commit (fresh from the catalog), or None before the first round."""
         table = self.load_table()
         return None if table is None else latest_tiering_commit(table)
+
+    def tiering_commits(self, after_epoch: int) -> list[TieringCommit]:
+        """The tiering commits above ``after_epoch`` in the current snapshot's ancestry, oldest first."""
+        table = self.load_table()
+        return [] if table is None else tiering_commits(table, after_epoch)
 
     # -- commit --------------------------------------------------------------------------------
     def commit(

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import FencedError, LakeError
-from airflow_provider_tiering.core.ports import LakeCommit
+from airflow_provider_tiering.core.ports import LakeCommit, TieringCommit
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -96,6 +96,34 @@ def latest_tiering_commit(table: Table) -> LakeCommit | None:
             return _commit_outliving_its_snapshot(table, snapshot, parent_id)
         snapshot = parent
     return None
+
+
+def tiering_commits(table: Table, after_epoch: int) -> list[TieringCommit]:
+    """The tiering commits with an epoch above ``after_epoch`` in the current snapshot's ancestry, oldest first."""
+    found: list[TieringCommit] = []
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        epoch = tiering_epoch(snapshot)
+        if epoch is not None:
+            if epoch <= after_epoch:
+                break
+            summary = snapshot.summary
+            assert summary is not None  # a tiering epoch comes from the summary
+            found.append(
+                TieringCommit(
+                    snapshot_id=snapshot.snapshot_id,
+                    epoch=epoch,
+                    start_offsets=json.loads(summary[START_PROPERTY] or "null"),
+                    end_offsets=json.loads(summary[END_PROPERTY] or "null"),
+                    rows=int(summary.get("added-records") or 0),
+                    bytes=int(summary.get("added-files-size") or 0),
+                    files=int(summary.get("added-data-files") or 0),
+                    committed_at=datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=UTC),
+                )
+            )
+        parent_id = snapshot.parent_snapshot_id
+        snapshot = None if parent_id is None else table.snapshot_by_id(parent_id)
+    return found[::-1]
 
 
 def _commit_outliving_its_snapshot(table: Table, oldest: Snapshot, missing_parent: int | None) -> LakeCommit | None:

@@ -1,4 +1,4 @@
-"""The last task of a tiering DAG: one line per table, and a failed DAG run if any table failed."""
+"""The last task of a tiering DAG: one line per table, and a failed DAG run if any table failed or is stale."""
 
 from __future__ import annotations
 
@@ -8,23 +8,37 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_tiering.assets import table_asset
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.staleness import staleness_alert
+from airflow_provider_tiering.core.state import utcnow
+from airflow_provider_tiering.hooks.asset_state import AssetStateStore
+
 OK_STATES = frozenset({"success", "skipped"})
 
 
 class TieringSummaryOperator(BaseOperator):
     """Reports the outcome of every table task of the run by name (runs with ``trigger_rule="all_done"``).
 
-    It fails when any table task did not succeed or skip, so the DAG run ends failed and alerts fire;
-    the table tasks themselves have already run (or failed) independently of each other. Maintenance tasks'
-    outcomes are listed too, and a failed one is logged as a warning: it never fails the run.
+    It fails when any table task did not succeed or skip, or any of ``tables`` is stale past its bound (even one
+    whose rounds keep tiering some rows: ``core/staleness.py``), so the DAG run ends failed and alerts fire; the
+    table tasks themselves have already run (or failed) independently of each other. Maintenance tasks' outcomes
+    are listed too, and a failed one is logged as a warning: it never fails the run.
     """
 
     ui_color = "#eeeeee"
 
     def __init__(
-        self, *, table_task_ids: Sequence[str], maintenance_task_ids: Sequence[str] = (), **kwargs: Any
+        self,
+        *,
+        table_task_ids: Sequence[str],
+        maintenance_task_ids: Sequence[str] = (),
+        tables: Sequence[TableSpec] = (),
+        **kwargs: Any,
     ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
+        self.tables = list(tables)
+        kwargs["inlets"] = [*kwargs.get("inlets", []), *(table_asset(spec) for spec in self.tables)]
         super().__init__(**kwargs)
         self.table_task_ids = list(table_task_ids)
         self.maintenance_task_ids = list(maintenance_task_ids)
@@ -48,6 +62,24 @@ class TieringSummaryOperator(BaseOperator):
             else:
                 self.log.warning("%s  maintenance %s (tiering is not affected; see the table's status)", task_id, state)
         failed = sorted(t for t, s in outcomes.items() if s not in OK_STATES)
+        stale = self._stale_tables(context)
+        for alert in stale.values():
+            self.log.error("%s", alert)
+        problems = []
         if failed:
-            raise AirflowFailException(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")
+            problems.append(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")
+        if stale:
+            problems.append(f"{len(stale)} table(s) stale: {'; '.join(stale.values())}")
+        if problems:
+            raise AirflowFailException("; ".join(problems))
         return outcomes
+
+    def _stale_tables(self, context: Any) -> dict[str, str]:
+        """The staleness alert of each table stale past its bound, by table name."""
+        now, alerts = utcnow(), {}
+        for spec in self.tables:
+            state = AssetStateStore(context["asset_state_store"][table_asset(spec)]).load()
+            alert = staleness_alert(spec, state, now)
+            if alert is not None:
+                alerts[spec.name] = alert
+        return alerts

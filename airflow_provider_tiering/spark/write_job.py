@@ -164,10 +164,18 @@ class SparkSplitWriter:
         ]
 
     def stop(self) -> None:
-        """Stop a local or cluster session; for Spark Connect, release this client's server session only.
+        """Cancel whatever job still runs (a round stopped by its timeout), then stop a local or cluster session;
+        for Spark Connect, interrupt this client's executions and release its server session only.
 
         A Connect server keeps an unreleased session (its state and artifacts) until its idle timeout.
         """
         if self._spark is not None:
+            try:
+                if self.settings.remote:
+                    self._spark.interruptAll()
+                else:
+                    self._spark.sparkContext.cancelAllJobs()
+            except Exception as exc:  # stopping goes on: the session's stop ends its jobs too
+                log.warning("cancelling the Spark jobs failed: %s", exc)
             stop_spark_session(self._spark)
         self._spark = None

@@ -10,11 +10,12 @@ import textwrap
 from datetime import datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 import yaml
 
 from testbed.airflow_cluster import AirflowCluster
-from testbed.hot_tables import COLUMNS, PostgresHot
+from testbed.hot_tables import COLUMNS, PostgresHot, make_rows
 from testbed.lake_check import digest, lake_rows
 from testbed.tiering_env import table_function, tiering_setup
 
@@ -103,7 +104,7 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         hot.insert("c_beta", 1501, 700)
         done = cli(af, "trigger", "c_alpha", "--wait", "--timeout", "400", "-o", "json", timeout=500)
         assert done.returncode == 0, done.stderr + done.stdout
-        assert json.loads(done.stdout) == [{"table": "c_alpha", "state": "success"}]
+        assert json.loads(done.stdout) == [{"table": "c_alpha", "state": "success", "outcome": "tiered"}]
         run_id = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns", params={"order_by": "-run_after", "limit": 1})["dag_runs"][0][
             "dag_run_id"
         ]
@@ -117,6 +118,21 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         assert [(h["epoch"], h["rows"]) for h in history] == [(2, 700), (1, 1500)]
         assert history[0]["run_id"] == run_id and history[0]["end_offsets"] == {"cursor": 2200}
 
+        # The exit code tells nothing new (3) and held back (4) apart from tiered (0).
+        nothing = cli(af, "trigger", "c_alpha", "--wait", "--timeout", "400", "-o", "json", timeout=500)
+        assert nothing.returncode == 3, nothing.stderr
+        assert json.loads(nothing.stdout) == [{"table": "c_alpha", "state": "skipped", "outcome": "nothing_new"}]
+        late = psycopg.connect(pg_server.dsn)  # takes id 2201 and holds it past the round's 30 s wait
+        late.execute('INSERT INTO "c_alpha" VALUES (%s, %s, %s, %s, %s)', make_rows(2201, 1)[0])
+        hot.insert("c_alpha", 2202, 1)
+        try:
+            held = cli(af, "trigger", "c_alpha", "--wait", "--timeout", "400", "-o", "json", timeout=500)
+        finally:
+            late.rollback()
+            late.close()
+        assert held.returncode == 4 and "held back: c_alpha" in held.stderr, held.stderr
+        assert json.loads(held.stdout)[0]["outcome"] == "held_back"
+
         # A quarantined table: trigger --wait reports its skipped task as no failure, reset lifts it,
         # then (its connection still broken) a triggered round fails and the exit code says so.
         reset = cli(af, "reset", "c_bad", "-o", "json")
@@ -125,4 +141,6 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         failed = cli(af, "trigger", "c_bad", "--wait", "--timeout", "400", timeout=500)
         assert failed.returncode == 1 and "failed: c_bad" in failed.stderr
         assert json.loads(cli(af, "status", "c_bad", "-o", "json").stdout)["quarantined"] is True
+        quarantined = cli(af, "trigger", "c_bad", "--wait", "--timeout", "400", timeout=500)
+        assert quarantined.returncode == 5 and "quarantined: c_bad" in quarantined.stderr, quarantined.stderr
         assert cli(af, "trigger", "c_nope").returncode == 1

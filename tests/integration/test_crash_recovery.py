@@ -59,7 +59,8 @@ def test_round_killed_with_sigkill_loses_and_duplicates_nothing(kill_at, tmp_pat
         assert unreferenced_data_files(catalog_properties, ("it", "crashy")), "expected the dead attempt's files"
 
     hot.insert("crashy", 13_001, 500)
-    recovered = run_round(spec, hot.source(spec.source), lake(), spark_writer, state_store)
+    # The first round's event was announced (epoch 1); the dead attempt's, if it committed, was not.
+    recovered = run_round(spec, hot.source(spec.source), lake(), spark_writer, state_store, announced_epoch=first.epoch)
 
     assert recovered.outcome == "tiered"
     assert recovered.epoch == first.epoch + 2
@@ -71,3 +72,14 @@ def test_round_killed_with_sigkill_loses_and_duplicates_nothing(kill_at, tmp_pat
     assert state.status is TableStatus.TIERED and state.committed.snapshot_id == recovered.snapshot_id
     if kill_at != "committed":
         assert "ended without recording" in state.last_error and state.consecutive_failures == 0
+        assert recovered.unannounced == () and len(recovered.announcements()) == 1
+    else:
+        # The next round owes the dead attempt's event, read back from the lake: the events chain without a gap.
+        (dead_commit,) = recovered.unannounced
+        assert dead_commit.epoch == first.epoch + 1 and dead_commit.rows == 12_000
+        events = recovered.announcements()
+        assert [e["epoch"] for e in events] == [first.epoch + 1, recovered.epoch]
+        assert events[0]["recovered"] is True and "recovered" not in events[1]
+        assert events[0]["start_offsets"] == first.end_offsets == {"cursor": 1000}
+        assert events[0]["end_offsets"] == events[1]["start_offsets"] == {"cursor": 13_000}
+        assert sum(e["rows"] for e in events) + first.metrics.rows == len(hot.rows("crashy"))
