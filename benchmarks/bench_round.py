@@ -11,6 +11,8 @@ its baselines, in the same run on the same data:
                    Airflow's environment);
 * ``round``        a round built by ``build_round`` and run exactly as the operator runs it (plan, epoch, write,
                    fenced commit, record, clean);
+* ``round-no-snapshot`` the same round with ``consistent_snapshot`` off: each split reads its own snapshot
+                   instead of importing the round's (the cost of the consistent snapshot);
 * ``idle-round``   the next round, with nothing to tier.
 
 Each variant runs in its own Python process (its own Spark JVM where it uses Spark: every variant pays
@@ -32,17 +34,22 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-VARIANTS = ("copy-binary", "bare-spark", "adbc-append", "dlt", "round", "idle-round")
+VARIANTS = ("copy-binary", "bare-spark", "adbc-append", "dlt", "round", "round-no-snapshot", "idle-round")
 BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 
 
-def _spec() -> Any:
+def _spec(consistent_snapshot: bool = True) -> Any:
     from airflow_provider_tiering.core.spec import TableSpec
 
     return TableSpec.parse(
         {
             "name": "lineitem",
-            "source": {"conn_id": "bench", "table": "lineitem", "cursor_column": "l_id"},
+            "source": {
+                "conn_id": "bench",
+                "table": "lineitem",
+                "cursor_column": "l_id",
+                "consistent_snapshot": consistent_snapshot,
+            },
             "lake": {"namespace": "bench", "table": "lineitem"},
         }
     )
@@ -117,11 +124,11 @@ def run_adbc_append(dsn: str, workdir: Path) -> dict[str, Any]:
     return {"rows": table.num_rows, "seconds": seconds}
 
 
-def _round(dsn: str, workdir: Path, fresh: bool) -> dict[str, Any]:
+def _round(dsn: str, workdir: Path, fresh: bool, consistent_snapshot: bool = True) -> dict[str, Any]:
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
     from testbed.rounds import round_parts
 
-    spec = _spec()
+    spec = _spec(consistent_snapshot)
     properties = _catalog(workdir, "round") if fresh else json.loads((workdir / "round.json").read_text())
     (workdir / "round.json").write_text(json.dumps(properties))
     state = JsonFileStateStore(workdir / "round" / "state.json")
@@ -129,19 +136,48 @@ def _round(dsn: str, workdir: Path, fresh: bool) -> dict[str, Any]:
     # As the operator builds it: the writer from the spec's Spark part, the catalog loaded inside the round.
     parts = round_parts(spec, _connection(dsn), properties)
     with parts:
+        run_started = time.perf_counter()
         result = parts.run(state)
+        round_seconds = time.perf_counter() - run_started
         seconds = time.perf_counter() - started
+        checks = {} if fresh else _check_costs(parts.source, result.end_offsets)
     rows = result.metrics.rows if result.metrics else 0
     return {
         "rows": rows,
         "seconds": seconds,
         "outcome": result.outcome,
         "files": result.metrics.files if result.metrics else 0,
+        "round_seconds": round_seconds,
+        **checks,
+    }
+
+
+def _check_costs(source: Any, committed: dict[str, Any], repeat: int = 7) -> dict[str, float]:
+    """Median milliseconds of what a round with nothing new asks the hot store: the safe watermark (the
+    visibility check of open transactions included), the look for rows behind the committed cursor, and the
+    cheap probe for new rows."""
+
+    def median_ms(call: Any) -> float:
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - started) * 1000)
+        return round(statistics.median(times), 2)
+
+    return {
+        "watermark_ms": median_ms(lambda: source.safe_watermark(committed, None)),
+        "look_behind_ms": median_ms(lambda: source.look_behind(committed, None)),
+        "has_rows_after_ms": median_ms(lambda: source.has_rows_after(committed)),
     }
 
 
 def run_round_variant(dsn: str, workdir: Path) -> dict[str, Any]:
     return _round(dsn, workdir, fresh=True)
+
+
+def run_round_without_snapshot(dsn: str, workdir: Path) -> dict[str, Any]:
+    return _round(dsn, workdir, fresh=True, consistent_snapshot=False)
 
 
 def run_idle_round(dsn: str, workdir: Path) -> dict[str, Any]:
@@ -153,6 +189,7 @@ RUNNERS = {
     "bare-spark": run_bare_spark,
     "adbc-append": run_adbc_append,
     "round": run_round_variant,
+    "round-no-snapshot": run_round_without_snapshot,
     "idle-round": run_idle_round,
 }
 
@@ -206,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             for variant in variants:  # interleaved, so drifting machine load hits every variant alike
                 result = run_variant(variant, dsn, workdir, args.bench_python)
                 samples[variant].append(result)
-                print(f"  run {repeat + 1} {variant:<12} {result['seconds']:8.2f}s", flush=True)
+                print(f"  run {repeat + 1} {variant:<17} {result['seconds']:8.2f}s", flush=True)
         report = summarize(rows, samples)
         print_report(report, args.sf)
         if args.output:
@@ -226,7 +263,7 @@ def summarize(rows: int, samples: dict[str, list[dict[str, Any]]]) -> dict[str, 
             "last": runs[-1],
         }
     round_rate = report["round"]["rows_per_second"] if "round" in report else None
-    for variant in ("copy-binary", "bare-spark", "adbc-append", "dlt"):
+    for variant in ("copy-binary", "bare-spark", "adbc-append", "dlt", "round-no-snapshot"):
         if round_rate and variant in report:
             report[variant]["round_ratio"] = round_rate / report[variant]["rows_per_second"]
     return report
@@ -234,11 +271,18 @@ def summarize(rows: int, samples: dict[str, list[dict[str, Any]]]) -> dict[str, 
 
 def print_report(report: dict[str, dict[str, Any]], sf: float) -> None:
     print(f"\nTPC-H lineitem SF {sf}: median of runs (each variant in its own process)")
-    print(f"{'variant':<13} {'seconds':>9} {'rows/s':>12} {'round / variant':>16}")
+    print(f"{'variant':<17} {'seconds':>9} {'rows/s':>12} {'round / variant':>16}")
     for variant, r in report.items():
         rate = f"{r['rows_per_second']:,.0f}" if r["rows_per_second"] else "-"
         ratio = f"{r['round_ratio']:.2f}x" if "round_ratio" in r else "-"
-        print(f"{variant:<13} {r['median_seconds']:>9.2f} {rate:>12} {ratio:>16}")
+        print(f"{variant:<17} {r['median_seconds']:>9.2f} {rate:>12} {ratio:>16}")
+    idle = report.get("idle-round", {}).get("last")
+    if idle:
+        print(
+            f"idle round in-process {idle['round_seconds'] * 1000:.0f} ms; its hot-store looks: safe watermark "
+            f"{idle['watermark_ms']} ms, rows behind the cursor {idle['look_behind_ms']} ms, "
+            f"new rows {idle['has_rows_after_ms']} ms"
+        )
     print("targets: round >= 0.9x bare-spark, round >= 1.0x adbc-append and dlt")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -311,6 +311,12 @@ class Source(ABC, Generic[PlanT, SplitT]):
     @abstractmethod
     def read_split(self, split: SplitT, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """Read one split as record batches of exactly ``schema``. Runs inside a Spark task; re-runnable."""
+
+    def reading_one_snapshot(self, splits: Sequence[SplitT]) -> AbstractContextManager[None]:
+        """Held while the round reads ``splits`` (entered after the safe watermark, before the Spark job): every
+        split, and every attempt of it, reads the same consistent snapshot of the source, so each row version is
+        read exactly once whatever commits meanwhile. Splits of immutable things (files) need nothing shared."""
+        return nullcontext()
 
     @abstractmethod
     def lineage_dataset(self) -> LineageDataset:

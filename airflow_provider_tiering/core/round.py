@@ -386,13 +386,14 @@ def run_round(
         if rejects is not None:
             rejects.ensure()
         notify(RoundPhase.WRITING)
-        written = writer.write(
-            source,
-            splits,
-            schema,
-            lake.write_target(epoch, attempt, spec.target_file_size_mb * 1024 * 1024),
-            rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
-        )
+        with source.reading_one_snapshot(splits):
+            written = writer.write(
+                source,
+                splits,
+                schema,
+                lake.write_target(epoch, attempt, spec.target_file_size_mb * 1024 * 1024),
+                rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
+            )
         files = [f for f in written if f.kind == FileKind.DATA]
         rejected = [f for f in written if f.kind == FileKind.REJECTS]
         notify(RoundPhase.WRITTEN)

@@ -68,6 +68,11 @@ class SqlSourceSpec(SourceSpecBase):
         ge=0,
         description="how long a round waits for in-flight transactions before tiering up to the last safe point",
     )
+    consistent_snapshot: bool = Field(
+        default=True,
+        description="every split of a round reads one snapshot of the table (PostgreSQL: an exported snapshot; "
+        "SQLite, MariaDB: the round is read as one split); turn off only for a table whose tiered rows never change",
+    )
 
     @field_validator("columns")
     @classmethod

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import MissingDependency, SourceError
-from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution
+from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution, RangeSplit
 from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.sql import (
@@ -106,12 +106,16 @@ def libpq_conninfo(connection: ConnectionInfo) -> str:
 class PostgresSource(SqlSource):
     """A PostgreSQL table, reached with the fields of a ``postgres`` connection."""
 
+    shares_snapshot_across_connections = True
+
     def __init__(self, spec: SqlSourceSpec, connection: ConnectionInfo) -> None:
         super().__init__(spec)
         self.connection = connection
         self.conninfo = libpq_conninfo(connection)
         self.display_name = f"postgres table {spec.db_schema or 'public'}.{spec.table}"
         self._cursor_sql_type: str | None = None
+        #: The round's exported snapshot while its splits are read (travels with this object to Spark tasks).
+        self._snapshot_id: str | None = None
 
     def secrets(self) -> list[str]:
         return self.connection.secrets()
@@ -415,11 +419,41 @@ class PostgresSource(SqlSource):
         finally:
             conn.close()
 
+    @contextmanager
+    def reading_one_snapshot(self, splits: Sequence[RangeSplit]) -> Iterator[None]:
+        """Export a snapshot that every split reader imports (``SET TRANSACTION SNAPSHOT``), from a transaction
+        held open until the splits are read. Taken after the safe watermark, it sees every row up to it.
+
+        One split is one statement, which reads one snapshot by itself. The transaction holds back vacuum of the
+        rows it can see for the length of the write, like any long read."""
+        if len(splits) < 2 or not self.spec.consistent_snapshot:
+            yield
+            return
+        conn = self._connect()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cur.execute("SELECT pg_export_snapshot()")
+                (self._snapshot_id,) = cur.fetchone()
+            except Exception as exc:
+                raise SourceError(f"{self.display_name}: cannot export the round's snapshot: {exc}") from exc
+            try:
+                yield
+            finally:
+                self._snapshot_id = None
+        finally:
+            conn.close()
+
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         conn = self._connect()
         try:
             cur = conn.cursor()
             try:
+                if self._snapshot_id is not None:
+                    cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    # SET TRANSACTION SNAPSHOT takes no bound parameter; the id comes from the server itself.
+                    cur.execute(f"SET TRANSACTION SNAPSHOT {quote_string(self._snapshot_id)}")
                 cur.execute(sql)
                 reader = cur.fetch_record_batch()
             except Exception as exc:

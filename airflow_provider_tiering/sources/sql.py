@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, RangeSplit, cut_splits, plan_range
@@ -103,6 +103,8 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 
     #: How long the watermark sleeps between looks at the transactions it waits for.
     WATERMARK_POLL_SECONDS = 0.2
+    #: Whether separate connections (one per split, in Spark tasks) can read one snapshot; see ``cut_splits``.
+    shares_snapshot_across_connections: ClassVar[bool] = False
 
     def __init__(self, spec: SqlSourceSpec) -> None:
         self.spec = spec
@@ -267,6 +269,9 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         return plan_range(self._distribution(lower, upper), max_rows)
 
     def cut_splits(self, plan: RangePlan, target_rows_per_split: int, parallelism: int) -> list[RangeSplit]:
+        if self.spec.consistent_snapshot and not self.shares_snapshot_across_connections:
+            # One statement reads one snapshot: where connections cannot share one, the round is one split.
+            return cut_splits(plan, max(target_rows_per_split, plan.estimated_rows), 1)
         return cut_splits(plan, target_rows_per_split, parallelism)
 
     def end_offsets(self, plan: RangePlan) -> Offsets:
