@@ -8,7 +8,9 @@ times, alternating:
 * ``drain``  ``connectorx.read_sql(url, "SELECT <every column> FROM lineitem", return_type="arrow_stream")``, every
              batch consumed: the reader alone, nothing written;
 * ``round``  a round exactly as the operator builds it (``build_round``: MariaDB source, local Spark, pyiceberg SQL
-             catalog on SQLite, a fresh lake table each time): plan, safe watermark, write, fenced commit, record.
+             catalog on SQLite, a fresh lake table each time): plan, safe watermark, write, fenced commit, record;
+             with the default ``consistent_snapshot`` a MariaDB round is read as one split;
+* ``round-splits`` the same with ``consistent_snapshot`` off (rows that never change): one split per Spark slot.
 
     python -m benchmarks.bench_mariadb_round --sf 1 --repeat 3
     python -m benchmarks.bench_mariadb_round --sf 0.01 --repeat 1      # smoke run
@@ -40,7 +42,7 @@ from benchmarks.bench_mariadb_readers import (  # noqa: E402
     select_query,
 )
 
-VARIANTS = ("drain", "round")
+VARIANTS = ("drain", "round", "round-splits")
 
 
 def run_drain(url: str, workdir: Path) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def run_drain(url: str, workdir: Path) -> dict[str, Any]:
     return {"rows": rows, "seconds": time.perf_counter() - started}
 
 
-def run_round(url: str, workdir: Path) -> dict[str, Any]:
+def run_round(url: str, workdir: Path, consistent_snapshot: bool = True) -> dict[str, Any]:
     from airflow_provider_tiering.build import CatalogConfig, TableConnections, build_round
     from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.spec import TableSpec
@@ -66,7 +68,12 @@ def run_round(url: str, workdir: Path) -> dict[str, Any]:
     spec = TableSpec.parse(
         {
             "name": TABLE,
-            "source": {"conn_id": "bench", "table": TABLE, "cursor_column": CURSOR_COLUMN},
+            "source": {
+                "conn_id": "bench",
+                "table": TABLE,
+                "cursor_column": CURSOR_COLUMN,
+                "consistent_snapshot": consistent_snapshot,
+            },
             "lake": {"namespace": "bench", "table": TABLE},
         }
     )
@@ -107,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = args.workdir.resolve()
     if args.child:
-        run = run_drain if args.child == "drain" else run_round
-        print(json.dumps(run(args.url, workdir)), flush=True)
+        if args.child == "drain":
+            result = run_drain(args.url, workdir)
+        else:
+            result = run_round(args.url, workdir, consistent_snapshot=args.child == "round")
+        print(json.dumps(result), flush=True)
         return 0
 
     from testbed.mariadb_server import MariaDBServer
@@ -125,13 +135,14 @@ def main(argv: list[str] | None = None) -> int:
                 result = spawn(variant, db.url, workdir)
                 results[variant].append(result)
                 rate = result["rows"] / result["seconds"]
-                print(f"{variant:6s} {result['rows']:>10,} rows in {result['seconds']:7.2f}s: {rate:>10,.0f} rows/s")
+                print(f"{variant:12s} {result['rows']:>10,} rows in {result['seconds']:7.2f}s: {rate:>10,.0f} rows/s")
     medians = {v: statistics.median(r["seconds"] for r in runs) for v, runs in results.items()}
     rows = results["round"][0]["rows"]
     print("\n| variant | median seconds | rows/s |\n| --- | ---: | ---: |")
     for variant in VARIANTS:
         print(f"| {variant} | {medians[variant]:.2f} | {rows / medians[variant]:,.0f} |")
-    print(f"\nround / drain time: {medians['round'] / medians['drain']:.2f}x; load average after: {loadavg()}")
+    ratios = ", ".join(f"{v} / drain {medians[v] / medians['drain']:.2f}x" for v in VARIANTS[1:])
+    print(f"\ntime {ratios}; load average after: {loadavg()}")
     out = workdir / "round-vs-drain.json"
     out.write_text(json.dumps({"results": results, "medians": medians}, indent=2) + "\n")
     return 0

@@ -77,11 +77,12 @@ def test_eviction_benchmark_runs_both_variants_at_small_size(pg_server, tmp_path
     assert "verified / unverified" in capsys.readouterr().out
 
 
-def test_mariadb_round_benchmark_runs_both_variants_at_small_size(tmp_path, capsys):
+def test_mariadb_round_benchmark_runs_every_variant_at_small_size(tmp_path, capsys):
     from benchmarks.bench_mariadb_round import main as mariadb_main
 
     assert mariadb_main(["--sf", "0.01", "--repeat", "1", "--workdir", str(tmp_path / "w")]) == 0
     report = json.loads((tmp_path / "w" / "round-vs-drain.json").read_text())
     rows = {variant: [run["rows"] for run in runs] for variant, runs in report["results"].items()}
-    assert rows["drain"] == rows["round"] and rows["round"][0] > 50_000
-    assert "round / drain time" in capsys.readouterr().out
+    assert rows["drain"] == rows["round"] == rows["round-splits"] and rows["round"][0] > 50_000
+    assert [run["splits"] for run in report["results"]["round"]] == [1]  # one snapshot: one statement
+    assert "round / drain" in capsys.readouterr().out
