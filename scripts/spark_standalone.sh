@@ -15,6 +15,9 @@
 #                             0 = a free port each (see the master's /json/)
 #   SPARK_WORKER_CORES        cores per worker                                      (default: 1)
 #   SPARK_WORKER_MEMORY       memory per worker for executors (>= spark.executor.memory, default 1g) (default: 1g)
+#   SPARK_WORKER_HOSTS        host name each worker (and its executors) binds and advertises, one word per worker,
+#                             loopback names only (e.g. "127.0.0.1 localhost": Spark then sees two hosts, which
+#                             speculation needs: it never runs a copy of a task on the host of the original) (default: 127.0.0.1)
 #   SPARK_STANDALONE_WAIT     seconds to wait for the workers to be ALIVE on start  (default: 180)
 #
 # Tiering tasks use it through an Airflow connection of type spark with host spark://127.0.0.1:7077. The executors
@@ -30,6 +33,7 @@ WORKER_WEBUI_PORT="${SPARK_WORKER_WEBUI_PORT:-8081}"
 WORKER_CORES="${SPARK_WORKER_CORES:-1}"
 WORKER_MEMORY="${SPARK_WORKER_MEMORY:-1g}"
 WAIT="${SPARK_STANDALONE_WAIT:-180}"
+read -r -a WORKER_HOSTS <<<"${SPARK_WORKER_HOSTS:-}"
 WORKERS="${2:-2}"
 MASTER_URL="spark://127.0.0.1:$MASTER_PORT"
 STATUS_URL="http://127.0.0.1:$MASTER_WEBUI_PORT/json/"
@@ -109,12 +113,21 @@ start() {
     SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false ${SPARK_MASTER_OPTS:-}" \
         launch master org.apache.spark.deploy.master.Master \
             --host 127.0.0.1 --port "$MASTER_PORT" --webui-port "$MASTER_WEBUI_PORT"
-    local i webui
+    local i webui host
     for i in $(seq 1 "$WORKERS"); do
         webui=$((WORKER_WEBUI_PORT == 0 ? 0 : WORKER_WEBUI_PORT + i - 1))
+        host="${WORKER_HOSTS[i - 1]:-127.0.0.1}"
+        case "$host" in
+            127.0.0.1 | localhost) ;;
+            *)
+                echo "worker host $host is not a loopback name (127.0.0.1 or localhost)" >&2
+                stop >&2
+                return 1
+                ;;
+        esac
         mkdir -p "$DIR/work/worker-$i"
         launch "worker-$i" org.apache.spark.deploy.worker.Worker "$MASTER_URL" \
-            --host 127.0.0.1 --cores "$WORKER_CORES" --memory "$WORKER_MEMORY" \
+            --host "$host" --cores "$WORKER_CORES" --memory "$WORKER_MEMORY" \
             --webui-port "$webui" --work-dir "$DIR/work/worker-$i"
     done
     local waited=0 alive name

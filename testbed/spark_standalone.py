@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,12 @@ def get_json(url: str, timeout: float = 5.0) -> Any:
 
 
 class StandaloneCluster:
-    """``workers`` workers of ``cores`` core(s) each, started by the project's script in ``directory``."""
+    """``workers`` workers of ``cores`` core(s) each, started by the project's script in ``directory``; ``hosts``
+    names the host each worker advertises (127.0.0.1 for all by default)."""
 
-    def __init__(self, directory: Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
+    def __init__(
+        self, directory: Path, workers: int = 2, cores: int = 1, memory: str = "1g", hosts: tuple[str, ...] = ()
+    ) -> None:
         self.directory = directory
         self.workers = workers
         self.port = find_free_port()
@@ -51,6 +55,7 @@ class StandaloneCluster:
             "SPARK_WORKER_WEBUI_PORT": "0",  # free ports; the master's status lists them
             "SPARK_WORKER_CORES": str(cores),
             "SPARK_WORKER_MEMORY": memory,
+            "SPARK_WORKER_HOSTS": " ".join(hosts),
         }
         self.start_seconds = 0.0
 
@@ -170,7 +175,9 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     """One tiering round of ``config["table"]`` (PostgreSQL ``config["dsn"]``) on ``config["master"]``.
 
     Keys: master, status_url (the master's /json/), executors (how many to wait for), dsn, table, cursor_column,
-    target_rows_per_split, catalog (pyiceberg properties), state_path, conf (extra Spark settings).
+    target_rows_per_split, catalog (pyiceberg properties), state_path, conf (extra Spark settings), and optionally
+    faults (the keyword arguments of ``testbed.split_faults.FirstAttemptFaults``: record_dir, lake_dir, fail,
+    stall; the executors must import ``testbed``, e.g. through ``spark.executorEnv.PYTHONPATH``).
     """
     from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.core.connections import ConnectionInfo
@@ -211,6 +218,19 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     round_started = time.perf_counter()
     try:
         parts = round_parts(spec, ConnectionInfo.from_uri(config["dsn"]), config["catalog"], writer=writer)
+        if "faults" in config:
+            from testbed.split_faults import FirstAttemptFaults
+
+            faults = config["faults"]
+            stall = {int(index): float(seconds) for index, seconds in faults.get("stall", {}).items()}
+            source = FirstAttemptFaults(
+                parts.source,  # type: ignore[arg-type]
+                faults["record_dir"],
+                faults["lake_dir"],
+                fail=faults.get("fail", ()),
+                stall=stall,
+            )
+            parts = replace(parts, source=source)
         result = parts.run(
             JsonFileStateStore(Path(config["state_path"])),
             observe=lambda phase: phases.setdefault(phase, time.perf_counter()),
@@ -236,6 +256,17 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
             for e in get_json(f"{api}/allexecutors")
             if e["id"] != "driver"
         ]
+        tasks = [
+            {
+                "index": t["index"],
+                "attempt": t["attempt"],
+                "status": t["status"],
+                "speculative": t["speculative"],
+                "host": t["host"],
+            }
+            for stage in get_json(f"{api}/stages")
+            for t in get_json(f"{api}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=10000")
+        ]
         listening = listening_addresses(descendants(os.getpid()))
         metrics = result.metrics
         return {
@@ -247,6 +278,7 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
             "parallelism": writer.parallelism,
             "timings": timings,
             "executors": executor_rows,
+            "tasks": tasks,
             "driver_listening": listening,
         }
     finally:

@@ -1,0 +1,76 @@
+"""A PostgreSQL source whose Spark split tasks misbehave on their first attempt, once their data files are written:
+some fail (Spark retries the task), some stall (Spark's speculation runs a copy elsewhere).
+
+The fault strikes in ``take_rejects``, which the split writer calls after it has written and closed the split's
+data files: a real task attempt that dies, or is overtaken, with its files already in the lake's staging directory.
+Each attempt records itself in ``<record_dir>/split-<k>-attempt-<n>.json``: its Spark task attempt id and the data
+files it had written when the fault struck (found under ``lake_dir`` by the writer's file names).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_tiering.core.planner import RangeSplit
+from airflow_provider_tiering.sources.postgres import PostgresSource
+
+
+class InjectedTaskFailure(RuntimeError):
+    """What a failing first attempt raises: Spark retries the task."""
+
+
+class FirstAttemptFaults(PostgresSource):
+    """``fail``: split indexes whose first attempt raises after writing its files; ``stall``: split index ->
+    seconds its first attempt sleeps after writing them (a copy started meanwhile by speculation wins)."""
+
+    def __init__(
+        self,
+        source: PostgresSource,
+        record_dir: str,
+        lake_dir: str,
+        *,
+        fail: Sequence[int] = (),
+        stall: dict[int, float] | None = None,
+    ) -> None:
+        super().__init__(source.spec, source.connection)
+        self.record_dir = record_dir
+        self.lake_dir = lake_dir
+        self.fail = tuple(fail)
+        self.stall = dict(stall or {})
+        self._split_index: int | None = None
+
+    def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        self._split_index = split.index
+        yield from super().read_split(split, schema)
+
+    def take_rejects(self) -> list[dict[str, Any]]:
+        from pyspark import TaskContext
+
+        rejects = super().take_rejects()
+        context = TaskContext.get()
+        if context is None or self._split_index is None:
+            raise RuntimeError("FirstAttemptFaults only runs in Spark split tasks")
+        index, attempt, task_attempt_id = self._split_index, context.attemptNumber(), context.taskAttemptId()
+        written = sorted(str(p) for p in Path(self.lake_dir).rglob(f"split-{index:05d}-task-{task_attempt_id}*"))
+        record = {"split": index, "attempt": attempt, "task_attempt_id": task_attempt_id, "files": written}
+        Path(self.record_dir, f"split-{index}-attempt-{attempt}.json").write_text(json.dumps(record))
+        if attempt == 0 and index in self.fail:
+            raise InjectedTaskFailure(f"split {index}: first attempt fails after writing {len(written)} file(s)")
+        if attempt == 0 and index in self.stall:
+            time.sleep(self.stall[index])
+        return rejects
+
+
+def attempts(record_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """Split index -> the records of its attempts that reached the fault point, by attempt number."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for path in record_dir.glob("split-*-attempt-*.json"):
+        record = json.loads(path.read_text())
+        found.setdefault(record["split"], []).append(record)
+    return {index: sorted(records, key=lambda r: r["attempt"]) for index, records in found.items()}
