@@ -177,7 +177,7 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     Keys: master, status_url (the master's /json/), executors (how many to wait for), dsn, table, cursor_column,
     target_rows_per_split, catalog (pyiceberg properties), state_path, conf (extra Spark settings), and optionally
     faults (the keyword arguments of ``testbed.split_faults.FirstAttemptFaults``: record_dir, lake_dir, fail,
-    stall; the executors must import ``testbed``, e.g. through ``spark.executorEnv.PYTHONPATH``).
+    stall, kill_executor; the executors must import ``testbed``, e.g. through ``spark.executorEnv.PYTHONPATH``).
     """
     from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.core.connections import ConnectionInfo
@@ -229,6 +229,7 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
                 faults["lake_dir"],
                 fail=faults.get("fail", ()),
                 stall=stall,
+                kill_executor=faults.get("kill_executor", ()),
             )
             parts = replace(parts, source=source)
         result = parts.run(

@@ -1,5 +1,6 @@
 """A PostgreSQL source whose Spark split tasks misbehave on their first attempt, once their data files are written:
-some fail (Spark retries the task), some stall (Spark's speculation runs a copy elsewhere).
+some fail (Spark retries the task), some stall (Spark's speculation runs a copy elsewhere), some kill their
+executor's JVM (SIGKILL: a lost executor, whose tasks Spark runs again on another).
 
 The fault strikes in ``take_rejects``, which the split writer calls after it has written and closed the split's
 data files: a real task attempt that dies, or is overtaken, with its files already in the lake's staging directory.
@@ -10,6 +11,8 @@ files it had written when the fault struck (found under ``lake_dir`` by the writ
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,7 +30,8 @@ class InjectedTaskFailure(RuntimeError):
 
 class FirstAttemptFaults(PostgresSource):
     """``fail``: split indexes whose first attempt raises after writing its files; ``stall``: split index ->
-    seconds its first attempt sleeps after writing them (a copy started meanwhile by speculation wins)."""
+    seconds its first attempt sleeps after writing them (a copy started meanwhile by speculation wins);
+    ``kill_executor``: split indexes whose first attempt SIGKILLs the executor JVM it runs in."""
 
     def __init__(
         self,
@@ -37,12 +41,14 @@ class FirstAttemptFaults(PostgresSource):
         *,
         fail: Sequence[int] = (),
         stall: dict[int, float] | None = None,
+        kill_executor: Sequence[int] = (),
     ) -> None:
         super().__init__(source.spec, source.connection)
         self.record_dir = record_dir
         self.lake_dir = lake_dir
         self.fail = tuple(fail)
         self.stall = dict(stall or {})
+        self.kill_executor = tuple(kill_executor)
         self._split_index: int | None = None
 
     def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -64,7 +70,20 @@ class FirstAttemptFaults(PostgresSource):
             raise InjectedTaskFailure(f"split {index}: first attempt fails after writing {len(written)} file(s)")
         if attempt == 0 and index in self.stall:
             time.sleep(self.stall[index])
+        if attempt == 0 and index in self.kill_executor:
+            os.kill(executor_jvm_pid(), signal.SIGKILL)
+            time.sleep(60)  # the executor's end takes its Python workers with it
         return rejects
+
+
+def executor_jvm_pid() -> int:
+    """The pid of the executor JVM above this Python worker (its daemon's parent, in standalone mode)."""
+    pid = os.getpid()
+    while pid > 1:
+        if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise RuntimeError("no executor JVM above this process")
 
 
 def attempts(record_dir: Path) -> dict[int, list[dict[str, Any]]]:

@@ -153,3 +153,23 @@ def test_a_speculative_copy_of_a_slow_split_commits_exactly_one_attempt(
     (winner,) = committed[1]
     assert winner != original["task_attempt_id"], "the stalled attempt's files were committed, not the copy's"
     assert not any(Path(path).exists() for path in original["files"]), "the overtaken attempt's files were left behind"
+
+
+def test_a_split_whose_executor_is_killed_after_writing_commits_only_the_rerun(
+    two_hosts: StandaloneCluster, pg_server: Any, catalog_properties: dict[str, str], tmp_path: Path
+) -> None:
+    table = f"lost_executor_{uuid.uuid4().hex[:8]}"
+    hot = PostgresHot(pg_server.dsn)
+    hot.create(table)
+    hot.insert(table, 1, ROWS)
+
+    report, seen = _round_with_faults(
+        two_hosts, pg_server.dsn, table, catalog_properties, tmp_path, {"kill_executor": [0]}
+    )
+
+    first = next(r for r in seen[0] if r["attempt"] == 0)
+    assert first["files"], "the attempt on the killed executor had written no file"
+    assert len(seen[0]) >= 2 and any(t["status"] != "SUCCESS" for t in report["tasks"] if t["index"] == 0)
+    committed = _assert_one_attempt_per_split(catalog_properties, hot, table, report)
+    assert committed[0] != {first["task_attempt_id"]}
+    assert not any(Path(path).exists() for path in first["files"]), "the lost executor's files were left behind"
