@@ -24,6 +24,7 @@ _TRACEBACK = "Traceback (most recent call last):"
 # The exception line that ends a Python traceback: "module.path.ErrorName: message" (or a bare name).
 _PY_EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning))\b:?(?P<rest>.*)$"
+    r"|^airflow_provider_tiering\.core\.errors\.(?P<own>\w+):?(?P<own_rest>.*)$"  # ours need not end in Error
 )
 
 
@@ -66,7 +67,10 @@ def condense_python_traceback(text: str) -> str:
                 break
             error_lines.append(line)
         elif line.strip() and not line[0].isspace() and (match := _PY_EXCEPTION.match(line)):
-            error_lines.append(f"{match.group('name')}:{match.group('rest')}".rstrip(":"))
+            name, rest = (
+                (match.group("name"), match.group("rest")) if match.group("name") else match.group("own", "own_rest")
+            )
+            error_lines.append(f"{name}:{rest}".rstrip(":"))
     if not error_lines:
         return text
     root = "\n".join(error_lines).strip()

@@ -36,8 +36,20 @@ class IllegalTransition(TieringError):
     """A state change that the per-table state machine does not allow."""
 
 
+class NotRetryable(TieringError):
+    """A failure no retry can cure: the table's declaration or its hot data must change first, and the message
+    says what. The round records it and quarantines the table at once (no retry, no run of failed rounds until
+    ``max_consecutive_failures``); once it is fixed, a reset tiers the table again."""
+
+
 class SourceError(TieringError):
     """The hot store could not be read (unreachable, missing table or column, bad types)."""
+
+
+class UnsupportedColumnType(SourceError, NotRetryable):
+    """A tiered column has a type the lake cannot hold (or a value of it no lake type can): the message names
+    the table, the column, its type in the hot store and the way out (leave the column out with the spec's
+    ``source.columns``, or change its type). Raised before anything is written."""
 
 
 class CursorBehindLake(SourceError):

@@ -18,7 +18,13 @@ from typing import Any
 
 from airflow_provider_tiering.core.decisions import quarantine_reason
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.errors import CursorBehindLake, FencedError, QuarantinedError, SourceError
+from airflow_provider_tiering.core.errors import (
+    CursorBehindLake,
+    FencedError,
+    NotRetryable,
+    QuarantinedError,
+    SourceError,
+)
 from airflow_provider_tiering.core.ports import (
     FileKind,
     Lake,
@@ -231,7 +237,9 @@ def _fail(
     if state.status is not TableStatus.TIERING:
         state.walk_to_pending()
     state.record_failure(describe_error(exc, secrets), now)
-    delay = retry_delay(exc)
+    if isinstance(exc, NotRetryable):
+        state.quarantine_now(now)
+    delay = None if isinstance(exc, NotRetryable) else retry_delay(exc)
     state.next_retry_at = None if delay is None else now + delay
     state.quarantine_if_exhausted(spec.max_consecutive_failures, now)
     if state.quarantined_since is not None:
@@ -302,7 +310,8 @@ def run_round(
     ``spec.max_consecutive_failures`` rounds in a row and has not been reset since.
     Raises the round's error after recording it as the table's ``last_error`` (state FAILED):
     :class:`SourceError` (hot store), :class:`LakeError` / :class:`CommitConflict` (lake),
-    or any error of the Spark job. :class:`FencedError` means a newer attempt committed first;
+    or any error of the Spark job. A :class:`NotRetryable` one (say, a column of a type the lake cannot hold)
+    quarantines the table at once, with no retry time. :class:`FencedError` means a newer attempt committed first;
     the state document is then left to the winner and this attempt's files are deleted.
 
     Hazards: running it again after a failure is always safe (it re-plans from the lake). Two

@@ -143,6 +143,15 @@ class TableState:
                 "reset the table to tier it again"
             )
 
+    def quarantine_now(self, now: datetime) -> None:
+        """Stop tiering until a reset after a failure no retry can cure (``NotRetryable``)."""
+        if self.quarantined_since is None:
+            self.quarantined_since = now
+            self.note = (
+                "quarantined at once: no retry can cure this error (see last_error); fix it, then reset the table "
+                "to tier it again"
+            )
+
     def reset(self, now: datetime) -> None:
         """Lift a quarantine (an operator's decision): the next round is tried again."""
         self.quarantined_since = None

@@ -64,6 +64,27 @@ def _widens(old: IcebergType, new: IcebergType) -> bool:
     )
 
 
+def same_type(old: IcebergType, new: IcebergType) -> bool:
+    """Whether two Iceberg types are the same, ignoring the field ids of nested types (a list's element id in the
+    lake is whatever was free when the column was added; the hot store's schema gets fresh ones)."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(old, ListType) and isinstance(new, ListType):
+        return old.element_required == new.element_required and same_type(old.element_type, new.element_type)
+    if isinstance(old, MapType) and isinstance(new, MapType):
+        return (
+            old.value_required == new.value_required
+            and same_type(old.key_type, new.key_type)
+            and same_type(old.value_type, new.value_type)
+        )
+    if isinstance(old, StructType) and isinstance(new, StructType):
+        return len(old.fields) == len(new.fields) and all(
+            a.name == b.name and a.required == b.required and same_type(a.field_type, b.field_type)
+            for a, b in zip(old.fields, new.fields)
+        )
+    return old == new
+
+
 def plan_schema_changes(lake_schema: Schema, source: pa.Schema) -> SchemaChanges:
     """Compare the lake table's Iceberg schema with the hot store's Arrow schema (top-level columns)."""
     wanted = iceberg_schema_from_arrow(source)
@@ -76,7 +97,7 @@ def plan_schema_changes(lake_schema: Schema, source: pa.Schema) -> SchemaChanges
         if current is None:
             changes.added.append((column.name, column.field_type))
             continue
-        if current.field_type != column.field_type:
+        if not same_type(current.field_type, column.field_type):
             if _widens(current.field_type, column.field_type):
                 changes.widened.append((column.name, current.field_type, column.field_type))
             else:
@@ -107,11 +128,14 @@ def apply_schema_changes(table: Table, source: pa.Schema) -> None:
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:
-    # pyiceberg maps strings and binaries to the large_ variants; the regular ones save a copy per batch.
+    # pyiceberg maps strings, binaries and lists to the large_ variants; the regular ones save a copy per batch.
     if pa.types.is_large_string(kind):
         return pa.string()
     if pa.types.is_large_binary(kind):
         return pa.binary()
+    if pa.types.is_large_list(kind):
+        element = kind.value_field
+        return pa.list_(element.with_type(_plain(element.type)))
     return kind
 
 

@@ -19,7 +19,7 @@ from airflow_provider_tiering.core.decisions import (
     probe_hot_store,
     record_decision,
 )
-from airflow_provider_tiering.core.errors import QuarantinedError, RoundTimedOut
+from airflow_provider_tiering.core.errors import NotRetryable, QuarantinedError, RoundTimedOut
 from airflow_provider_tiering.core.round import (
     RetryDelay,
     RoundOutcome,
@@ -58,7 +58,9 @@ class TierTableOperator(BaseOperator):
     records its error in the state (FAILED, ``last_error``) and fails this task only; after
     ``max_consecutive_failures`` failed rounds the table is quarantined: a task that finds it so skips,
     with the reason (or fails without retrying, when its own earlier tries caused it), until the table
-    is reset (:func:`airflow_provider_tiering.status.reset_table`).
+    is reset; an error no retry can cure (:class:`~airflow_provider_tiering.core.errors.NotRetryable`, such as a
+    column of a type the lake cannot hold) fails the task without retries and quarantines the table at once, until
+    it is fixed and reset (:func:`airflow_provider_tiering.status.reset_table`).
     A table is tiered once ``freshness_seconds`` have passed since its last tiered round; before that
     its task skips at once (status SCHEDULED), touching neither the hot store nor Spark. A DAG run
     started with ``conf={"tables": [...]}`` tiers only the named tables, due or not; the others skip.
@@ -153,6 +155,9 @@ class TierTableOperator(BaseOperator):
                 self._state_for_metrics, self._settled = self._load_quietly(state_store), True
                 self._fail_if_stale(self._state_for_metrics)
                 raise self._quarantine_exit(str(exc), context) from exc
+            except NotRetryable as exc:
+                # Recorded and quarantined by the round already: fail without Airflow's retries, which cannot help.
+                raise AirflowFailException(str(exc)) from exc
             except AirflowTaskTimeout:
                 # Airflow's execution_timeout interrupts the round wherever it is (a BaseException, which the
                 # round does not record): record it as the table's failed round; leaving ``with parts`` stops the

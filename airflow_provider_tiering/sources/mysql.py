@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError
+from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError, UnsupportedColumnType
 from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution
 from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
@@ -71,7 +71,10 @@ _SCALAR_TYPES: dict[str, pa.DataType] = {
     "longtext": pa.string(),
     "enum": pa.string(),
     "set": pa.string(),
-    "json": pa.string(),
+    "json": pa.string(),  # MariaDB's JSON is LONGTEXT (with a check): it reads as longtext
+    "uuid": pa.string(),
+    "inet4": pa.string(),
+    "inet6": pa.string(),
     "binary": pa.binary(),
     "varbinary": pa.binary(),
     "tinyblob": pa.binary(),
@@ -82,9 +85,19 @@ _SCALAR_TYPES: dict[str, pa.DataType] = {
     "date": pa.date32(),
     "datetime": pa.timestamp("us"),
     "timestamp": pa.timestamp("us", tz="UTC"),
-    "time": pa.time64("us"),
+    "time": pa.time64("us"),  # a time of day: a TIME outside 00:00:00-23:59:59.999999 fails the round
     "year": pa.int16(),
 }
+#: TIME values are selected as signed microseconds (connectorx cannot read a negative or >24 h TIME at all).
+_MICROSECONDS_PER_DAY = 86_400_000_000
+
+
+def _unsupported(column: str, column_type: str, why: str) -> UnsupportedColumnType:
+    return UnsupportedColumnType(
+        f"column {column!r} has type {column_type}, which cannot be tiered ({why}): leave it out by listing the "
+        "columns to tier in the spec's source.columns, or change its type (see 'Column types' in the README); "
+        "nothing was tiered"
+    )
 
 
 def arrow_type(column: str, data_type: str, column_type: str, precision: int | None, scale: int | None) -> pa.DataType:
@@ -98,12 +111,30 @@ def arrow_type(column: str, data_type: str, column_type: str, precision: int | N
     if data_type == "decimal":
         digits = int(precision or 10)
         if digits > 38:
-            raise SourceError(f"column {column!r}: {column_type} is wider than Iceberg's decimal(38)")
+            raise _unsupported(column, column_type, "wider than Iceberg's decimal(38)")
         return pa.decimal128(digits, int(scale or 0))
     try:
         return _SCALAR_TYPES[data_type]
     except KeyError as exc:
-        raise SourceError(f"column {column!r} has type {column_type!r}, which cannot be tiered") from exc
+        raise _unsupported(column, column_type, "no lake type is mapped to it") from exc
+
+
+def time_of_day(microseconds: pa.Array[Any], column: str) -> pa.Array[Any]:
+    """TIME values read as signed microseconds, as the lake's time of day; a value outside one day (MariaDB's TIME
+    also holds durations, -838:59:59 to 838:59:59) raises :class:`UnsupportedColumnType` naming it."""
+    values = pc.cast(microseconds, pa.int64())
+    low, high = pc.min_max(values).values()
+    for bad in (low.as_py(), high.as_py()):
+        if bad is not None and not 0 <= bad < _MICROSECONDS_PER_DAY:
+            sign, magnitude = ("-" if bad < 0 else ""), abs(bad)
+            seconds, micros = divmod(magnitude, 1_000_000)
+            shown = f"{sign}{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micros:06d}"
+            raise UnsupportedColumnType(
+                f"column {column!r} holds TIME {shown}, which is no time of day: TIME columns are tiered as "
+                "Iceberg's time (00:00:00 to 23:59:59.999999). Store durations as a number, or leave the column "
+                "out with the spec's source.columns; nothing was tiered"
+            )
+    return pc.cast(values, pa.time64("us"))
 
 
 def _read_as_text(field: pa.Field[Any]) -> bool:
@@ -114,11 +145,13 @@ def _read_as_text(field: pa.Field[Any]) -> bool:
     )
 
 
-def _arrow_values(values: Sequence[Any], kind: pa.DataType) -> pa.Array[Any]:
-    """PyMySQL's Python values of one column as an Arrow array of ``kind`` (small reads: eviction, across tiers)."""
+def _arrow_values(values: Sequence[Any], field: pa.Field[Any]) -> pa.Array[Any]:
+    """PyMySQL's Python values of one column as an Arrow array of the field's type (small reads: eviction, across
+    tiers), selected as :meth:`MySqlSource.select_expression` says."""
+    kind = field.type
     if pa.types.is_time(kind):
-        values = [None if v is None else (datetime.min + v).time() for v in values]  # TIME comes as timedelta
-    elif pa.types.is_string(kind):
+        return time_of_day(pa.array(values, pa.int64()), field.name)
+    if pa.types.is_string(kind):
         values = [None if v is None else v if isinstance(v, str) else ",".join(sorted(v)) for v in values]
     return pa.array(values, kind)
 
@@ -126,7 +159,7 @@ def _arrow_values(values: Sequence[Any], kind: pa.DataType) -> pa.Array[Any]:
 def _batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
     columns = list(zip(*rows)) if rows else [() for _ in schema]
     try:
-        return pa.RecordBatch.from_arrays([_arrow_values(c, f.type) for c, f in zip(columns, schema)], schema=schema)
+        return pa.RecordBatch.from_arrays([_arrow_values(c, f) for c, f in zip(columns, schema)], schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise SourceError(f"cannot convert MariaDB values to {schema}: {exc}") from exc
 
@@ -227,8 +260,8 @@ class MySqlSource(SqlSource):
                 continue
             try:
                 kind = arrow_type(name, str(data_type), str(column_type), precision, scale)
-            except SourceError as exc:
-                raise SourceError(f"{self.display_name}: {exc}") from exc
+            except UnsupportedColumnType as exc:
+                raise UnsupportedColumnType(f"{self.display_name}: {exc}") from exc
             fields.append(pa.field(name, kind, nullable=nullable == "YES"))
         return pa.schema(fields)
 
@@ -252,6 +285,8 @@ class MySqlSource(SqlSource):
 
     def select_expression(self, field: pa.Field[Any]) -> str:
         name = self.quote(field.name)
+        if pa.types.is_time(field.type):
+            return f"CAST(TIME_TO_SEC({name}) * 1000000 AS SIGNED) AS {name}"
         return f"CAST({name} AS CHAR) AS {name}" if _read_as_text(field) else name
 
     # -- safe watermark ------------------------------------------------------------------------
@@ -354,7 +389,16 @@ class MySqlSource(SqlSource):
 
     # -- reading -------------------------------------------------------------------------------
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        return self._stream(sql)  # connectorx's types; the caller casts each batch to ``schema``
+        """connectorx's types (the caller casts each batch to ``schema``), TIME columns made times of day."""
+        times = [f.name for f in schema if pa.types.is_time(f.type)]
+        for batch in self._stream(sql):
+            for name in times:
+                try:
+                    checked = time_of_day(batch.column(name), name)
+                except UnsupportedColumnType as exc:
+                    raise UnsupportedColumnType(f"{self.display_name}: {exc}") from exc
+                batch = batch.set_column(batch.schema.get_field_index(name), name, checked)
+            yield batch
 
     def _stream(self, sql: str) -> Iterator[pa.RecordBatch]:
         """A query's result streamed as Arrow batches by connectorx, in a UTC session."""

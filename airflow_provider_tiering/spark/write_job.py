@@ -7,14 +7,17 @@ them with pyarrow; only file metadata travels back to the driver, never table da
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_tiering.core.errors import InvalidPlan, SourceError
+from airflow_provider_tiering.core import errors
+from airflow_provider_tiering.core.error_text import condense_python_traceback
+from airflow_provider_tiering.core.errors import InvalidPlan, NotRetryable, SourceError
 from airflow_provider_tiering.core.ports import FileKind, SplitReader, SplitT, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.parquet_writer import write_data_files
 from airflow_provider_tiering.lake.rejects import REJECTS_SCHEMA
@@ -73,6 +76,17 @@ def write_split(
         written = write_data_files([batch], REJECTS_SCHEMA, rejects_uri, prefix, split.index)
         files.extend(replace(f, kind=FileKind.REJECTS) for f in written)
     return files
+
+
+def not_retryable_from_task(exc: Exception) -> NotRetryable | None:
+    """The :class:`NotRetryable` error a Spark task failed with, rebuilt on the driver (Spark hands back only the
+    worker's traceback as text), so the round treats it as it would in-process; None for any other failure."""
+    match = re.match(r"(\w+): (.*)", condense_python_traceback(str(exc)), re.DOTALL)
+    kind = None if match is None else getattr(errors, match.group(1), None)
+    if isinstance(kind, type) and issubclass(kind, NotRetryable):
+        rebuilt: NotRetryable = kind(match.group(2) if match else "")
+        return rebuilt
+    return None
 
 
 class SparkSplitWriter:
@@ -134,6 +148,17 @@ class SparkSplitWriter:
         indexes = sorted(by_index)
         if indexes != list(range(len(indexes))):
             raise InvalidPlan(f"split indexes must be 0..n-1, not {indexes}")
+        try:
+            return self._write_on_spark(write_one, by_index, indexes)
+        except Exception as exc:
+            found = not_retryable_from_task(exc)
+            if found is None:
+                raise
+            raise found from exc
+
+    def _write_on_spark(
+        self, write_one: Callable[[SplitT], list[WrittenFile]], by_index: dict[int, SplitT], indexes: list[int]
+    ) -> list[WrittenFile]:
         if not self.settings.remote:
             # The RDD API where there is one: no query planning, code generation or Arrow round trip in the JVM
             # (measured: the first job of a session 3.0-3.9 s with mapInArrow, 2.1-2.3 s without).
