@@ -5,12 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.errors import UnsupportedColumnType
 
 
 def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """Cast a batch read from the hot store to ``schema`` (extension types through their storage); lake
-    columns the hot store no longer has are written as nulls."""
+    columns the hot store no longer has are written as nulls. A value the cast cannot carry over raises
+    :class:`UnsupportedColumnType`."""
     if batch.schema.equals(schema):  # already conformed (by the source's own read): nothing to cast
         return batch
     columns = []
@@ -26,8 +27,11 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             try:
                 column = pc.cast(column, target.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SourceError(
-                    f"column {target.name!r}: cannot convert {column.type} to {target.type}: {exc}"
+                # The same rows fail the same way on every retry: only a change of the value or the type cures it.
+                raise UnsupportedColumnType(
+                    f"column {target.name!r}: cannot convert {column.type} to {target.type}: {exc}. A value does "
+                    "not fit the lake's type: change the value or the column's type, or leave the column out with "
+                    "the spec's source.columns; nothing was tiered"
                 ) from exc
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.errors import SourceError, UnsupportedColumnType
 from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, RangeSplit, cut_splits, plan_range
 from airflow_provider_tiering.core.ports import (
     BehindLook,
@@ -281,7 +281,11 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         from airflow_provider_tiering.sources.conform import conform_batch
 
         for batch in self._execute_arrow(self.select_split_sql(split, schema), schema):
-            yield conform_batch(batch, schema)
+            try:
+                conformed = conform_batch(batch, schema)
+            except UnsupportedColumnType as exc:
+                raise UnsupportedColumnType(f"{self.display_name}: {exc}") from exc
+            yield conformed
 
     # -- safe watermark, for dialects with a view of open transactions -------------------------
     def _watermark_waiting_for_transactions(

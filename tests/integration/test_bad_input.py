@@ -50,10 +50,16 @@ from pyiceberg.catalog import load_catalog
 from airflow_provider_tiering.build import build_lake, build_writer
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.error_text import MAX_ERROR_BYTES
-from airflow_provider_tiering.core.errors import InvalidTableSpec, LakeError, SourceError, SparkUnavailable
+from airflow_provider_tiering.core.errors import (
+    InvalidTableSpec,
+    LakeError,
+    SourceError,
+    SparkUnavailable,
+    UnsupportedColumnType,
+)
 from airflow_provider_tiering.core.round import RoundResult, run_round
 from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.state import TableState, TableStatus
+from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.catalog import CatalogHandle
 from airflow_provider_tiering.lake.tiering_commits import END_PROPERTY
@@ -292,11 +298,16 @@ def test_04_cursor_type_that_cannot_be_ordered(
 @pytest.mark.parametrize(
     ("sql_type", "value", "message"),
     [
-        ("point", "point(g, g)", "column 'bad' has type 'point', which cannot be tiered"),
-        ("interval", "g * interval '1 minute'", "column 'bad' has type 'interval', which cannot be tiered"),
-        ("integer[]", "ARRAY[g, g]", "column 'bad' has type 'ARRAY', which cannot be tiered"),
-        ("money", "g::numeric::money", "column 'bad' has type 'money', which cannot be tiered"),
-        ("numeric(50, 2)", "g", "column 'bad': numeric(50,2) is wider than Iceberg's decimal(38)"),
+        ("point", "point(g, g)", "column 'bad' has type point, which cannot be tiered (no lake type is mapped"),
+        ("tsvector", "to_tsvector('a b')", "column 'bad' has type tsvector, which cannot be tiered"),
+        ("int4range", "int4range(g, g + 1)", "column 'bad' has type int4range, which cannot be tiered (a range type"),
+        ("money", "g::numeric::money", "column 'bad' has type money, which cannot be tiered"),
+        (
+            "numeric(50, 2)",
+            "g",
+            "column 'bad' has type numeric(50,2), which cannot be tiered (numeric(50,2) is wider than Iceberg's "
+            "decimal(38))",
+        ),
     ],
 )
 def test_05_unsupported_column_type(
@@ -318,13 +329,17 @@ def test_05_unsupported_column_type(
     )
     spec = make_spec(name)
     state_path = tmp_path / "state.json"
-    with pytest.raises(SourceError, match=re.escape(message)):
+    with pytest.raises(UnsupportedColumnType, match=re.escape(message)):
         run(spec, pg.source(spec.source), catalog_of(catalog_properties), state_path, writer)
-    assert_failed_round(state_path, f"SourceError: postgres table public.{name}: {message}")
+    failed = assert_failed_round(state_path, f"UnsupportedColumnType: postgres table public.{name}: {message}")
+    assert "source.columns" in (failed.last_error or "")
+    assert failed.quarantined_since is not None and failed.next_retry_at is None  # no retry cures it
     assert_nothing_committed(catalog_properties, name, exists=False)
     assert_sibling_tiers(pg, catalog_properties, tmp_path, writer)
 
-    # Leaving the column out of ``columns`` tiers the rest of the same table.
+    # Leaving the column out of ``columns`` (and resetting the quarantine) tiers the rest of the same table.
+    failed.reset(utcnow())
+    JsonFileStateStore(state_path).save(failed)
     narrowed = make_spec(name, source={"columns": ["id", "note"]})
     done = run(narrowed, pg.source(narrowed.source), catalog_of(catalog_properties), state_path, writer)
     assert done.outcome == "tiered" and done.metrics is not None and done.metrics.rows == 30

@@ -294,6 +294,66 @@ def test_a_postgres_column_of_a_type_the_lake_cannot_hold_fails_the_first_round_
     assert [f.name for f in lake_table(catalog_properties, table).schema().fields] == ["id", "name"]
 
 
+def test_an_unconstrained_numeric_value_beyond_decimal_38_18_fails_the_first_round_naming_the_column(
+    pg_server: PostgresServer, catalog_properties: dict[str, str], tmp_path: Path
+) -> None:
+    """Unconstrained numeric is tiered as decimal(38,18): a value with more than 20 integer digits does not fit, and
+    no retry changes that; the round fails once, quarantined, with nothing committed."""
+    table = unique("wide_numeric")
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, amount numeric)')
+        conn.execute(f'INSERT INTO "{table}" VALUES (1, 12.5), (2, 1e25), (3, 7)')
+    state = JsonFileStateStore(tmp_path / "state.json")
+    parts = round_parts(make_spec(table), PostgresHot(pg_server.dsn), catalog_properties, writer=no_spark_writer())
+    with pytest.raises(
+        UnsupportedColumnType, match=rf"public.{table}: column 'amount'.*decimal128\(38, 18\).*source\.columns"
+    ):
+        parts.run(state, retry_delay=retry_in_30s)
+    document = state.load()
+    assert document.quarantined_since is not None and document.next_retry_at is None
+    assert "column 'amount'" in (document.last_error or "")
+    assert not lake_table(catalog_properties, table).snapshots()
+
+
+def test_the_tier_task_fails_a_table_with_an_unmappable_column_once_without_airflow_retries(
+    pg_server: PostgresServer, catalog_properties: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Airflow layer: the task fails with AirflowFailException (Airflow does not retry it, whatever the task's
+    ``retries``), its state is quarantined, and the task of a later run skips as quarantined."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from airflow_provider_tiering.operators.tier_table import TierTableOperator
+    from testbed.airflow_context import saved_state, task_context
+    from testbed.tiering_env import pg_conn
+
+    table = unique("geo_task")
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, spot point)')
+        conn.execute(f'INSERT INTO "{table}" SELECT i, point(i, i) FROM generate_series(1, 20) i')
+    monkeypatch.setenv("AIRFLOW_CONN_HOT_PG_TYPES", pg_conn(pg_server, pg_server.password))
+    catalog = json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog_properties}})
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_TYPES", catalog)
+    declaration = {
+        "name": table,
+        "source": {"conn_id": "hot_pg_types", "table": table, "cursor_column": "id"},
+        "lake": {"namespace": NAMESPACE, "table": table, "catalog_conn_id": "iceberg_types"},
+        "retries": 3,
+    }
+    operator = TierTableOperator(table=declaration)
+    assert operator.retries == 3
+    context = task_context(operator.table_asset, None)
+    with pytest.raises(AirflowFailException, match="column 'spot' has type point"):
+        operator.execute(context)
+    state = saved_state(context, operator.table_asset)
+    assert state.status is TableStatus.FAILED and state.quarantined_since is not None and state.next_retry_at is None
+    assert not lake_has_table(catalog_properties, table)
+
+    later = task_context(operator.table_asset, state)
+    with pytest.raises(AirflowSkipException, match="quarantined"):
+        TierTableOperator(table=declaration).execute(later)
+    assert saved_state(later, operator.table_asset).consecutive_failures == 1
+
+
 def test_a_multi_dimensional_array_value_fails_the_round_naming_the_column_with_nothing_committed(
     pg_server: PostgresServer, catalog_properties: dict[str, str], spark_writer: Any, tmp_path: Path
 ) -> None:
