@@ -1,21 +1,24 @@
-"""Every tiered table's status and history, read from Airflow's metadata database; and a quarantine reset.
+"""Every tiered table's status and history, and a quarantine reset.
 
-For processes that may use the database: the CLI, the API server's plugin, scripts. Task code reads
-state through the execution API instead (``context["asset_state_store"]``).
+The tables are the tiering group's assets in Airflow's metadata database; their state documents are read and
+written through Airflow's configured state backend (``[state_store] backend``), so a custom backend is honoured.
+For processes that may use the database: the CLI, the API server's plugin, scripts. Task code reads state
+through the execution API instead (``context["asset_state_store"]``). Callers that act for a user pass
+``readable``, which keeps only the assets that user may read (the plugin asks Airflow's auth manager).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from airflow_provider_tiering.core.documents import iso_time
-from airflow_provider_tiering.core.errors import TableNotFound
+from airflow_provider_tiering.core.errors import AmbiguousTable, TableNotFound
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
@@ -175,77 +178,184 @@ def _split_uri(uri: str) -> tuple[str, str]:
     return namespace, table
 
 
-def _load(session: Any) -> list[TieringStatus]:
+@dataclass(frozen=True)
+class TieredAsset:
+    """A tiered table's Airflow asset, what names it and which DAG tiers it: all known before its state is read."""
+
+    id: int
+    name: str
+    uri: str
+    table: str
+    namespace: str
+    lake_table: str
+    dag_id: str | None
+    task_id: str | None
+
+    @property
+    def lake_identifier(self) -> str:
+        return f"{self.namespace}.{self.lake_table}"
+
+    def answers_to(self, ref: str) -> bool:
+        """Whether ``ref`` names this table: its name in the DAG, ``namespace.table``, its asset's name or URI."""
+        return ref in (self.table, self.lake_identifier, self.name, self.uri)
+
+    def describe(self) -> str:
+        return f"{self.lake_identifier} (asset {self.name}, DAG {self.dag_id or '?'})"
+
+
+#: Keeps the assets a caller may read (the plugin asks Airflow's auth manager); None: every asset (CLI, scripts).
+ReadableFilter = Callable[[Sequence[TieredAsset]], Sequence[TieredAsset]]
+
+
+def _tiered_assets(session: Any) -> list[TieredAsset]:
+    """Every active asset of the tiering group, with the DAG and task that tier it (the newest reference wins).
+    Active assets only: Airflow keeps names and URIs unique among those, and stops writing the state of others."""
     from airflow.models.asset import AssetModel, TaskOutletAssetReference
-    from airflow.models.asset_state_store import AssetStateStoreModel
     from sqlalchemy import select
 
     rows = session.execute(
-        select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetStateStoreModel.value)
-        .join(AssetStateStoreModel, AssetStateStoreModel.asset_id == AssetModel.id)
-        .where(AssetStateStoreModel.key == STATE_KEY, AssetModel.group == ASSET_GROUP)
+        select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetModel.extra).where(
+            AssetModel.group == ASSET_GROUP, AssetModel.active.has()
+        )
     ).all()
     producers: dict[int, tuple[str, str]] = {}
     if rows:
         refs = session.execute(
             select(TaskOutletAssetReference.asset_id, TaskOutletAssetReference.dag_id, TaskOutletAssetReference.task_id)
-            .where(TaskOutletAssetReference.asset_id.in_([r[0] for r in rows]))
+            .join(AssetModel, AssetModel.id == TaskOutletAssetReference.asset_id)
+            .where(AssetModel.group == ASSET_GROUP)
             .order_by(TaskOutletAssetReference.updated_at)
         ).all()
         producers = {asset_id: (dag_id, task_id) for asset_id, dag_id, task_id in refs}  # the newest wins
-    maintenance: dict[int, MaintenanceStatus] = {}
-    if rows:
-        docs = session.execute(
-            select(AssetStateStoreModel.asset_id, AssetStateStoreModel.value).where(
-                AssetStateStoreModel.key == MAINTENANCE_KEY,
-                AssetStateStoreModel.asset_id.in_([r[0] for r in rows]),
-            )
-        ).all()
-        maintenance = {asset_id: MaintenanceStatus.from_json(_json(value)) for asset_id, value in docs}
-    statuses = []
-    for asset_id, name, uri, value in rows:
+    assets = []
+    for asset_id, name, uri, extra in rows:
         namespace, lake_table = _split_uri(uri)
+        table = (_json(extra) or {}).get("tiered_table") or lake_table
         dag_id, task_id = producers.get(asset_id, (None, None))
-        state = TableState.from_json(_json(value))
+        assets.append(TieredAsset(asset_id, name, uri, table, namespace, lake_table, dag_id, task_id))
+    return assets
+
+
+_IN_CHUNK = 500  # ids per IN (...) list: far below every metadata database's limit on bound parameters
+
+
+def _stored_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, str], Any]:
+    """The state and maintenance documents of these assets, read through Airflow's configured state backend.
+
+    ``BaseStoreBackend`` reads one key of one asset per call and has no bulk read. With Airflow's default backend,
+    whose storage is the ``asset_state_store`` table, every document is read in one query per chunk of ids instead;
+    any other backend (a subclass included: it may keep values elsewhere) is asked key by key.
+    """
+    from airflow.state import AssetScope, get_state_backend
+    from airflow.state.metastore import MetastoreBackend
+
+    keys = (STATE_KEY, MAINTENANCE_KEY)
+    backend = get_state_backend()
+    found: dict[tuple[int, str], Any] = {}
+    if type(backend) is MetastoreBackend:
+        from airflow.models.asset_state_store import AssetStateStoreModel
+        from sqlalchemy import select
+
+        for start in range(0, len(asset_ids), _IN_CHUNK):
+            rows = session.execute(
+                select(AssetStateStoreModel.asset_id, AssetStateStoreModel.key, AssetStateStoreModel.value).where(
+                    AssetStateStoreModel.key.in_(keys),
+                    AssetStateStoreModel.asset_id.in_(asset_ids[start : start + _IN_CHUNK]),
+                )
+            ).all()
+            found.update({(asset_id, key): value for asset_id, key, value in rows})
+        return found
+    for asset_id in asset_ids:
+        for key in keys:
+            value = backend.get(AssetScope(asset_id=asset_id), key, session=session)
+            if value is not None:
+                found[(asset_id, key)] = value
+    return found
+
+
+def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus]:
+    values = _stored_values([a.id for a in assets], session)
+    statuses = []
+    for asset in assets:
+        doc = values.get((asset.id, STATE_KEY))
+        if doc is None:  # a table whose first round has not run yet
+            continue
+        maintenance = values.get((asset.id, MAINTENANCE_KEY))
         statuses.append(
-            TieringStatus(asset_id, name, uri, namespace, lake_table, dag_id, task_id, state, maintenance.get(asset_id))
+            TieringStatus(
+                asset.id,
+                asset.name,
+                asset.uri,
+                asset.namespace,
+                asset.lake_table,
+                asset.dag_id,
+                asset.task_id,
+                TableState.from_json(_json(doc)),
+                None if maintenance is None else MaintenanceStatus.from_json(_json(maintenance)),
+            )
         )
     return sorted(statuses, key=lambda s: (s.namespace, s.lake_table, s.table))
 
 
+def _readable(assets: Sequence[TieredAsset], readable: ReadableFilter | None) -> Sequence[TieredAsset]:
+    return assets if readable is None or not assets else readable(assets)
+
+
 def list_tiering_statuses(
-    namespace: str | None = None, status: str | TableStatus | None = None, *, session: Any | None = None
+    namespace: str | None = None,
+    status: str | TableStatus | None = None,
+    *,
+    readable: ReadableFilter | None = None,
+    session: Any | None = None,
 ) -> list[TieringStatus]:
-    """Every tiered table that has a state document, sorted by namespace and table; optionally filtered."""
+    """Every tiered table that has a state document (of those ``readable`` keeps), sorted by namespace and table;
+    optionally filtered."""
     with session_scope(session) as s:
-        found = _load(s)
-    if namespace is not None:
-        found = [t for t in found if t.namespace == namespace]
+        assets = [a for a in _tiered_assets(s) if namespace is None or a.namespace == namespace]
+        found = _statuses(_readable(assets, readable), s)
     if status is not None:
         wanted = TableStatus(str(status).upper())
         found = [t for t in found if t.status is wanted]
     return found
 
 
-def get_tiering_status(table: str, *, session: Any | None = None) -> TieringStatus:
-    """The status of the tiered table named ``table`` (its name in the DAG); TableNotFound when unknown."""
-    for found in list_tiering_statuses(session=session):
-        if found.table == table:
-            return found
-    raise TableNotFound(f"no tiered table named {table!r} has a state document")
+def get_tiering_status(
+    table: str, *, readable: ReadableFilter | None = None, session: Any | None = None
+) -> TieringStatus:
+    """The status of one tiered table: ``table`` is its name in its DAG, ``namespace.table`` (its lake identifier),
+    or its asset's name or URI. TableNotFound when no table (of those ``readable`` keeps) answers to it and has a
+    state document; AmbiguousTable, naming them, when several do (two DAGs tiering tables of the same name)."""
+    with session_scope(session) as s:
+        candidates = [a for a in _readable(_tiered_assets(s), readable) if a.answers_to(table)]
+        found = _statuses(candidates, s)
+    if not found:
+        raise TableNotFound(f"no tiered table named {table!r} has a state document")
+    if len(found) > 1:
+        by_id = {a.id: a for a in candidates}
+        names = "; ".join(by_id[f.asset_id].describe() for f in found)
+        raise AmbiguousTable(
+            f"{table!r} names {len(found)} tiered tables: {names}. Name one as <namespace>.<table> or by its asset name"
+        )
+    return found[0]
 
 
 def tiering_history(
-    table: str, limit: int = 50, *, session: Any | None = None, read_lake: bool = True
+    table: str,
+    limit: int = 50,
+    *,
+    readable: ReadableFilter | None = None,
+    session: Any | None = None,
+    read_lake: bool = True,
 ) -> list[TieringRound]:
     """The table's most recent committed rounds, newest epoch first: its asset events, and, with ``read_lake``, the
     lake's tiering snapshots that no event announced (a round that died between its commit and its record, not
-    yet announced by a later round). An unreachable catalog leaves the events alone (logged)."""
+    yet announced by a later round). An unreachable catalog leaves the events alone (logged). ``table`` as for
+    :func:`get_tiering_status`."""
     from airflow.models.asset import AssetEvent
     from sqlalchemy import select
 
     with session_scope(session) as s:
-        found = get_tiering_status(table, session=s)
+        found = get_tiering_status(table, readable=readable, session=s)
         events = s.scalars(
             select(AssetEvent)
             .where(AssetEvent.asset_id == found.asset_id)
@@ -314,19 +424,19 @@ def _rounds_only_the_lake_knows(found: TieringStatus, announced: set[int | None]
     ]
 
 
-def reset_table(table: str, *, session: Any | None = None) -> TableState:
-    """Lift the quarantine of a tiered table (by its name in the DAG) so its next round runs again.
+def reset_table(table: str, *, readable: ReadableFilter | None = None, session: Any | None = None) -> TableState:
+    """Lift the quarantine of a tiered table so its next round runs again; ``table`` as for
+    :func:`get_tiering_status` (an ambiguous name raises AmbiguousTable and resets nothing).
 
     Writes the state document through Airflow's state backend. Raises TableNotFound when no tiered table of
     that name has a state document.
     """
-    # The state backend is how the API server writes an asset's state (as its REST endpoint does); in Airflow 3.3
-    # its scope type lives in a private module.
-    from airflow._shared.state import AssetScope
-    from airflow.state import get_state_backend
+    # Through the configured backend, as the execution API writes the tasks' asset state (Airflow 3.3's own
+    # state-store REST endpoint writes to the default backend's table whatever is configured).
+    from airflow.state import AssetScope, get_state_backend
 
     with session_scope(session) as s:
-        found = get_tiering_status(table, session=s)
+        found = get_tiering_status(table, readable=readable, session=s)
         state = found.state
         state.reset(utcnow())
         get_state_backend().set(AssetScope(asset_id=found.asset_id), STATE_KEY, json.dumps(state.to_json()), session=s)

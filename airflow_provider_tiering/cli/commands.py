@@ -1,4 +1,9 @@
-"""What ``airflow tiering …`` does; the arguments are declared in :mod:`airflow_provider_tiering.cli.definition`."""
+"""What ``airflow tiering …`` does; the arguments are declared in :mod:`airflow_provider_tiering.cli.definition`.
+
+The CLI runs where Airflow's metadata database is reachable, as its operator, like ``airflow dags list``: it sees
+every tiered table (no auth manager is asked). A table is named by its name in its DAG, ``namespace.table`` or its
+asset's name or URI; a name two tiered tables share is refused with the candidates listed.
+"""
 
 from __future__ import annotations
 
@@ -85,7 +90,7 @@ def status(args: Namespace) -> None:
     if args.table:
         try:
             found = [get_tiering_status(args.table)]
-        except TableNotFound as exc:
+        except (TableNotFound, AmbiguousTable) as exc:
             _fail(str(exc))
     else:
         found = list_tiering_statuses(namespace=args.namespace, status=args.status)
@@ -113,7 +118,7 @@ def _maintenance_cell(maintenance: dict[str, Any] | None) -> str:
 def history(args: Namespace) -> None:
     try:
         rounds = tiering_history(args.table, limit=args.limit)
-    except TableNotFound as exc:
+    except (TableNotFound, AmbiguousTable) as exc:
         _fail(str(exc))
     emit([r.to_json() for r in rounds], args.output, HISTORY_COLUMNS)
 
@@ -156,7 +161,7 @@ def trigger(args: Namespace) -> None:
 def reset(args: Namespace) -> None:
     try:
         state = reset_table(args.table)
-    except TableNotFound as exc:
+    except (TableNotFound, AmbiguousTable) as exc:
         _fail(str(exc))
     print(f"{args.table}: quarantine lifted; the next round runs", file=sys.stderr)
     emit(

@@ -12,10 +12,12 @@ _COMMANDS = "airflow_provider_tiering.cli.commands"
 OUTPUTS = ("table", "json", "yaml", "plain")
 
 ARG_OUTPUT = Arg(("-o", "--output"), help="output format (default: table)", choices=OUTPUTS, default="table")
-ARG_TABLE_OPTIONAL = Arg(
-    ("table",), help="a tiered table's name (its task in the DAG); all tables when left out", nargs="?", default=None
+_TABLE_HELP = (
+    "a tiered table: its name (its task in the DAG), <namespace>.<table>, or its asset's name or URI; "
+    "a name two tiered tables share is refused"
 )
-ARG_TABLE = Arg(("table",), help="a tiered table's name (its task in the DAG)")
+ARG_TABLE_OPTIONAL = Arg(("table",), help=f"{_TABLE_HELP}; all tables when left out", nargs="?", default=None)
+ARG_TABLE = Arg(("table",), help=_TABLE_HELP)
 ARG_TABLES = Arg(("tables",), help="names of the tiered tables to tier now", nargs="+")
 ARG_NAMESPACE = Arg(("--namespace",), help="only tables of this lake namespace")
 ARG_STATUS = Arg(

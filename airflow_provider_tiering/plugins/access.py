@@ -1,12 +1,16 @@
 """Who may do what on the tiering app, decided by Airflow's own auth manager (no rules of our own).
 
 Reading (the page, every GET) needs read access to assets, since each tiered table is an asset and its state
-lives in the asset state store; a reset writes that state, so it needs edit access to the table's asset; a
-trigger starts DAG runs, so it needs to create runs of each DAG involved. The caller is the user of the
-``Authorization: Bearer`` token or, from the browser, of the ``_token`` cookie Airflow's login sets.
+lives in the asset state store; then every list and lookup keeps only the tables whose asset the user may read,
+asked per asset (``is_authorized_asset`` with the asset's id), so an auth manager that grants some assets and not
+others hides the rest: their names, states and existence. A reset writes that state, so it needs edit access to
+the table's asset; a trigger starts DAG runs, so it needs to create runs of each DAG involved. The caller is the
+user of the ``Authorization: Bearer`` token or, from the browser, of the ``_token`` cookie Airflow's login sets.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
@@ -15,10 +19,32 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_as
 from airflow.models.dag import DagModel
 from fastapi import Depends, HTTPException, status
 
+from airflow_provider_tiering.status import ReadableFilter, TieredAsset
+
 #: Router dependency of every route: an authenticated user allowed to read assets (401/403 otherwise).
 can_read = Depends(requires_access_asset("GET"))
 
-__all__ = ["GetUserDep", "authorize_reset", "authorize_trigger", "can_read"]
+__all__ = ["GetUserDep", "authorize_reset", "authorize_trigger", "can_read", "readable_by"]
+
+
+def readable_by(user: BaseUser) -> ReadableFilter:
+    """The filter keeping the tiered tables whose asset ``user`` may read.
+
+    Airflow 3.3's auth managers decide one asset at a time (they have no bulk asset filter, as they have for DAGs
+    and connections), so each asset is asked about, as the default of the per-asset filtering Airflow later added
+    to its own asset lists does (apache/airflow#72682). Called after the coarse ``can_read`` check and before any
+    state is read, so unreadable tables cost no read.
+    """
+    manager = get_auth_manager()
+
+    def keep(assets: Sequence[TieredAsset]) -> list[TieredAsset]:
+        return [
+            asset
+            for asset in assets
+            if manager.is_authorized_asset(method="GET", details=AssetDetails(id=str(asset.id)), user=user)
+        ]
+
+    return keep
 
 
 def _forbidden(what: str) -> HTTPException:

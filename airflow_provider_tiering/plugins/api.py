@@ -2,6 +2,8 @@
 
 Every route reads or writes Airflow's metadata database through :mod:`airflow_provider_tiering.status` and
 :mod:`airflow_provider_tiering.control`; the routes are plain functions, so FastAPI runs them in its thread pool.
+Lists and lookups see only the tables whose asset the caller may read (:func:`access.readable_by`): a table the
+caller may not read is not found, and does not make a name ambiguous.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from pydantic import BaseModel, Field
 from airflow_provider_tiering.control import table_tasks, trigger_tables
 from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound
 from airflow_provider_tiering.core.state import TableStatus
-from airflow_provider_tiering.plugins.access import GetUserDep, authorize_reset, authorize_trigger, can_read
+from airflow_provider_tiering.plugins.access import (
+    GetUserDep,
+    authorize_reset,
+    authorize_trigger,
+    can_read,
+    readable_by,
+)
 from airflow_provider_tiering.status import (
     TieringRound,
     TieringStatus,
@@ -28,7 +36,13 @@ from airflow_provider_tiering.status import (
 
 router = APIRouter(prefix="/api", tags=["tiering"], dependencies=[can_read])
 
-TablePath = Annotated[str, Path(description="The tiered table's name in its DAG (its task id)")]
+TablePath = Annotated[
+    str,
+    Path(
+        description="The tiered table: its name in its DAG (its task id), <namespace>.<table> (its lake identifier), "
+        "or its asset's name or URI (a name several readable tables share is refused with 400, naming them)"
+    ),
+]
 
 
 class MaintenanceResponse(BaseModel):
@@ -118,55 +132,76 @@ def _not_found(err: TableNotFound) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, str(err) or "no such table")
 
 
-@router.get("/tables", response_model=TableListResponse, summary="Every tiered table's status")
+def _ambiguous(err: AmbiguousTable) -> HTTPException:
+    return HTTPException(status.HTTP_400_BAD_REQUEST, str(err))
+
+
+def _one(table: str, user: Any, session: Any | None = None) -> TieringStatus:
+    """The table ``table`` names among those ``user`` may read; 404 or 400 (ambiguous) otherwise."""
+    try:
+        return get_tiering_status(table, readable=readable_by(user), session=session)
+    except TableNotFound as err:
+        raise _not_found(err) from err
+    except AmbiguousTable as err:
+        raise _ambiguous(err) from err
+
+
+@router.get("/tables", response_model=TableListResponse, summary="Every tiered table's status the caller may read")
 def list_tables(
+    user: GetUserDep,
     namespace: Annotated[str | None, Query(description="Only tables of this lake namespace")] = None,
     table_status: Annotated[TableStatus | None, Query(alias="status", description="Only tables in this status")] = None,
 ) -> TableListResponse:
-    tables = [_response(found) for found in list_tiering_statuses(namespace=namespace, status=table_status)]
+    found = list_tiering_statuses(namespace=namespace, status=table_status, readable=readable_by(user))
+    tables = [_response(s) for s in found]
     return TableListResponse(tables=tables, total_entries=len(tables))
 
 
-@router.get("/tables/{table}", response_model=TableStatusResponse, summary="One table's status", responses={404: {}})
-def get_table(table: TablePath) -> TableStatusResponse:
-    try:
-        return _response(get_tiering_status(table))
-    except TableNotFound as err:
-        raise _not_found(err) from err
-
-
+# ``{table:path}``: an asset's name and URI hold slashes. The history and reset routes come first, so a path
+# ending in /history or /reset is theirs.
 @router.get(
-    "/tables/{table}/history",
+    "/tables/{table:path}/history",
     response_model=HistoryResponse,
     summary="A table's recent successful rounds",
-    responses={404: {}},
+    responses={400: {}, 404: {}},
 )
 def get_history(
-    table: TablePath, limit: Annotated[int, Query(ge=1, le=1000, description="Most recent rounds to return")] = 50
+    table: TablePath,
+    user: GetUserDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Most recent rounds to return")] = 50,
 ) -> HistoryResponse:
     try:
-        rounds = tiering_history(table, limit)
+        rounds = tiering_history(table, limit, readable=readable_by(user))
     except TableNotFound as err:
         raise _not_found(err) from err
+    except AmbiguousTable as err:
+        raise _ambiguous(err) from err
     return HistoryResponse(table=table, rounds=rounds)
 
 
 @router.post(
-    "/tables/{table}/reset",
+    "/tables/{table:path}/reset",
     response_model=TableStatusResponse,
     summary="Lift a table's quarantine so its next round runs",
-    responses={403: {}, 404: {}},
+    responses={400: {}, 403: {}, 404: {}},
 )
 def reset(table: TablePath, user: GetUserDep) -> TableStatusResponse:
     with session_scope(None) as session:
-        try:
-            found = get_tiering_status(table, session=session)
-        except TableNotFound as err:
-            raise _not_found(err) from err
-        authorize_reset(user, found.asset_id, table)
-        reset_table(table, session=session)
+        found = _one(table, user, session)
+        authorize_reset(user, found.asset_id, found.table)
+        reset_table(found.asset_name, session=session)  # the asset's name: one table, whatever ``table`` said
         session.flush()
-        return _response(get_tiering_status(table, session=session))
+        return _response(get_tiering_status(found.asset_name, session=session))
+
+
+@router.get(
+    "/tables/{table:path}",
+    response_model=TableStatusResponse,
+    summary="One table's status",
+    responses={400: {}, 404: {}},
+)
+def get_table(table: TablePath, user: GetUserDep) -> TableStatusResponse:
+    return _response(_one(table, user))
 
 
 @router.post(

@@ -15,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, Response
 
 from airflow_provider_tiering import __version__
-from airflow_provider_tiering.plugins.access import can_read
+from airflow_provider_tiering.plugins.access import GetUserDep, can_read
 from airflow_provider_tiering.plugins.api import list_tables
 from airflow_provider_tiering.plugins.tiering_plugin import URL_PREFIX
 
@@ -85,9 +85,9 @@ def _roots(request: Request) -> tuple[str, str]:
 
 
 @router.get("/", response_class=HTMLResponse)
-def tiering_page(request: Request) -> HTMLResponse:
+def tiering_page(request: Request, user: GetUserDep) -> HTMLResponse:
     app_root, airflow_root = _roots(request)
-    tables = list_tables(namespace=None, table_status=None)
+    tables = list_tables(user, namespace=None, table_status=None)  # only the tables ``user`` may read
     page = PAGE.format(
         app=html.escape(app_root, quote=True),
         airflow=html.escape(airflow_root, quote=True),

@@ -1,6 +1,6 @@
 // The Tiering page: renders the table list (embedded in the page, then refreshed from the REST API), and one
-// table's recent rounds with a chart under #table=<name>. Every text goes through textContent (never innerHTML):
-// table names and error texts are user data.
+// table's recent rounds with a chart under #table=<namespace>.<table>. Every text goes through textContent (never
+// innerHTML): table names and error texts are user data.
 "use strict";
 
 (() => {
@@ -15,7 +15,7 @@
     tables: [],
     sortKey: "table",
     sortDir: 1,
-    expanded: new Set(), // tables whose full error is shown
+    expanded: new Set(), // assets of the tables whose full error is shown
     timer: null,
   };
 
@@ -172,7 +172,7 @@
     if (!t.last_error) return el("td", { className: "muted" }, DASH);
     const firstLine = t.last_error.split("\n", 1)[0];
     const short = firstLine.length > 120 ? `${firstLine.slice(0, 120)}\u2026` : firstLine;
-    const open = view.expanded.has(t.table);
+    const open = view.expanded.has(t.asset);
     const toggle = el(
       "button",
       {
@@ -180,8 +180,8 @@
         className: "link error-toggle",
         "aria-expanded": open ? "true" : "false",
         onclick: () => {
-          if (view.expanded.has(t.table)) view.expanded.delete(t.table);
-          else view.expanded.add(t.table);
+          if (view.expanded.has(t.asset)) view.expanded.delete(t.asset);
+          else view.expanded.add(t.asset);
           renderList();
         },
       },
@@ -204,7 +204,8 @@
       "tr",
       { "data-table": t.table, "data-status": t.status },
       el("td", {}, t.namespace),
-      el("td", {}, el("a", { href: `#table=${enc(t.table)}`, className: "table-link" }, t.table)),
+      // Linked by its lake identifier: two DAGs may tier tables of the same name, in different namespaces.
+      el("td", {}, el("a", { href: `#table=${enc(`${t.namespace}.${t.lake_table}`)}`, className: "table-link" }, t.table)),
       el("td", {}, el("span", { className: `badge status-${t.status}` }, t.status)),
       el("td", { className: "num" }, fmtInt(t.epoch)),
       el(
