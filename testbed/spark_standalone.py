@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,22 @@ class StandaloneCluster:
     def process_groups(self) -> list[int]:
         """The daemons' process groups (pid files of the script); executors and their Python workers join them."""
         return [int(p.read_text()) for p in sorted(self.directory.glob("*.pid"))]
+
+
+@contextmanager
+def running_cluster(directory: Path, **options: Any) -> Iterator[StandaloneCluster]:
+    """A started ``StandaloneCluster(directory, **options)``, stopped on exit; raises if any of its processes (the
+    daemons, their executors and Python workers) outlives the stop."""
+    cluster = StandaloneCluster(directory, **options)
+    try:
+        cluster.start()  # the script returns once the master lists every worker ALIVE
+        yield cluster
+    finally:
+        groups = cluster.process_groups()
+        cluster.stop()
+        survivors = group_members(groups)
+        if survivors:
+            raise RuntimeError(f"processes of the cluster survived its stop: {survivors}")
 
 
 def group_members(pgids: list[int]) -> list[int]:

@@ -16,7 +16,14 @@ import pytest
 
 from testbed.hot_tables import COLUMNS, PostgresHot
 from testbed.lake_check import digest, lake_rows, unreferenced_data_files
-from testbed.spark_standalone import StandaloneCluster, group_members, is_loopback, listening_addresses, round_in_child
+from testbed.spark_standalone import (
+    StandaloneCluster,
+    group_members,
+    is_loopback,
+    listening_addresses,
+    round_in_child,
+    running_cluster,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,14 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """A master and two workers (1 core, 1g each), all ALIVE; every process group killed at teardown."""
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"), workers=2)
-    try:
-        cluster.start()  # the script returns once the master lists 2 ALIVE workers
+    with running_cluster(tmp_path_factory.mktemp("spark-standalone"), workers=2) as cluster:
         yield cluster
-    finally:
-        groups = cluster.process_groups()
-        cluster.stop()
-        assert group_members(groups) == [], "processes of the cluster survived its stop"
 
 
 def test_a_round_on_a_standalone_cluster_runs_on_both_workers_and_tiers_the_table_row_for_row(

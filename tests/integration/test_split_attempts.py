@@ -22,7 +22,7 @@ from pyiceberg.catalog import load_catalog
 
 from testbed.hot_tables import COLUMNS, PostgresHot
 from testbed.lake_check import digest, lake_rows, unreferenced_data_files
-from testbed.spark_standalone import REPO, StandaloneCluster, group_members, round_in_child
+from testbed.spark_standalone import REPO, StandaloneCluster, round_in_child, running_cluster
 from testbed.split_faults import attempts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,14 +33,17 @@ _SPLIT_FILE = re.compile(r"split-(\d+)-task-(\d+)")
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-two-hosts"), workers=2, hosts=("127.0.0.1", "localhost"))
-    try:
-        cluster.start()
+    directory = tmp_path_factory.mktemp("spark-two-hosts")
+    with running_cluster(directory, workers=2, hosts=("127.0.0.1", "localhost")) as cluster:
         yield cluster
-    finally:
-        groups = cluster.process_groups()
-        cluster.stop()
-        assert group_members(groups) == [], "processes of the cluster survived its stop"
+
+
+def _hot_table(dsn: str, prefix: str) -> tuple[str, PostgresHot]:
+    table = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    hot = PostgresHot(dsn)
+    hot.create(table)
+    hot.insert(table, 1, ROWS)
+    return table, hot
 
 
 def _round_with_faults(
@@ -106,10 +109,7 @@ def _assert_one_attempt_per_split(
 def test_a_split_whose_first_attempt_fails_after_writing_commits_only_the_retry(
     two_hosts: StandaloneCluster, pg_server: Any, catalog_properties: dict[str, str], tmp_path: Path
 ) -> None:
-    table = f"retried_{uuid.uuid4().hex[:8]}"
-    hot = PostgresHot(pg_server.dsn)
-    hot.create(table)
-    hot.insert(table, 1, ROWS)
+    table, hot = _hot_table(pg_server.dsn, "retried")
 
     report, seen = _round_with_faults(two_hosts, pg_server.dsn, table, catalog_properties, tmp_path, {"fail": [0]})
 
@@ -126,10 +126,7 @@ def test_a_split_whose_first_attempt_fails_after_writing_commits_only_the_retry(
 def test_a_speculative_copy_of_a_slow_split_commits_exactly_one_attempt(
     two_hosts: StandaloneCluster, pg_server: Any, catalog_properties: dict[str, str], tmp_path: Path
 ) -> None:
-    table = f"speculated_{uuid.uuid4().hex[:8]}"
-    hot = PostgresHot(pg_server.dsn)
-    hot.create(table)
-    hot.insert(table, 1, ROWS)
+    table, hot = _hot_table(pg_server.dsn, "speculated")
     speculation = {
         "spark.speculation": "true",
         "spark.speculation.interval": "100ms",
@@ -158,10 +155,7 @@ def test_a_speculative_copy_of_a_slow_split_commits_exactly_one_attempt(
 def test_a_split_whose_executor_is_killed_after_writing_commits_only_the_rerun(
     two_hosts: StandaloneCluster, pg_server: Any, catalog_properties: dict[str, str], tmp_path: Path
 ) -> None:
-    table = f"lost_executor_{uuid.uuid4().hex[:8]}"
-    hot = PostgresHot(pg_server.dsn)
-    hot.create(table)
-    hot.insert(table, 1, ROWS)
+    table, hot = _hot_table(pg_server.dsn, "lost_executor")
 
     report, seen = _round_with_faults(
         two_hosts, pg_server.dsn, table, catalog_properties, tmp_path, {"kill_executor": [0]}
