@@ -25,8 +25,10 @@ from airflow_provider_tiering.core.ports import VerifyRows
 from airflow_provider_tiering.core.round import RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.catalog import CatalogHandle
 from airflow_provider_tiering.sources.sqlite import SqliteSource
 from airflow_provider_tiering.spark.session import SparkSettings
+from testbed.lake_faults import InterposedCatalog
 from testbed.rounds import round_parts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,7 +38,8 @@ def crash_round(
     tmp_path: Path, catalog_properties: dict[str, str], kill_at: str, spec: dict[str, Any]
 ) -> subprocess.CompletedProcess[str]:
     """Run a round of ``spec`` in a child process (hot store ``tmp_path/hot.db`` for a SQL spec, state
-    ``tmp_path/state.json``) and SIGKILL it at phase ``kill_at`` ("writing": once its first data file exists)."""
+    ``tmp_path/state.json``) and SIGKILL it at phase ``kill_at`` ("writing": once its first data file exists;
+    "swap": inside the commit, just before the catalog swaps the metadata, every file of the commit written)."""
     config = {
         "spec": spec,
         "kill_at": kill_at,
@@ -93,6 +96,17 @@ class SqliteSourceKilledInItsSecondEvictionBatch(SqliteSource):
         return super().evict_batch(after, upto, cutoff, age_column, limit, die)
 
 
+class CatalogThatDiesBeforeTheSwap(InterposedCatalog):
+    """Once armed (the round's files are written), the next commit dies just before its metadata swap."""
+
+    armed = False
+
+    def before_swap(self) -> None:
+        if self.armed:
+            print("phase swap", flush=True)
+            kill_everything()
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     spec = TableSpec.parse(config["spec"])
@@ -100,9 +114,18 @@ def main() -> None:
     staging = Path(config["warehouse"]) / spec.lake.namespace / spec.lake.table / "data" / "tiering"
     before = {str(p) for p in staging.rglob("*.parquet")} if staging.exists() else set()
 
+    catalog_handle = None
+    if kill_at == "swap":
+        from pyiceberg.catalog import load_catalog
+
+        dying = CatalogThatDiesBeforeTheSwap(load_catalog("default", **config["catalog"]))
+        catalog_handle = CatalogHandle.of(dying)
+
     def observe(phase: RoundPhase) -> None:
         print(f"phase {phase}", flush=True)
-        if phase == kill_at == "writing":
+        if phase == "written" and kill_at == "swap":
+            dying.armed = True
+        elif phase == kill_at == "writing":
             args = (staging, before, Path(config["marker"]))
             threading.Thread(target=kill_when_files_appear, args=args, daemon=True).start()
         elif phase == kill_at:
@@ -113,7 +136,9 @@ def main() -> None:
     if kill_at == "evicting":
         source = SqliteSourceKilledInItsSecondEvictionBatch(spec.source, connection)  # type: ignore[arg-type]
     writer = build_writer(SparkSettings(master="local[2]"))
-    parts = round_parts(spec, connection, config["catalog"], writer=writer, source=source)
+    parts = round_parts(
+        spec, connection, config["catalog"], writer=writer, source=source, catalog_handle=catalog_handle
+    )
     parts.run(JsonFileStateStore(config["state"]), observe=observe)
     print("round finished without being killed", flush=True)
     sys.exit(3)

@@ -57,6 +57,11 @@ class CursorBehindLake(SourceError):
     reused): no later round would read them, so the round fails instead of skipping them."""
 
 
+class MergeKeyUnusable(NotRetryable):
+    """A merge table's key cannot be used: the hot table has no primary key to default to, a key column is
+    nullable or not tiered, or the lake table holds rows under another key. Raised before anything is written."""
+
+
 class RoundTimedOut(TieringError):
     """A round ran past its ``round_timeout_seconds``: it was stopped (its Spark job cancelled) and nothing was
     committed by it."""

@@ -51,6 +51,31 @@ class WrittenFile:
 
 
 @dataclass(frozen=True)
+class MergeKey:
+    """How a round merges into a primary-key table (``TableSpec.merge``, with the key resolved from the hot table
+    when the spec leaves it unset): the lake keeps, per ``columns`` value, the row version with the greatest
+    ``cursor``, and none for a key whose latest version has ``soft_delete_column`` set (not null, not false)."""
+
+    columns: tuple[str, ...]
+    cursor: str
+    soft_delete_column: str | None = None
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What a merge commit did: its snapshot, the files it added (the round's surviving rows and the rewrites of
+    the files that held their keys) and the files it removed."""
+
+    snapshot_id: int
+    added: tuple[WrittenFile, ...]
+    removed_files: int
+    #: Rows of the round's read that the lake holds after it (the latest live version of each key).
+    upserted_rows: int
+    #: Keys whose latest version the round read was soft-deleted.
+    deleted_keys: int
+
+
+@dataclass(frozen=True)
 class LakeCommit:
     """The latest tiering commit of a lake table: what the lake holds (the single source of truth)."""
 
@@ -338,6 +363,11 @@ class Source(ABC, Generic[PlanT, SplitT]):
         """Best-effort housekeeping once ``committed`` is in the lake (e.g. archive tiered files); returns a count."""
         return 0
 
+    def primary_key(self) -> tuple[str, ...] | None:
+        """The hot table's own primary key columns, in key order; () when it has none, None when this kind of
+        source cannot tell."""
+        return None
+
     def evictor(self) -> EvictionSource | None:
         """This source's eviction of tiered rows, or None when it cannot delete rows (a landing zone)."""
         return None
@@ -409,9 +439,10 @@ class Lake(Protocol):
     """The lake table of one tiered table (``lake/iceberg.py``). Its latest tiering commit is the single source of
     truth for what has been tiered."""
 
-    def ensure_table(self, schema: pa.Schema) -> str:
+    def ensure_table(self, schema: pa.Schema, key: Sequence[str] = ()) -> str:
         """Create the table on the first round (schema and partition spec in one commit), or let its schema follow
-        the hot store's; returns the table's location.
+        the hot store's; returns the table's location. A ``key`` (a merge table's) becomes the table's identifier
+        fields; its columns must be required in ``schema``.
 
         Raises:
             SchemaConflict: the hot store's schema changed in a way the lake cannot follow; nothing was changed.
@@ -454,6 +485,23 @@ class Lake(Protocol):
             CommitConflict: the catalog's atomic swap was lost too often to unrelated commits. Nothing was committed.
             LakeError: the table disappeared or the catalog refused the commit.
         """
+        ...
+
+    def merge(
+        self,
+        files: Sequence[WrittenFile],
+        key: MergeKey,
+        *,
+        epoch: int,
+        start: Mapping[str, Any] | None,
+        end: Mapping[str, Any],
+        table_name: str,
+        attempt: str,
+    ) -> MergeResult:
+        """Merge a round's rows (``files``, every version it read) into a primary-key table, copy-on-write, in one
+        snapshot carrying ``epoch`` and the offsets: the files holding any of the round's keys are rewritten
+        without them, the latest live version of each key is added. Fenced and atomic like :meth:`commit`, with
+        the same errors; the rewritten files are written under the attempt's directory."""
         ...
 
     def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:

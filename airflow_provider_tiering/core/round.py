@@ -25,6 +25,7 @@ from airflow_provider_tiering.core.errors import (
     QuarantinedError,
     SourceError,
 )
+from airflow_provider_tiering.core.merge_key import resolve_merge_key
 from airflow_provider_tiering.core.ports import (
     FileKind,
     Lake,
@@ -332,9 +333,11 @@ def run_round(
     # 1. Plan, from the lake's committed offsets.
     try:
         schema = source.schema()
+        merge_key = resolve_merge_key(spec, source, schema)
         # An empty schema: the source cannot know its columns yet (no Parquet file has landed), so no table.
         if len(schema):
-            source.bind_lake(lake.ensure_table(schema))
+            location = lake.ensure_table(schema) if merge_key is None else lake.ensure_table(schema, merge_key.columns)
+            source.bind_lake(location)
         lake_commit = lake.committed()
         _reconcile_with_lake(state, lake_commit, clock())
         start = None if lake_commit is None else lake_commit.end_offsets
@@ -385,6 +388,7 @@ def run_round(
 
     # 3. Write; 4. commit, fenced by the lake's offsets and epoch.
     files: list[WrittenFile] = []
+    committed_files: list[WrittenFile] = []
     try:
         end = source.end_offsets(plan)  # a landing zone writes its offsets log here: it can fail like a write
         # A round of one split at one slot may be written without Spark (see SparkSplitWriter); else cut it
@@ -408,7 +412,23 @@ def run_round(
         notify(RoundPhase.WRITTEN)
         if rejected and rejects is not None:
             rejects.replace(rejected, epoch=epoch, table_name=spec.name, attempt=attempt)
-        snapshot_id = lake.commit(files, epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt)
+        if merge_key is None:
+            snapshot_id = lake.commit(files, epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt)
+            committed_files = files
+        else:
+            merged = lake.merge(
+                files, merge_key, epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt
+            )
+            snapshot_id, committed_files = merged.snapshot_id, list(merged.added)
+            log.info(
+                "%s: merged %d row versions by %s: %d kept, %d keys deleted, %d lake files rewritten",
+                spec.name,
+                sum(f.rows for f in files),
+                list(merge_key.columns),
+                merged.upserted_rows,
+                merged.deleted_keys,
+                merged.removed_files,
+            )
     except FencedError:
         lake.clean_attempt(epoch, attempt, keep=())
         raise
@@ -422,8 +442,8 @@ def run_round(
     now = clock()
     metrics = RoundMetrics(
         rows=sum(f.rows for f in files),
-        bytes=sum(f.bytes for f in files),
-        files=len(files),
+        bytes=sum(f.bytes for f in committed_files),
+        files=len(committed_files),
         splits=len(splits),
         duration_seconds=round(time.monotonic() - started, 3),
         lag_seconds=cursor_lag_seconds(end, now),
@@ -446,7 +466,7 @@ def run_round(
     # 6. Clean, only after the commit: files no snapshot references, of attempts that can never commit.
     cleaned = 0
     try:
-        cleaned = lake.clean_attempt(epoch, attempt, keep=[f.path for f in files])
+        cleaned = lake.clean_attempt(epoch, attempt, keep=[f.path for f in committed_files])
         if rejects is not None:
             cleaned += rejects.clean_attempt(epoch, attempt, keep=[f.path for f in rejected])
         cleaned += lake.clean(epoch, since_epoch=state.cleaned_through_epoch)

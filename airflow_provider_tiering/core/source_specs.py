@@ -3,8 +3,8 @@
 ``TableSpec.source`` is the union of the models in :data:`SOURCE_SPEC_KINDS`, told apart by ``kind`` ("sql"
 when unset). Which implementation reads a spec is the business of ``sources/registry.py`` (for "sql", the
 Airflow connection's type picks the dialect). A model declares what its kind supports (``supports_eviction``,
-a ``cursor()`` a reader can wait for, ``rejects_to_side_table``), so no code outside the registries needs to
-ask which kind it holds.
+``supports_merge``, a ``cursor()`` a reader can wait for, ``rejects_to_side_table``), so no code outside the
+registries needs to ask which kind it holds.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ class SourceSpecBase(StrictModel):
     conn_id: str | None = None
     #: Eviction (deleting tiered rows from the hot store) works for this kind.
     supports_eviction: ClassVar[bool] = False
+    #: Tables of this kind may declare ``merge`` (rows that change, merged by key through the cursor).
+    supports_merge: ClassVar[bool] = False
 
     def column_names(self) -> tuple[str, ...] | None:
         """The tiered columns when declared; None when they come from the hot store."""
@@ -51,6 +53,7 @@ class SqlSourceSpec(SourceSpecBase):
     incrementally by a cursor column."""
 
     supports_eviction: ClassVar[bool] = True
+    supports_merge: ClassVar[bool] = True
 
     kind: Literal["sql"] = "sql"
     conn_id: str = Field(min_length=1, description="Airflow connection of the hot database")

@@ -121,6 +121,44 @@ class EvictionSpec(StrictModel):
     max_rows_per_round: int = Field(default=1_000_000, gt=0)
 
 
+class MergeSpec(StrictModel):
+    """Rows of the hot table change (updates, soft deletes): the lake holds the latest version of each key.
+
+    Each round reads the rows whose cursor (an update time or version, which every change must advance) lies past
+    the committed offsets, as for appends, and replaces the lake's rows of the same keys with them, copy-on-write
+    (dlt calls this ``write_disposition="merge"``; pyiceberg ``upsert``). The key becomes the Iceberg table's
+    identifier fields.
+    """
+
+    primary_key: tuple[Identifier, ...] | None = Field(
+        default=None,
+        description="columns that identify a row (NOT NULL in the hot table; never the cursor); "
+        "unset: the hot table's own primary key",
+    )
+    soft_delete_column: Identifier | None = Field(
+        default=None,
+        description="a row whose value here is set (not NULL, and not false) is deleted: its key leaves the lake; "
+        "unset: rows are never deleted from the lake",
+    )
+
+    @field_validator("primary_key")
+    @classmethod
+    def _key_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("primary_key must not be empty; leave it unset for the hot table's primary key")
+        if len(set(value)) != len(value):
+            raise ValueError("primary_key must not repeat a column")
+        return value
+
+    @model_validator(mode="after")
+    def _soft_delete_not_in_key(self) -> MergeSpec:
+        if self.soft_delete_column is not None and self.soft_delete_column in (self.primary_key or ()):
+            raise ValueError(f"soft_delete_column {self.soft_delete_column!r} must not be part of primary_key")
+        return self
+
+
 class TableSpec(StrictModel):
     """One hot table mapped to one Iceberg table, with the options of its rounds."""
 
@@ -154,6 +192,11 @@ class TableSpec(StrictModel):
     )
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
     eviction: EvictionSpec = Field(default_factory=EvictionSpec)
+    merge: MergeSpec | None = Field(
+        default=None,
+        description="rows of the hot table change: keep the latest version of each key in the lake; unset: "
+        "rows are only appended",
+    )
 
     @property
     def staleness_bound_seconds(self) -> float:
@@ -192,6 +235,34 @@ class TableSpec(StrictModel):
         age = self.eviction.age_column
         if self.eviction.enabled and age is not None and columns is not None and age not in columns:
             raise ValueError(f"eviction.age_column {age!r} is not in source.columns")
+        return self
+
+    @model_validator(mode="after")
+    def _merge_fits_the_source(self) -> TableSpec:
+        merge = self.merge
+        if merge is None:
+            return self
+        if not self.source.supports_merge:
+            raise ValueError(f"merge needs a SQL table read by a cursor; a {self.source.kind!r} source cannot merge")
+        cursor, columns = self.source.cursor(), self.source.column_names()
+        if cursor is not None and cursor in (merge.primary_key or ()):
+            raise ValueError(
+                f"merge.primary_key must not hold the cursor column {cursor!r}: the cursor changes with every "
+                "version of a row, the key never does"
+            )
+        if merge.soft_delete_column is not None and merge.soft_delete_column == cursor:
+            raise ValueError(f"merge.soft_delete_column must not be the cursor column {cursor!r}")
+        if columns is not None:
+            missing = [c for c in merge.primary_key or () if c not in columns]
+            if missing:
+                raise ValueError(f"merge.primary_key {missing} are not in source.columns")
+            if merge.soft_delete_column is not None and merge.soft_delete_column not in columns:
+                raise ValueError(f"merge.soft_delete_column {merge.soft_delete_column!r} is not in source.columns")
+        if self.eviction.enabled:
+            raise ValueError(
+                "eviction is not supported with merge yet: a row evicted from the hot store and updated in the lake "
+                "afterwards cannot be told apart; disable one of them"
+            )
         return self
 
     @property

@@ -14,14 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import CommitConflict, LakeError
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
-from airflow_provider_tiering.core.ports import LakeCommit, TieringCommit, WriteTarget, WrittenFile
+from airflow_provider_tiering.core.ports import (
+    LakeCommit,
+    MergeKey,
+    MergeResult,
+    TieringCommit,
+    WriteTarget,
+    WrittenFile,
+)
 from airflow_provider_tiering.lake.add_files import append_files
 from airflow_provider_tiering.lake.catalog import CatalogHandle
 from airflow_provider_tiering.lake.partitioner import Partitioner
 from airflow_provider_tiering.lake.range_reads import CursorRangeReader
 from airflow_provider_tiering.lake.schema import write_schema
 from airflow_provider_tiering.lake.staging import attempt_uri, clean_attempt, clean_epochs
-from airflow_provider_tiering.lake.table import check_partitioning, create_table, follow_schema
+from airflow_provider_tiering.lake.table import check_key, check_partitioning, create_table, follow_schema
 from airflow_provider_tiering.lake.tiering_commits import (
     check_fence,
     commit_properties,
@@ -74,12 +81,15 @@ class IcebergLake:
         assert self._table is not None
         return self._table
 
-    def ensure_table(self, schema: pa.Schema) -> str:
+    def ensure_table(self, schema: pa.Schema, key: Sequence[str] = ()) -> str:
         table = self._table or self.load_table()
         if table is None:
-            table = create_table(self.catalog.get(), self.identifier, schema, self.partition_fields)
+            table = create_table(self.catalog.get(), self.identifier, schema, self.partition_fields, key)
         changed = check_partitioning(table, self.partition_fields)
         changed = follow_schema(table, schema, self._reload) or changed
+        if changed:
+            table = self._reload()
+        changed = check_key(table, key) or changed
         self._table = self._reload() if changed else table
         return self._table.location()
 
@@ -168,6 +178,44 @@ class IcebergLake:
             f"commit of epoch {epoch} lost the catalog's atomic swap {max_conflict_retries + 1} times; "
             "nothing was committed"
         )
+
+    def merge(
+        self,
+        files: Sequence[WrittenFile],
+        key: MergeKey,
+        *,
+        epoch: int,
+        start: Mapping[str, Any] | None,
+        end: Mapping[str, Any],
+        table_name: str,
+        attempt: str,
+        target_file_bytes: int = 128 * 1024 * 1024,
+        max_conflict_retries: int = 5,
+    ) -> MergeResult:
+        """Merge a round's rows into this primary-key table, copy-on-write (``lake/merge.py``), in one snapshot
+        fenced like :meth:`commit`; rewritten files are staged under the attempt's directory."""
+        from airflow_provider_tiering.lake.merge import merge_files  # pyarrow's compute, only for merge tables
+
+        def fence(table: Table) -> None:
+            check_fence(table, epoch=epoch, start=start)
+
+        table = self.table
+        result = merge_files(
+            self.load_table,
+            self.name,
+            files,
+            key,
+            schema=self.write_schema(),
+            directory_uri=attempt_uri(table.location(), epoch, attempt),
+            partitioner=self.partitioner(),
+            target_file_bytes=target_file_bytes,
+            properties=commit_properties(epoch, start, end, table_name, attempt),
+            table_properties=last_commit_property(epoch, end, attempt),
+            fence=fence,
+            max_conflict_retries=max_conflict_retries,
+        )
+        self.load_table()
+        return result
 
     # -- eviction's reads ----------------------------------------------------------------------
     def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:

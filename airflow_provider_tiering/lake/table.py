@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.errors import LakeError, MergeKeyUnusable
 from airflow_provider_tiering.core.partitions import PartitionField
 from airflow_provider_tiering.lake.partitioner import build_partition_spec, describe_spec
 from airflow_provider_tiering.lake.schema import apply_schema_changes, iceberg_schema_from_arrow, plan_schema_changes
@@ -26,10 +26,14 @@ log = logging.getLogger(__name__)
 
 
 def create_table(
-    catalog: Catalog, identifier: tuple[str, str], schema: pa.Schema, partition_fields: Sequence[PartitionField]
+    catalog: Catalog,
+    identifier: tuple[str, str],
+    schema: pa.Schema,
+    partition_fields: Sequence[PartitionField],
+    key: Sequence[str] = (),
 ) -> Table:
-    """Create the namespace and the table (schema and partition spec in one commit), or load what a sibling
-    created meanwhile."""
+    """Create the namespace and the table (schema, identifier fields ``key`` and partition spec in one commit), or
+    load what a sibling created meanwhile."""
     namespace = identifier[0]
     try:
         catalog.create_namespace_if_not_exists(namespace)
@@ -37,6 +41,9 @@ def create_table(
         if not catalog.namespace_exists(namespace):
             raise
     iceberg_schema = iceberg_schema_from_arrow(schema)
+    if key:
+        ids = [iceberg_schema.find_field(name).field_id for name in key]
+        iceberg_schema = iceberg_schema.model_copy(update={"identifier_field_ids": ids})
     spec = build_partition_spec(partition_fields, iceberg_schema)
     return catalog.create_table_if_not_exists(identifier, schema=iceberg_schema, partition_spec=spec)
 
@@ -62,6 +69,30 @@ def check_partitioning(table: Table, partition_fields: Sequence[PartitionField])
     raise LakeError(
         f"Iceberg table {'.'.join(table.name())} is partitioned by {current or 'nothing'}, but the table "
         f"spec declares {wanted or 'nothing'}; evolve the table's partition spec first (nothing was committed)"
+    )
+
+
+def identifier_names(table: Table) -> tuple[str, ...]:
+    """The table's identifier fields by name (its merge key), in id order."""
+    schema = table.schema()
+    return tuple(schema.find_column_name(i) or str(i) for i in sorted(schema.identifier_field_ids))
+
+
+def check_key(table: Table, key: Sequence[str]) -> bool:
+    """Make the table's identifier fields ``key`` (set them while it holds no rows; returns True when it changed
+    them); raise MergeKeyUnusable when it holds rows under other identifier fields (or none)."""
+    current = identifier_names(table)
+    if set(current) == set(key):
+        return False
+    if table.current_snapshot() is None:
+        with table.update_schema() as update:
+            update.set_identifier_fields(*key)
+        return True
+    name = ".".join(table.name())
+    raise MergeKeyUnusable(
+        f"Iceberg table {name} holds rows keyed by {list(current) or 'nothing'}, but the table spec merges by "
+        f"{list(key) or 'nothing'}: its rows may repeat a key. Drop lake table {name} to tier the table again "
+        "under the new key (nothing was committed)"
     )
 
 

@@ -265,6 +265,14 @@ class MySqlSource(SqlSource):
             fields.append(pa.field(name, kind, nullable=nullable == "YES"))
         return pa.schema(fields)
 
+    def _load_primary_key(self) -> tuple[str, ...]:
+        rows = self._query(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            (self.database, self.spec.table),
+        )
+        return tuple(str(name) for (name,) in rows)
+
     def _cursor_literal(self, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise SourceError(f"{self.display_name}: offset {value!r} is not a valid cursor value")

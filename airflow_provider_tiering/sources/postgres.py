@@ -174,6 +174,15 @@ class PostgresSource(SqlSource):
             fields.append(pa.field(name, read.arrow_type, nullable=nullable == "YES"))
         return pa.schema(fields)
 
+    def _load_primary_key(self) -> tuple[str, ...]:
+        rows = self._query(
+            "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE i.indrelid = to_regclass($1) AND i.indisprimary ORDER BY k.n",
+            (self._qualified_name(),),
+        )
+        return tuple(str(name) for (name,) in rows)
+
     def _cursor_literal(self, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise SourceError(f"{self.display_name}: offset {value!r} is not a valid cursor value")

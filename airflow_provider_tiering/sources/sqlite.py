@@ -101,6 +101,10 @@ class SqliteSource(SqlSource):
             ]
         )
 
+    def _load_primary_key(self) -> tuple[str, ...]:
+        rows = self._query("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", (self.spec.table,))
+        return tuple(str(name) for (name,) in rows)
+
     def _string_cursor_allowed(self) -> bool:
         return True
 

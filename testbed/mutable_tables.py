@@ -1,0 +1,206 @@
+"""Hot tables whose rows change, for the merge tests: inserts, updates, soft deletes and un-deletes, each stamping
+the row with the next ``version`` (the cursor), in SQLite or a real PostgreSQL.
+
+The expected lake is the table's rows whose ``deleted_at`` is NULL; ``lake_by_key`` reads the lake back with
+pyiceberg only (none of the code under test).
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.ports import Source
+from airflow_provider_tiering.core.source_specs import SqlSourceSpec
+from airflow_provider_tiering.sources.registry import build_source
+from testbed.lake_check import _normal, digest, lake_rows
+
+#: Tiered columns, key first.
+MUTABLE_COLUMNS = ("tenant", "id", "name", "amount", "deleted_at", "version")
+DELETED_AT = datetime(2026, 11, 2, 9, 30, 0)
+
+
+class MutableHot:
+    """One table ``(tenant, id)``-keyed (``composite_key``) or ``id``-keyed, mutated with fresh versions."""
+
+    def __init__(
+        self,
+        kind: str,
+        execute: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]],
+        connection: ConnectionInfo,
+        table: str,
+        *,
+        composite_key: bool = False,
+        seed: int = 7,
+    ) -> None:
+        self.kind = kind
+        self._execute = execute
+        self._connection = connection
+        self.table = table
+        self.composite_key = composite_key
+        self.version = 0
+        self.rng = random.Random(seed)
+        self.next_id = 1
+        self._p = "?" if kind == "sqlite" else "%s"
+        quote = "`" if kind == "mariadb" else '"'
+        self._t = f"{quote}{table}{quote}"
+
+    # -- schema ----------------------------------------------------------------------------------
+    def create(self, *, primary_key: bool = True, nullable_key: bool = False) -> None:
+        integer = "INTEGER" if self.kind == "sqlite" else "BIGINT"
+        moment = "DATETIME(6)" if self.kind == "mariadb" else "TIMESTAMP"  # a MariaDB TIMESTAMP updates itself
+        null = "" if nullable_key else " NOT NULL"
+        key = "tenant, id" if self.composite_key else "id"
+        constraint = f", PRIMARY KEY ({key})" if primary_key else ""
+        self._execute(f"DROP TABLE IF EXISTS {self._t}", ())
+        self._execute(
+            f"CREATE TABLE {self._t} (tenant {integer}{null}, id {integer}{null}, name TEXT, "
+            f"amount DECIMAL(12, 2), deleted_at {moment}, version {integer} NOT NULL{constraint})",
+            (),
+        )
+
+    # -- changes ---------------------------------------------------------------------------------
+    def _next_version(self) -> int:
+        self.version += 1
+        return self.version
+
+    def _where(self, key: tuple[int, int]) -> tuple[str, list[Any]]:
+        return f"tenant = {self._p} AND id = {self._p}", [key[0], key[1]]
+
+    def insert(self, count: int) -> list[tuple[int, int]]:
+        keys, values = [], []
+        for _ in range(count):
+            key = (self.rng.randint(1, 3) if self.composite_key else 0, self.next_id)
+            self.next_id += 1
+            price = f"{self.rng.randint(0, 10**6) / 100:.2f}"
+            values += [*key, f"name {key[1]}", price, None, self._next_version()]
+            keys.append(key)
+        row = f"({', '.join([self._p] * 6)})"
+        for start in range(0, len(keys), 1000):  # one statement per 1,000 rows
+            chunk = values[start * 6 : (start + 1000) * 6]
+            self._execute(f"INSERT INTO {self._t} VALUES {', '.join([row] * (len(chunk) // 6))}", chunk)
+        return keys
+
+    def update(self, key: tuple[int, int]) -> None:
+        where, params = self._where(key)
+        self._execute(
+            f"UPDATE {self._t} SET name = {self._p}, amount = {self._p}, version = {self._p} WHERE {where}",
+            (
+                f"renamed {self.rng.random():.6f}",
+                f"{self.rng.randint(0, 10**6) / 100:.2f}",
+                self._next_version(),
+                *params,
+            ),
+        )
+
+    def soft_delete(self, key: tuple[int, int]) -> None:
+        where, params = self._where(key)
+        moment = DELETED_AT + timedelta(seconds=self.version)
+        self._execute(
+            f"UPDATE {self._t} SET deleted_at = {self._p}, version = {self._p} WHERE {where}",
+            (moment.strftime("%Y-%m-%d %H:%M:%S"), self._next_version(), *params),
+        )
+
+    def undelete(self, key: tuple[int, int]) -> None:
+        where, params = self._where(key)
+        self._execute(
+            f"UPDATE {self._t} SET deleted_at = NULL, name = {self._p}, version = {self._p} WHERE {where}",
+            (f"back {self.version}", self._next_version(), *params),
+        )
+
+    def keys(self, *, deleted: bool | None = None) -> list[tuple[int, int]]:
+        condition = "" if deleted is None else f" WHERE deleted_at IS {'NOT ' if deleted else ''}NULL"
+        rows = self._execute(f"SELECT tenant, id FROM {self._t}{condition} ORDER BY tenant, id", ())
+        return [(int(t), int(i)) for t, i in rows]
+
+    def random_changes(self, inserts: int, updates: int, deletes: int, undeletes: int) -> dict[str, int]:
+        """One batch of changes between rounds; some keys are updated several times, some deleted and brought
+        back, some inserted and changed again before any round sees them."""
+        fresh = self.insert(inserts)
+        live, gone = self.keys(deleted=False), self.keys(deleted=True)
+        for key in self.rng.sample(live, min(updates, len(live))):
+            for _ in range(self.rng.randint(1, 3)):
+                self.update(key)
+        for key in self.rng.sample(live, min(deletes, len(live))):
+            self.soft_delete(key)
+        for key in self.rng.sample(gone, min(undeletes, len(gone))):
+            self.undelete(key)
+        if fresh:
+            self.update(fresh[0])
+            self.soft_delete(fresh[-1])  # inserted and deleted between two rounds: the lake never holds it
+        return {"inserts": inserts, "updates": updates, "deletes": deletes, "undeletes": undeletes}
+
+    # -- reading ---------------------------------------------------------------------------------
+    def live_rows(self) -> list[tuple[Any, ...]]:
+        return self._execute(f"SELECT {', '.join(MUTABLE_COLUMNS)} FROM {self._t} WHERE deleted_at IS NULL", ())
+
+    def connection(self) -> ConnectionInfo:
+        return self._connection
+
+    def source(self, spec: SqlSourceSpec) -> Source[Any, Any]:
+        return build_source(spec, self._connection)
+
+
+def sqlite_mutable(path: Path, table: str, **options: Any) -> MutableHot:
+    def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(path) as conn:
+            return conn.execute(sql, tuple(params)).fetchall()
+
+    return MutableHot("sqlite", execute, ConnectionInfo("sqlite", host=str(path)), table, **options)
+
+
+def postgres_mutable(dsn: str, table: str, **options: Any) -> MutableHot:
+    def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            cur = conn.execute(sql, tuple(params))  # type: ignore[arg-type]  # test SQL built from constants
+            return list(cur.fetchall()) if cur.description else []
+
+    return MutableHot("postgres", execute, ConnectionInfo.from_uri(dsn), table, **options)
+
+
+def mariadb_mutable(url: str, table: str, **options: Any) -> MutableHot:
+    from testbed.hot_tables import MariaDBHot
+
+    server = MariaDBHot(url)
+
+    def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            return list(cur.fetchall())
+
+    return MutableHot("mariadb", execute, server.connection(), table, **options)
+
+
+def lake_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[tuple[Any, ...], tuple]:
+    """The lake's rows by key ``(tenant, id)``; fails when a key is there twice."""
+    rows = lake_rows(catalog_properties, identifier, MUTABLE_COLUMNS)
+    by_key: dict[tuple[Any, ...], tuple] = {}
+    for row in rows:
+        key = (row[0], row[1])
+        assert key not in by_key, f"key {key} is in the lake twice: {by_key[key]} and {row}"
+        by_key[key] = tuple(_normal(v) for v in row)
+    return by_key
+
+
+def assert_lake_equals_live_rows(
+    hot: MutableHot, catalog_properties: dict[str, str], identifier: tuple[str, str]
+) -> None:
+    """The lake holds exactly the hot table's non-deleted rows, one per key: same keys, same content, same hash."""
+    expected = {(r[0], r[1]): tuple(_normal(v) for v in r) for r in hot.live_rows()}
+    actual = lake_by_key(catalog_properties, identifier)
+    assert set(actual) == set(expected), (
+        f"keys only in the lake: {sorted(set(actual) - set(expected))[:10]}, "
+        f"only in the hot table: {sorted(set(expected) - set(actual))[:10]}"
+    )
+    differing = [k for k in expected if actual[k] != expected[k]]
+    assert not differing, (
+        f"{len(differing)} keys differ, e.g. {differing[0]}: {actual[differing[0]]} != {expected[differing[0]]}"
+    )
+    assert digest(lake_rows(catalog_properties, identifier, MUTABLE_COLUMNS)) == digest(hot.live_rows())

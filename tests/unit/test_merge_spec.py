@@ -1,0 +1,72 @@
+"""``merge`` in a table spec: what it declares, and declarations refused at parse time naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_tiering.core.errors import InvalidTableSpec
+from airflow_provider_tiering.core.spec import TableSpec
+
+
+def spec(merge, *, source=None, **overrides):
+    data = {
+        "name": "accounts",
+        "source": source or {"conn_id": "hot", "table": "accounts", "cursor_column": "updated_at"},
+        "lake": {"namespace": "crm", "table": "accounts"},
+        "merge": merge,
+    }
+    data.update(overrides)
+    return data
+
+
+def test_merge_is_off_unless_declared():
+    plain = spec(None)
+    del plain["merge"]
+    assert TableSpec.parse(plain).merge is None
+
+
+def test_merge_with_a_declared_key_and_soft_delete_column():
+    parsed = TableSpec.parse(spec({"primary_key": ["tenant", "id"], "soft_delete_column": "deleted_at"}))
+    assert parsed.merge is not None
+    assert parsed.merge.primary_key == ("tenant", "id")
+    assert parsed.merge.soft_delete_column == "deleted_at"
+
+
+def test_merge_without_a_key_takes_the_hot_tables_own_later():
+    parsed = TableSpec.parse(spec({}))
+    assert parsed.merge is not None and parsed.merge.primary_key is None and parsed.merge.soft_delete_column is None
+
+
+@pytest.mark.parametrize(
+    ("merge", "source_extra", "message"),
+    [
+        ({"primary_key": []}, {}, "field 'merge.primary_key': .*must not be empty"),
+        ({"primary_key": ["id", "id"]}, {}, "field 'merge.primary_key': .*must not repeat"),
+        ({"primary_key": ["id; drop"]}, {}, "field 'merge.primary_key.0': .*not a plain identifier"),
+        ({"primary_key": ["id"], "soft_delete_column": "id"}, {}, "field 'merge': .*soft_delete_column 'id' must not"),
+        ({"primary_key": ["id", "updated_at"]}, {}, "merge.primary_key must not hold the cursor column 'updated_at'"),
+        ({"soft_delete_column": "updated_at"}, {}, "merge.soft_delete_column must not be the cursor column"),
+        ({"primary_key": ["ref"]}, {"columns": ["id", "updated_at"]}, r"merge.primary_key \['ref'\] are not in"),
+        (
+            {"primary_key": ["id"], "soft_delete_column": "gone"},
+            {"columns": ["id", "updated_at"]},
+            "merge.soft_delete_column 'gone' is not in source.columns",
+        ),
+        ({"key": ["id"]}, {}, "field 'merge.key': Extra inputs are not permitted"),
+    ],
+)
+def test_bad_merge_declarations_fail_at_parse_time_naming_the_field(merge, source_extra, message):
+    source = {"conn_id": "hot", "table": "accounts", "cursor_column": "updated_at", **source_extra}
+    with pytest.raises(InvalidTableSpec, match=f"table 'accounts': .*{message}"):
+        TableSpec.parse(spec(merge, source=source))
+
+
+def test_merge_is_refused_with_eviction():
+    with pytest.raises(InvalidTableSpec, match="eviction is not supported with merge yet"):
+        TableSpec.parse(spec({"primary_key": ["id"]}, eviction={"enabled": True}))
+
+
+def test_merge_is_refused_for_a_landing_zone():
+    landing = {"kind": "files", "path": "/landing/accounts", "format": "jsonl", "columns": {"id": "int64"}}
+    with pytest.raises(InvalidTableSpec, match="merge needs a SQL table read by a cursor; a 'files' source"):
+        TableSpec.parse(spec({"primary_key": ["id"]}, source=landing))
