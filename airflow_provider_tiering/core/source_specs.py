@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, 
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from airflow_provider_tiering.core.spec_types import Identifier, StrictModel
+from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list
 
 
 class SourceSpecBase(StrictModel):
@@ -80,13 +80,7 @@ class SqlSourceSpec(SourceSpecBase):
     @field_validator("columns")
     @classmethod
     def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("columns must not be empty; leave it unset to tier every column")
-        if len(set(value)) != len(value):
-            raise ValueError("columns must not repeat")
-        return value
+        return check_column_list(value, "columns", "leave it unset to tier every column")
 
     def column_names(self) -> tuple[str, ...] | None:
         """The tiered columns when declared; None means every column of the hot table."""

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 from airflow_provider_tiering.core.source_specs import SOURCE_SPEC_KINDS, SourceSpec
-from airflow_provider_tiering.core.spec_types import Identifier, StrictModel
+from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list
 
 # Airflow task ids and asset names are derived from the table name.
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
@@ -144,13 +144,7 @@ class MergeSpec(StrictModel):
     @field_validator("primary_key")
     @classmethod
     def _key_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("primary_key must not be empty; leave it unset for the hot table's primary key")
-        if len(set(value)) != len(value):
-            raise ValueError("primary_key must not repeat a column")
-        return value
+        return check_column_list(value, "primary_key", "leave it unset for the hot table's primary key")
 
     @model_validator(mode="after")
     def _soft_delete_not_in_key(self) -> MergeSpec:

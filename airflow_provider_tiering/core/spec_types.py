@@ -25,6 +25,18 @@ def check_identifier(value: str) -> str:
 Identifier = Annotated[str, AfterValidator(check_identifier)]
 
 
+def check_column_list(value: tuple[str, ...] | None, field: str, when_empty: str) -> tuple[str, ...] | None:
+    """Return a declared list of columns if it is neither empty nor repeats a column (``when_empty``: what to do
+    instead of declaring it empty); raise ValueError otherwise. None (not declared) passes."""
+    if value is None:
+        return None
+    if not value:
+        raise ValueError(f"{field} must not be empty; {when_empty}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{field} must not repeat a column")
+    return value
+
+
 class StrictModel(BaseModel):
     """A spec part: unknown fields are an error, and a built spec never changes."""
 
