@@ -89,8 +89,9 @@ class IcebergLake:
         changed = follow_schema(table, schema, self._reload) or changed
         if changed:
             table = self._reload()
-        changed = check_key(table, key) or changed
-        self._table = self._reload() if changed else table
+        if check_key(table, key):
+            table = self._reload()
+        self._table = table
         return self._table.location()
 
     def _reload(self) -> Table:

@@ -265,14 +265,6 @@ class MySqlSource(SqlSource):
             fields.append(pa.field(name, kind, nullable=nullable == "YES"))
         return pa.schema(fields)
 
-    def _load_primary_key(self) -> tuple[str, ...]:
-        rows = self._query(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-            "AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            (self.database, self.spec.table),
-        )
-        return tuple(str(name) for (name,) in rows)
-
     def _cursor_literal(self, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise SourceError(f"{self.display_name}: offset {value!r} is not a valid cursor value")
@@ -457,30 +449,35 @@ class MySqlSource(SqlSource):
         return f"{column} < {bindings.bind(value)}"
 
     def primary_key(self) -> tuple[str, ...]:
-        """The table's primary key columns: what an evicted batch is deleted by (InnoDB has no usable row id)."""
+        """The table's primary key columns in key order; () when it has none."""
         if self._primary_key is None:
             rows = self._query(
                 "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
                 "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
                 (self.database, self.spec.table),
             )
-            if not rows:
-                raise SourceError(
-                    f"{self.display_name}: eviction deletes rows by primary key, and the table has none; "
-                    "add one or turn eviction off (nothing was evicted)"
-                )
             self._primary_key = tuple(str(row[0]) for row in rows)
         return self._primary_key
 
+    def _eviction_key(self) -> tuple[str, ...]:
+        """What an evicted batch is deleted by (InnoDB has no usable row id): the primary key."""
+        key = self.primary_key()
+        if not key:
+            raise SourceError(
+                f"{self.display_name}: eviction deletes rows by primary key, and the table has none; "
+                "add one or turn eviction off (nothing was evicted)"
+            )
+        return key
+
     def _row_id_sql(self) -> str:
-        return f"JSON_ARRAY({', '.join(self.quote(c) for c in self.primary_key())}) AS __row_id"
+        return f"JSON_ARRAY({', '.join(self.quote(c) for c in self._eviction_key())}) AS __row_id"
 
     def _evict_in_transaction(
         self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
     ) -> int:
         import pymysql
 
-        key = self.primary_key()
+        key = self._eviction_key()
         conn = self._evict_conn or self._connect()
         try:
             cur = conn.cursor()

@@ -174,7 +174,8 @@ class PostgresSource(SqlSource):
             fields.append(pa.field(name, read.arrow_type, nullable=nullable == "YES"))
         return pa.schema(fields)
 
-    def _load_primary_key(self) -> tuple[str, ...]:
+    def primary_key(self) -> tuple[str, ...]:
+        """The table's primary key columns in key order; () when it has none."""
         rows = self._query(
             "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "

@@ -143,10 +143,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     def _string_cursor_allowed(self) -> bool:
         return False
 
-    def _load_primary_key(self) -> tuple[str, ...]:
-        """The table's primary key columns in key order; () when it has none."""
-        return ()
-
     # -- shared --------------------------------------------------------------------------------
     def bindings(self) -> Bindings:
         return Bindings(self._placeholder, self._cast_cursor)
@@ -185,9 +181,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
                 )
             self._schema = pa.schema([full.field(c) for c in wanted])
         return self._schema
-
-    def primary_key(self) -> tuple[str, ...] | None:
-        return self._load_primary_key()
 
     def range_predicate(self, lower: Any | None, upper: Any | None, value: Callable[[Any], str]) -> str:
         """``lower < cursor <= upper`` (either bound may be None), each bound rendered by ``value``: a bound

@@ -101,7 +101,8 @@ class SqliteSource(SqlSource):
             ]
         )
 
-    def _load_primary_key(self) -> tuple[str, ...]:
+    def primary_key(self) -> tuple[str, ...]:
+        """The table's primary key columns in key order; () when it has none."""
         rows = self._query("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", (self.spec.table,))
         return tuple(str(name) for (name,) in rows)
 

@@ -269,6 +269,22 @@ def test_merge_key_the_hot_table_cannot_give_fails_the_first_round_without_retry
     assert not load_catalog("default", **catalog_properties).table_exists(("it", "nullable"))
 
 
+def test_a_keyless_mariadb_table_fails_the_first_round_asking_for_a_merge_key(
+    tmp_path, catalog_properties, local_writer, mariadb_server
+):
+    """MariaDB reads its key from information_schema (as eviction does): no key is the merge's error, not
+    eviction's."""
+    hot = mariadb_mutable(mariadb_server.url, "keyless_maria")
+    hot.create(primary_key=False)
+    hot.insert(10)
+    spec = TableSpec.parse(merge_spec("keyless_maria"))
+    state_store = JsonFileStateStore(tmp_path / "state.json")
+    with pytest.raises(MergeKeyUnusable, match="has no primary key to merge by: declare merge.primary_key"):
+        run_round(spec, hot.source(spec.source), lake_of(spec, catalog_properties), local_writer, state_store)
+    state = state_store.load()
+    assert state.quarantined_since is not None and state.next_retry_at is None
+
+
 def test_declaring_a_key_on_a_table_tiered_without_one_is_refused(tmp_path, catalog_properties, local_writer):
     hot = sqlite_mutable(tmp_path / "hot.db", "was_append")
     hot.create()
