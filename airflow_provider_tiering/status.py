@@ -106,6 +106,12 @@ class TieringStatus:
             "evicted_rows_total": state.evicted_rows_total,
             "eviction_note": state.eviction_note,
             "maintenance": _maintenance_json(self.maintenance),
+            "mode": state.mode,
+            "merge_key": state.merge_key,
+            "last_round_inserted_rows": None if state.last_round is None else state.last_round.inserted_rows,
+            "last_round_updated_rows": None if state.last_round is None else state.last_round.updated_rows,
+            "last_round_deleted_rows": None if state.last_round is None else state.last_round.deleted_rows,
+            "change_stream": state.change_stream,
         }
 
 

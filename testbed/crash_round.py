@@ -35,12 +35,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def crash_round(
-    tmp_path: Path, catalog_properties: dict[str, str], kill_at: str, spec: dict[str, Any]
+    tmp_path: Path,
+    catalog_properties: dict[str, str],
+    kill_at: str,
+    spec: dict[str, Any],
+    *,
+    hot_uri: str | None = None,
+    local_writer: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a round of ``spec`` in a child process (hot store ``tmp_path/hot.db`` for a SQL spec, state
-    ``tmp_path/state.json``) and SIGKILL it at phase ``kill_at`` ("writing": once its first data file exists;
-    "swap": inside the commit, just before the catalog swaps the metadata, every file of the commit written)."""
+    """Run a round of ``spec`` in a child process (hot store ``tmp_path/hot.db`` for a SQL spec, or the database
+    at ``hot_uri``; state ``tmp_path/state.json``) and SIGKILL it at phase ``kill_at`` ("writing": once its first
+    data file exists; "swap": inside the commit, just before the catalog swaps the metadata, every file of the
+    commit written). ``local_writer``: a round of one split is written by the round's process, without Spark."""
     config = {
+        "hot_uri": hot_uri,
+        "local_writer": local_writer,
         "spec": spec,
         "kill_at": kill_at,
         "catalog": catalog_properties,
@@ -132,10 +141,12 @@ def main() -> None:
             kill_everything()
 
     connection = None if spec.source.conn_id is None else ConnectionInfo("sqlite", host=config["hot"])
+    if config.get("hot_uri"):
+        connection = ConnectionInfo.from_uri(config["hot_uri"])
     source = None
     if kill_at == "evicting":
         source = SqliteSourceKilledInItsSecondEvictionBatch(spec.source, connection)  # type: ignore[arg-type]
-    writer = build_writer(SparkSettings(master="local[2]"))
+    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=bool(config.get("local_writer")))
     parts = round_parts(
         spec, connection, config["catalog"], writer=writer, source=source, catalog_handle=catalog_handle
     )

@@ -437,6 +437,10 @@ class PostgresServer:
             "maintenance_work_mem": "512MB",
             "work_mem": "32MB",
             "jit": False,
+            # Logical replication, for the change-stream tables (a slot and a publication per table).
+            "wal_level": "logical",
+            "max_replication_slots": 40,
+            "max_wal_senders": 40,
             "log_min_messages": "warning",
             "log_line_prefix": "%m [%p] ",
         }

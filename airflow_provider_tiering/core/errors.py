@@ -57,6 +57,17 @@ class CursorBehindLake(SourceError):
     reused): no later round would read them, so the round fails instead of skipping them."""
 
 
+class ChangeStreamUnavailable(SourceError, NotRetryable):
+    """A table's change stream cannot be read: the server is not set up for logical replication, the role lacks a
+    privilege, the replica identity does not carry the key, or the slot the lake's offsets depend on is gone. The
+    message says what to change; nothing was tiered."""
+
+
+class TableTruncated(ChangeStreamUnavailable):
+    """A change stream carried a TRUNCATE of the table: its rows left without a delete each, so the lake cannot
+    tell which of its rows to remove. Nothing after it is tiered until the table is loaded again."""
+
+
 class MergeKeyUnusable(NotRetryable):
     """A merge table's key cannot be used: the hot table has no primary key to default to, a key column is
     nullable or not tiered, or the lake table holds rows under another key. Raised before anything is written."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import MergeKeyUnusable
 from airflow_provider_tiering.core.ports import MergeKey, Source
-from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.spec import MergeSpec, TableSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -21,10 +21,12 @@ def resolve_merge_key(spec: TableSpec, source: Source[Any, Any], schema: pa.Sche
             is nullable, or is the cursor; the soft-delete column is not tiered or is in the key.
     """
     merge, cursor = spec.merge, spec.source.cursor()
-    if merge is None:
+    streams = spec.source.streams_changes
+    if merge is None and not streams:
         return None
+    merge = merge or MergeSpec()
     where = f"{source.display_name} (table {spec.name!r})"
-    if cursor is None:
+    if cursor is None and not streams:
         raise MergeKeyUnusable(f"{where}: merge needs a cursor column")
     columns = merge.primary_key
     if columns is None:
@@ -38,7 +40,7 @@ def resolve_merge_key(spec: TableSpec, source: Source[Any, Any], schema: pa.Sche
     missing = [c for c in columns if c not in names]
     if missing:
         raise MergeKeyUnusable(f"{where}: merge key column(s) {missing} are not tiered (add them to source.columns)")
-    if cursor in columns:
+    if cursor is not None and cursor in columns:
         raise MergeKeyUnusable(
             f"{where}: the merge key {list(columns)} holds the cursor column {cursor!r}; declare merge.primary_key "
             "without it"
@@ -54,4 +56,4 @@ def resolve_merge_key(spec: TableSpec, source: Source[Any, Any], schema: pa.Sche
         raise MergeKeyUnusable(
             f"{where}: merge.soft_delete_column {soft_delete!r} must be a tiered column outside the key {list(columns)}"
         )
-    return MergeKey(tuple(columns), cursor, soft_delete)
+    return MergeKey(tuple(columns), cursor, soft_delete, from_change_stream=streams)

@@ -50,15 +50,25 @@ class WrittenFile:
     kind: FileKind = FileKind.DATA
 
 
+#: The columns a change stream's rows carry beside the table's, in the files a round stages (never in the lake):
+#: the key was deleted last; and, as JSON, the key whose lake row holds the values of the columns an update left
+#: unchanged (TOAST) that no earlier change of the round carried: ``{"key": [...], "columns": [...]}``.
+CHANGE_DELETED = "__tiering_deleted"
+CHANGE_FILL = "__tiering_fill"
+
+
 @dataclass(frozen=True)
 class MergeKey:
     """How a round merges into a primary-key table (``TableSpec.merge``, with the key resolved from the hot table
     when the spec leaves it unset): the lake keeps, per ``columns`` value, the row version with the greatest
-    ``cursor``, and none for a key whose latest version has ``soft_delete_column`` set (not null, not false)."""
+    ``cursor`` (None: the one read last, for a change stream read in commit order), and none for a key whose
+    latest version has ``soft_delete_column`` set (not null, not false)."""
 
     columns: tuple[str, ...]
-    cursor: str
+    cursor: str | None
     soft_delete_column: str | None = None
+    #: Rows come from a change stream: they carry ``CHANGE_DELETED`` and ``CHANGE_FILL``.
+    from_change_stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,12 @@ class MergeResult:
     upserted_rows: int
     #: Keys whose latest version the round read was soft-deleted.
     deleted_keys: int
+    #: Values an update left unchanged (TOAST) taken from the lake's stored rows.
+    filled_rows: int = 0
+    #: What the merge did to the lake: keys it had no row for, keys whose row it replaced, keys it removed.
+    inserted_rows: int = 0
+    updated_rows: int = 0
+    deleted_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -363,6 +379,15 @@ class Source(ABC, Generic[PlanT, SplitT]):
         """Best-effort housekeeping once ``committed`` is in the lake (e.g. archive tiered files); returns a count."""
         return 0
 
+    def stream_status(self) -> dict[str, Any] | None:
+        """A change stream's slot as the hot store shows it, JSON (see ``TableState.change_stream``): ``slot``,
+        ``retained_wal_bytes``, ``max_retained_wal_bytes``...; None for a source without one."""
+        return None
+
+    def bind_key(self, key: MergeKey) -> None:
+        """Called before planning with a merge table's key (a change stream reduces its changes by it)."""
+        return None
+
     def primary_key(self) -> tuple[str, ...] | None:
         """The hot table's own primary key columns, in key order; () when it has none, None when this kind of
         source cannot tell."""
@@ -450,8 +475,11 @@ class Lake(Protocol):
         """
         ...
 
-    def write_target(self, epoch: int, attempt: str, target_file_bytes: int) -> WriteTarget:
-        """Where this attempt writes its data files, and in which schema and partitioning."""
+    def write_target(
+        self, epoch: int, attempt: str, target_file_bytes: int, *, change_stream: bool = False
+    ) -> WriteTarget:
+        """Where this attempt writes its data files, and in which schema and partitioning; for a change stream's
+        round, with the ``CHANGE_DELETED`` and ``CHANGE_FILL`` columns too (its files are rewritten by the merge)."""
         ...
 
     def committed(self) -> LakeCommit | None:

@@ -30,6 +30,7 @@ from airflow_provider_tiering.core.ports import (
     FileKind,
     Lake,
     LakeCommit,
+    MergeResult,
     Offsets,
     PlanT,
     RejectsSink,
@@ -112,6 +113,15 @@ class RoundResult:
             "backlog_rows": self.metrics.backlog_rows if self.metrics else None,
             "rejected_rows": self.metrics.rejected_rows if self.metrics else 0,
             "evicted_rows": self.metrics.evicted_rows if self.metrics else 0,
+            **(
+                {
+                    "inserted_rows": self.metrics.inserted_rows,
+                    "updated_rows": self.metrics.updated_rows,
+                    "deleted_rows": self.metrics.deleted_rows,
+                }
+                if self.metrics is not None and self.metrics.inserted_rows is not None
+                else {}
+            ),
         }
 
 
@@ -247,6 +257,17 @@ def _fail(
         state.next_retry_at = None
 
 
+def _record_stream(state: TableState, source: Source[Any, Any], secrets: Sequence[str]) -> None:
+    """Keep the change stream's slot status in the state document (best effort: it is reporting)."""
+    try:
+        found = source.stream_status()
+    except Exception as exc:
+        log.warning("%s: cannot read its replication slot's status: %s", state.table, describe_error(exc, secrets))
+        return
+    if found is not None:
+        state.change_stream = found
+
+
 def _refuse_if_quarantined(state: TableState, spec: TableSpec) -> None:
     if state.quarantined_since is not None:
         raise QuarantinedError(quarantine_reason(spec.name, state))
@@ -334,6 +355,10 @@ def run_round(
     try:
         schema = source.schema()
         merge_key = resolve_merge_key(spec, source, schema)
+        if merge_key is not None:
+            source.bind_key(merge_key)
+        state.mode = "append" if merge_key is None else "change_stream" if merge_key.from_change_stream else "merge"
+        state.merge_key = None if merge_key is None else list(merge_key.columns)
         # An empty schema: the source cannot know its columns yet (no Parquet file has landed), so no table.
         if len(schema):
             location = lake.ensure_table(schema) if merge_key is None else lake.ensure_table(schema, merge_key.columns)
@@ -351,6 +376,7 @@ def run_round(
             plan = source.plan(start, watermark.end, spec.max_rows_per_round)
     except Exception as exc:
         _fail(state, spec, exc, secrets, clock(), retry_delay)
+        _record_stream(state, source, secrets)
         state_store.save(state)
         raise
     notify(RoundPhase.PLANNED)
@@ -363,6 +389,7 @@ def run_round(
         state.last_checked_time = clock()
         if not state.watermark_blockers:
             state.caught_up_time = state.last_checked_time
+        _record_stream(state, source, secrets)
         state_store.save(state)
         log.info("%s: nothing to tier (lake at epoch %s, offsets %s)", spec.name, lake_epoch, start)
         return RoundResult(
@@ -389,6 +416,7 @@ def run_round(
     # 3. Write; 4. commit, fenced by the lake's offsets and epoch.
     files: list[WrittenFile] = []
     committed_files: list[WrittenFile] = []
+    merged: MergeResult | None = None
     try:
         end = source.end_offsets(plan)  # a landing zone writes its offsets log here: it can fail like a write
         # A round of one split at one slot may be written without Spark (see SparkSplitWriter); else cut it
@@ -404,7 +432,12 @@ def run_round(
                 source,
                 splits,
                 schema,
-                lake.write_target(epoch, attempt, spec.target_file_size_mb * 1024 * 1024),
+                lake.write_target(
+                    epoch,
+                    attempt,
+                    spec.target_file_size_mb * 1024 * 1024,
+                    change_stream=merge_key is not None and merge_key.from_change_stream,
+                ),
                 rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
             )
         files = [f for f in written if f.kind == FileKind.DATA]
@@ -421,12 +454,13 @@ def run_round(
             )
             snapshot_id, committed_files = merged.snapshot_id, list(merged.added)
             log.info(
-                "%s: merged %d row versions by %s: %d kept, %d keys deleted, %d lake files rewritten",
+                "%s: merged %d row versions by %s: %d rows inserted, %d updated, %d deleted; %d lake files rewritten",
                 spec.name,
                 sum(f.rows for f in files),
                 list(merge_key.columns),
-                merged.upserted_rows,
-                merged.deleted_keys,
+                merged.inserted_rows,
+                merged.updated_rows,
+                merged.deleted_rows,
                 merged.removed_files,
             )
     except FencedError:
@@ -434,6 +468,7 @@ def run_round(
         raise
     except Exception as exc:
         _fail(state, spec, exc, secrets, clock(), retry_delay)
+        _record_stream(state, source, secrets)
         state_store.save(state)
         raise
     notify(RoundPhase.COMMITTED)
@@ -449,6 +484,9 @@ def run_round(
         lag_seconds=cursor_lag_seconds(end, now),
         backlog_rows=plan.backlog,
         rejected_rows=sum(f.rows for f in rejected),
+        inserted_rows=None if merged is None else merged.inserted_rows,
+        updated_rows=None if merged is None else merged.updated_rows,
+        deleted_rows=None if merged is None else merged.deleted_rows,
     )
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)
@@ -478,8 +516,10 @@ def run_round(
         housekept = source.after_commit(dict(end))
         if housekept:
             log.info("%s: %d tiered source files archived or deleted", spec.name, housekept)
-    except Exception as exc:  # best effort too: the next committed round catches up with every tiered file
-        log.warning("%s: archiving tiered source files failed: %s", spec.name, describe_error(exc, secrets))
+    except Exception as exc:  # best effort too: the next committed round catches up (files, a slot's position)
+        log.warning("%s: housekeeping after the commit failed: %s", spec.name, describe_error(exc, secrets))
+    _record_stream(state, source, secrets)
+    state_store.save(state)
     notify(RoundPhase.CLEANED)
     if spec.eviction.enabled:
         _evict(spec, source, lake, state, state_store, metrics, epoch, clock(), secrets)

@@ -9,6 +9,7 @@ registries needs to ask which kind it holds.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, Union
@@ -29,6 +30,9 @@ class SourceSpecBase(StrictModel):
     supports_eviction: ClassVar[bool] = False
     #: Tables of this kind may declare ``merge`` (rows that change, merged by key through the cursor).
     supports_merge: ClassVar[bool] = False
+    #: The source delivers every change (insert, update, delete) in commit order: its table is always merged by
+    #: key, without a cursor, and deletes come from the stream (CDC).
+    streams_changes: ClassVar[bool] = False
 
     def column_names(self) -> tuple[str, ...] | None:
         """The tiered columns when declared; None when they come from the hot store."""
@@ -97,6 +101,62 @@ class SqlSourceSpec(SourceSpecBase):
         if self.columns is not None and self.cursor_column not in self.columns:
             raise ValueError(f"cursor_column {self.cursor_column!r} must be one of columns")
         return self
+
+
+class PostgresCdcSourceSpec(SourceSpecBase):
+    """A PostgreSQL table tiered from its change stream (logical replication, ``pgoutput``): every committed
+    insert, update and delete reaches the lake in commit order. The first round loads the table under the snapshot
+    its replication slot was created with, later rounds apply the changes since the lake's LSN.
+
+    Needs ``wal_level = logical`` on the server, a role with the REPLICATION attribute that owns the table (to
+    create its publication), and a replica identity that holds the key (the primary key, the default)."""
+
+    supports_merge: ClassVar[bool] = True
+    streams_changes: ClassVar[bool] = True
+
+    kind: Literal["postgres_cdc"]
+    conn_id: str = Field(min_length=1, description="Airflow connection of the hot database (a postgres one)")
+    table: Identifier
+    db_schema: Identifier | None = Field(default=None, description="schema of the table; public when unset")
+    columns: tuple[Identifier, ...] | None = Field(default=None, description="columns to tier; all when unset")
+    slot_name: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_]{1,63}$",
+        description="the table's logical replication slot; unset: tiering_<schema>_<table> (shortened to 63 "
+        "characters with a hash)",
+    )
+    publication_name: Identifier | None = Field(
+        default=None, description="the table's publication; unset: the slot's name"
+    )
+    max_retained_wal_mb: float = Field(
+        default=1024.0,
+        gt=0,
+        description="WAL the slot may hold back on the hot server before the table's status and metrics alert",
+    )
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return check_column_list(value, "columns", "leave it unset to tier every column")
+
+    def column_names(self) -> tuple[str, ...] | None:
+        return self.columns
+
+    def describe(self) -> str:
+        return f"table {self.db_schema or 'public'}.{self.table} (change stream)"
+
+    def slot(self) -> str:
+        """The replication slot's name (a slot name allows lower-case letters, digits and underscores)."""
+        if self.slot_name is not None:
+            return self.slot_name
+        name = re.sub(r"[^a-z0-9_]", "_", f"tiering_{self.db_schema or 'public'}_{self.table}".lower())
+        if len(name) > 63 or name != f"tiering_{self.db_schema or 'public'}_{self.table}":
+            digest = hashlib.sha1(f"{self.db_schema or 'public'}.{self.table}".encode()).hexdigest()[:8]
+            name = f"{name[:54]}_{digest}"
+        return name
+
+    def publication(self) -> str:
+        return self.publication_name or self.slot()
 
 
 #: Arrow type names a file source may declare (spelled as ``str(pyarrow type)``), all of which Iceberg can hold.
@@ -227,7 +287,11 @@ class FileSourceSpec(SourceSpecBase):
 
 #: Every source spec kind by its ``kind`` tag. A new kind is one model here and one entry in
 #: ``sources/registry.py``; the spec's union below is derived from this mapping.
-SOURCE_SPEC_KINDS: dict[str, type[SourceSpecBase]] = {"sql": SqlSourceSpec, "files": FileSourceSpec}
+SOURCE_SPEC_KINDS: dict[str, type[SourceSpecBase]] = {
+    "sql": SqlSourceSpec,
+    "postgres_cdc": PostgresCdcSourceSpec,
+    "files": FileSourceSpec,
+}
 #: The kind of a source spec that names none (specs written before landing zones existed are SQL tables).
 DEFAULT_SOURCE_KIND = "sql"
 

@@ -238,6 +238,8 @@ class TableSpec(StrictModel):
             return self
         if not self.source.supports_merge:
             raise ValueError(f"merge needs a SQL table read by a cursor; a {self.source.kind!r} source cannot merge")
+        if self.source.streams_changes and merge.soft_delete_column is not None:
+            raise ValueError("merge.soft_delete_column is for merge by cursor; a change stream delivers deletes itself")
         cursor, columns = self.source.cursor(), self.source.column_names()
         if cursor is not None and cursor in (merge.primary_key or ()):
             raise ValueError(

@@ -59,3 +59,21 @@ def staleness_alert(spec: TableSpec, state: TableState | None, now: datetime) ->
         f"table {spec.name!r} is stale: the lake last caught up with the hot store {age:.0f} s ago "
         f"(staleness bound {bound:g} s): {why_behind(state)}"
     )
+
+
+def retained_wal_alert(spec: TableSpec, state: TableState | None) -> str | None:
+    """The alert for a change-stream table whose replication slot holds back more WAL on the hot server than its
+    bound (``source.max_retained_wal_mb``), as the last round saw it; None when it does not."""
+    stream = None if state is None else state.change_stream
+    if state is None or not stream:
+        return None
+    held, bound = stream.get("retained_wal_bytes"), stream.get("max_retained_wal_bytes")
+    if held is None or bound is None or held <= bound:
+        return None
+    mib = 1024 * 1024
+    return (
+        f"table {spec.name!r}: replication slot {stream.get('slot')} holds back {held / mib:.0f} MiB of WAL on the "
+        f"hot server (bound {bound / mib:.0f} MiB, source.max_retained_wal_mb), which fills its disk until a round "
+        f"advances the slot: {why_behind(state)}. To let the server free it without tiering, drop the lake table "
+        "and the slot (the next round loads the table again)"
+    )

@@ -62,6 +62,10 @@ class RoundMetrics:
     rejected_rows: int = 0
     #: Tiered rows the round deleted from the hot store after its commit (``eviction``).
     evicted_rows: int = 0
+    #: A merge table's round (None for appends): keys new to the lake, keys whose row it replaced, keys it removed.
+    inserted_rows: int | None = None
+    updated_rows: int | None = None
+    deleted_rows: int | None = None
 
 
 @dataclass
@@ -94,6 +98,13 @@ class TableState:
     emptied_range: dict[str, Any] | None = None
     #: Why the last round's eviction did not run or stopped (its rows stay in the hot store); None when it ran.
     eviction_note: str | None = None
+    #: A change-stream table's replication slot as the last round saw it (``Source.stream_status``): its name,
+    #: position, the WAL it holds back on the hot server and the bound past which that alerts.
+    change_stream: dict[str, Any] | None = None
+    #: How rounds write: "append", "merge" (by key, through the cursor) or "change_stream" (by key, from CDC).
+    mode: str | None = None
+    #: The key a merge or change-stream table is merged by.
+    merge_key: list[str] | None = None
 
     def transition(self, target: TableStatus) -> None:
         """Move to ``target``; raises IllegalTransition for a move the state machine forbids."""

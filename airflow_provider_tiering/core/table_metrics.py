@@ -63,4 +63,7 @@ def table_gauges(state: TableState, now: datetime) -> list[Metric]:
     ]
     if state.last_tiered_time is not None:
         found.append(Metric(MetricKind.GAUGE, "staleness_seconds", (now - state.last_tiered_time).total_seconds()))
+    retained = None if state.change_stream is None else state.change_stream.get("retained_wal_bytes")
+    if retained is not None:
+        found.append(Metric(MetricKind.GAUGE, "retained_wal_bytes", float(retained)))
     return found

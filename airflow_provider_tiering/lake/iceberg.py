@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_tiering.core.errors import CommitConflict, LakeError
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 from airflow_provider_tiering.core.ports import (
+    CHANGE_DELETED,
+    CHANGE_FILL,
     LakeCommit,
     MergeKey,
     MergeResult,
@@ -100,11 +102,19 @@ class IcebergLake:
             raise LakeError(f"Iceberg table {self.name} disappeared")
         return table
 
-    def write_target(self, epoch: int, attempt: str, target_file_bytes: int) -> WriteTarget:
+    def write_target(
+        self, epoch: int, attempt: str, target_file_bytes: int, *, change_stream: bool = False
+    ) -> WriteTarget:
         table = self.table
+        schema = write_schema(table.schema())
+        if change_stream:  # a deleted key's row has its key only: every column nullable in the staged files
+            import pyarrow as pa
+
+            schema = pa.schema([f.with_nullable(True) for f in schema]).append(pa.field(CHANGE_DELETED, pa.bool_()))
+            schema = schema.append(pa.field(CHANGE_FILL, pa.string()))
         return WriteTarget(
             directory_uri=attempt_uri(table.location(), epoch, attempt),
-            schema=write_schema(table.schema()),
+            schema=schema,
             partitioner=self.partitioner(),
             target_file_bytes=target_file_bytes,
         )

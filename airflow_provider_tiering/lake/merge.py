@@ -18,6 +18,7 @@ a crash before the commit leaves nothing visible, and the next committed round's
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,8 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_tiering.core.errors import CommitConflict, LakeError
-from airflow_provider_tiering.core.ports import MergeKey, MergeResult, RowPartitioner, WrittenFile
+from airflow_provider_tiering.core.errors import CommitConflict, LakeError, NotRetryable
+from airflow_provider_tiering.core.ports import (
+    CHANGE_DELETED,
+    CHANGE_FILL,
+    MergeKey,
+    MergeResult,
+    RowPartitioner,
+    WrittenFile,
+)
 from airflow_provider_tiering.lake.add_files import data_file, set_name_mapping
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
@@ -60,6 +68,10 @@ class RoundChanges:
     files: tuple[WrittenFile, ...]
     kept_rows: int
     deleted_keys: int
+    #: Kept versions of a change stream that still need values from the lake's stored rows (``CHANGE_FILL``).
+    to_fill: pa.Table | None = None
+    #: The keys whose latest version is a delete (the key columns only).
+    deleted: pa.Table | None = None
 
 
 def _read_parquet(uri: str) -> pa.Table:
@@ -79,6 +91,12 @@ def _count(mask: Any) -> int:
     return int(pc.sum(mask).as_py() or 0)
 
 
+def _read_columns(schema: pa.Schema, key: MergeKey) -> tuple[list[str], list[str]]:
+    """The columns to read from the round's files: the lake's, and those only the round's files have."""
+    extra = [CHANGE_DELETED, CHANGE_FILL] if key.from_change_stream else []
+    return list(schema.names), extra
+
+
 def reduce_round(
     files: Sequence[WrittenFile],
     key: MergeKey,
@@ -87,31 +105,65 @@ def reduce_round(
 ) -> RoundChanges:
     """Keep the latest version of each key among the round's ``files`` (see the module's step 1); ``write(rows,
     prefix)`` stages rows that must be written again."""
-    parts = [_read_parquet(f.path).select(schema.names).cast(schema) for f in files]
+    names, extra = _read_columns(schema, key)
+    # A change stream's deleted keys carry their key only: its rows are read nullable, and cast when kept.
+    read_schema = pa.schema([f.with_nullable(True) for f in schema]) if extra else schema
+    parts = []
+    for f in files:
+        part = _read_parquet(f.path)
+        lake_part = part.select(names).cast(read_schema)
+        parts.append(
+            lake_part.append_column(CHANGE_DELETED, part.column(CHANGE_DELETED)).append_column(
+                CHANGE_FILL, part.column(CHANGE_FILL)
+            )
+            if extra
+            else lake_part
+        )
     sizes = [p.num_rows for p in parts]
     rows = pa.concat_tables(parts) if parts else schema.empty_table()
     positions = pa.array(range(rows.num_rows), pa.int64())
-    ordering = rows.select([*key.columns, key.cursor]).append_column(_POSITION, positions)
-    ordering = ordering.sort_by([(key.cursor, "ascending"), (_POSITION, "ascending")])
+    order = [] if key.cursor is None else [key.cursor]
+    ordering = rows.select([*key.columns, *order]).append_column(_POSITION, positions)
+    ordering = ordering.sort_by([*((c, "ascending") for c in order), (_POSITION, "ascending")])
     # Hash aggregation keeps input order without threads: "last" is the greatest cursor, the latest read on a tie.
     latest = ordering.group_by(list(key.columns), use_threads=False).aggregate([(_POSITION, "last")])
     keep = pc.is_in(positions, value_set=latest.column(f"{_POSITION}_last").combine_chunks())
     deleted_keys = 0
-    if key.soft_delete_column is not None:
-        deleted = _is_deleted(rows.column(key.soft_delete_column))
-        deleted_keys = _count(pc.and_(keep, deleted))
+    deleted_rows = None
+    marker = CHANGE_DELETED if key.from_change_stream else key.soft_delete_column
+    if marker is not None:
+        deleted = _is_deleted(rows.column(marker))
+        deleted_latest = pc.and_(keep, deleted)
+        deleted_keys = _count(deleted_latest)
+        deleted_rows = rows.select(list(key.columns)).filter(deleted_latest)
         keep = pc.and_(keep, pc.invert(deleted))
     kept: list[WrittenFile] = []
+    to_fill: list[pa.Table] = []
     offset = 0
     for written, part, size in zip(files, parts, sizes, strict=True):
         mask = keep.slice(offset, size)
         offset += size
         survivors = _count(mask)
-        if survivors == size:
+        if survivors == size and not extra:
             kept.append(written)
         elif survivors:
-            kept.extend(write(part.filter(mask), f"merged-{written.split_index:05d}"))
-    return RoundChanges(latest.select(list(key.columns)), tuple(kept), _count(keep), deleted_keys)
+            rows_kept = part.filter(mask)
+            if extra:  # staged with the change columns: rewritten without them, less those waiting for a fill
+                filling = pc.is_valid(rows_kept.column(CHANGE_FILL))
+                if _count(filling):
+                    to_fill.append(rows_kept.filter(filling))
+                    rows_kept = rows_kept.filter(pc.invert(filling))
+                rows_kept = rows_kept.select(names).cast(schema)
+            if rows_kept.num_rows:
+                kept.extend(write(rows_kept, f"merged-{written.split_index:05d}"))
+    return RoundChanges(
+        latest.select(list(key.columns)),
+        tuple(kept),
+        _count(keep),
+        deleted_keys,
+        pa.concat_tables(to_fill) if to_fill else None,
+        deleted_rows,
+    )
 
 
 def _pruning_filter(keys: pa.Table, columns: Sequence[str]) -> BooleanExpression:
@@ -144,9 +196,11 @@ def candidate_files(table: Table, keys: pa.Table, columns: Sequence[str]) -> lis
         return live_data_files(table)
 
 
-def rows_without_keys(table: Table, entry: DataFile, keys: pa.Table, columns: Sequence[str]) -> pa.Table | None:
-    """The rows of a live data file (in the table's current schema) without those holding one of ``keys``;
-    None when it holds none of them."""
+def rows_without_keys(
+    table: Table, entry: DataFile, keys: pa.Table, columns: Sequence[str]
+) -> tuple[pa.Table, pa.Table] | None:
+    """The rows of a live data file (in the table's current schema) without those holding one of ``keys``, and
+    those; None when it holds none of them."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.table import FileScanTask
@@ -159,7 +213,37 @@ def rows_without_keys(table: Table, entry: DataFile, keys: pa.Table, columns: Se
     hits = own.join(wanted, keys=list(columns), join_type="inner").column(_POSITION)
     if len(hits) == 0:
         return None
-    return rows.filter(pc.invert(pc.is_in(positions, value_set=hits.combine_chunks())))
+    matched = pc.is_in(positions, value_set=hits.combine_chunks())
+    return rows.filter(pc.invert(matched)), rows.filter(matched)
+
+
+def fill_unchanged(to_fill: pa.Table, stored: Sequence[pa.Table], key: MergeKey, schema: pa.Schema) -> pa.Table:
+    """Give the kept versions in ``to_fill`` the values of the columns their update left unchanged (TOAST), from
+    the lake's stored rows of the key each names (``CHANGE_FILL``).
+
+    Raises:
+        NotRetryable: the lake holds no row for such a key (it diverged from the hot table: only a new snapshot
+            can tell the value).
+    """
+    by_key: dict[tuple[str, ...], dict[str, Any]] = {}
+    for part in stored:
+        for row in part.select(schema.names).to_pylist():
+            by_key[tuple(str(row[c]) for c in key.columns)] = row
+    filled: list[dict[str, Any]] = []
+    for row in to_fill.to_pylist():
+        fill = json.loads(row.pop(CHANGE_FILL))
+        row.pop(CHANGE_DELETED, None)
+        source_key = tuple(fill["key"]) if fill.get("key") is not None else tuple(str(row[c]) for c in key.columns)
+        stored_row = by_key.get(source_key)
+        if stored_row is None:
+            raise NotRetryable(
+                f"an update of key {list(source_key)} left columns {fill['columns']} unchanged (stored out of line) "
+                "and the lake holds no row for that key to take them from: the lake and the hot table diverged. "
+                "Load the table again (drop the lake table; the next round takes a new snapshot)"
+            )
+        row.update({column: stored_row.get(column) for column in fill["columns"]})
+        filled.append(row)
+    return pa.Table.from_pylist(filled, schema=schema)
 
 
 @dataclass(frozen=True)
@@ -168,6 +252,9 @@ class MergePlan:
 
     removed: tuple[DataFile, ...]
     added: tuple[WrittenFile, ...]
+    #: Changed keys the lake held a row for, and how many of them the round deleted.
+    replaced_keys: int = 0
+    deleted_stored_keys: int = 0
 
 
 def plan_rewrites(
@@ -180,14 +267,27 @@ def plan_rewrites(
     """The live files holding changed keys, and their rewrites without them (staged by ``write``)."""
     removed: list[DataFile] = []
     added: list[WrittenFile] = []
+    stored: list[pa.Table] = []
+    replaced = deleted_stored = 0
     for entry in candidate_files(table, changes.keys, key.columns):
-        rest = rows_without_keys(table, entry, changes.keys, key.columns)
-        if rest is None:
+        found = rows_without_keys(table, entry, changes.keys, key.columns)
+        if found is None:
             continue
+        rest, matched = found
         removed.append(entry)
+        if changes.to_fill is not None:
+            stored.append(matched)
         if rest.num_rows:
             added.extend(write(rest.select(schema.names).cast(schema), "rewrite"))
-    return MergePlan(tuple(removed), tuple(added))
+        replaced += matched.num_rows
+        if changes.deleted is not None and changes.deleted.num_rows:
+            wanted = changes.deleted.cast(pa.schema([matched.schema.field(c) for c in key.columns]))
+            deleted_stored += (
+                matched.select(list(key.columns)).join(wanted, keys=list(key.columns), join_type="inner").num_rows
+            )
+    if changes.to_fill is not None:
+        added.extend(write(fill_unchanged(changes.to_fill, stored, key, schema), "filled"))
+    return MergePlan(tuple(removed), tuple(added), replaced, deleted_stored)
 
 
 def merge_files(
@@ -279,6 +379,10 @@ def merge_files(
             len(plan.removed),
             changes.kept_rows,
             changes.deleted_keys,
+            0 if changes.to_fill is None else changes.to_fill.num_rows,
+            inserted_rows=changes.kept_rows - (plan.replaced_keys - plan.deleted_stored_keys),
+            updated_rows=plan.replaced_keys - plan.deleted_stored_keys,
+            deleted_rows=plan.deleted_stored_keys,
         )
     raise CommitConflict(
         f"the merge commit lost {max_conflict_retries + 1} times to other commits; nothing was committed"

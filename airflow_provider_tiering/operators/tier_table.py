@@ -28,7 +28,7 @@ from airflow_provider_tiering.core.round import (
     record_interrupted_round,
 )
 from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.staleness import staleness_alert
+from airflow_provider_tiering.core.staleness import retained_wal_alert, staleness_alert
 from airflow_provider_tiering.core.state import TableState, utcnow
 from airflow_provider_tiering.core.table_metrics import Metric, failed_round_metrics, round_metrics, table_gauges
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
@@ -212,7 +212,7 @@ class TierTableOperator(BaseOperator):
     def _fail_if_stale(self, state: TableState | None) -> None:
         """Where the task would end skipped, fail it instead when the table is stale past its bound, so alerts
         fire, naming the table and what keeps it behind (``core/staleness.py``)."""
-        alert = staleness_alert(self.table_spec, state, utcnow())
+        alert = staleness_alert(self.table_spec, state, utcnow()) or retained_wal_alert(self.table_spec, state)
         if alert is not None:
             raise AirflowFailException(alert)
 

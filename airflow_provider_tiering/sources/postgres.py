@@ -184,6 +184,11 @@ class PostgresSource(SqlSource):
         )
         return tuple(str(name) for (name,) in rows)
 
+    def declared_type(self, name: str) -> str:
+        """A tiered column's type as PostgreSQL names it (``numeric(12,3)``, ``mood[]``), for casts."""
+        self.schema()
+        return self._columns[name][0].declared
+
     def _cursor_literal(self, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise SourceError(f"{self.display_name}: offset {value!r} is not a valid cursor value")

@@ -61,6 +61,14 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         extra="postgres",
         requires=("adbc_driver_postgresql", "psycopg"),
     ),
+    SourceKind(
+        "postgres change stream",
+        "postgres_cdc",
+        frozenset({"postgres", "postgresql"}),
+        "airflow_provider_tiering.sources.postgres_cdc:PostgresCdcSource",
+        extra="postgres",
+        requires=("adbc_driver_postgresql", "psycopg"),
+    ),
     SourceKind("sqlite", "sql", frozenset({"sqlite"}), "airflow_provider_tiering.sources.sqlite:SqliteSource"),
     SourceKind(
         "mysql",

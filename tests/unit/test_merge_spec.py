@@ -70,3 +70,31 @@ def test_merge_is_refused_for_a_landing_zone():
     landing = {"kind": "files", "path": "/landing/accounts", "format": "jsonl", "columns": {"id": "int64"}}
     with pytest.raises(InvalidTableSpec, match="merge needs a SQL table read by a cursor; a 'files' source"):
         TableSpec.parse(spec({"primary_key": ["id"]}, source=landing))
+
+
+CDC_SOURCE = {"kind": "postgres_cdc", "conn_id": "hot", "table": "Accounts", "db_schema": "crm"}
+
+
+def test_a_change_stream_table_names_its_slot_and_publication():
+    parsed = TableSpec.parse(spec(None, source=CDC_SOURCE))
+    assert parsed.source.streams_changes and parsed.source.cursor() is None
+    assert parsed.source.slot() == parsed.source.publication()
+    assert parsed.source.slot().startswith("tiering_crm_accounts_") and len(parsed.source.slot()) <= 63
+    long = TableSpec.parse(spec(None, source={**CDC_SOURCE, "table": "t" * 63})).source.slot()
+    assert len(long) == 63
+    named = TableSpec.parse(spec(None, source={**CDC_SOURCE, "slot_name": "my_slot", "publication_name": "pub"}))
+    assert (named.source.slot(), named.source.publication()) == ("my_slot", "pub")
+
+
+@pytest.mark.parametrize(
+    ("source", "extra", "field"),
+    [
+        ({**CDC_SOURCE, "slot_name": "Has-Dash"}, {}, "slot_name"),
+        (CDC_SOURCE, {"merge": {"soft_delete_column": "gone"}}, "soft_delete_column"),
+        (CDC_SOURCE, {"eviction": {"enabled": True, "min_age_seconds": 60}}, "eviction"),
+        ({**CDC_SOURCE, "max_retained_wal_mb": 0}, {}, "max_retained_wal_mb"),
+    ],
+)
+def test_change_stream_declarations_refused_at_parse_time(source, extra, field):
+    with pytest.raises(InvalidTableSpec, match=field):
+        TableSpec.parse({**spec(None, source=source), **extra})

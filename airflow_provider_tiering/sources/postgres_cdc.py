@@ -1,0 +1,514 @@
+"""A PostgreSQL table tiered from its change stream: logical replication through a slot and a publication of its
+own, decoded with the built-in ``pgoutput`` plugin.
+
+The offsets are the LSN the lake has applied (``{"lsn": "0/1A2B3C"}``): every transaction whose commit ends at or
+before it is in the lake. The slot is read with ``pg_logical_slot_peek_binary_changes`` (reading never consumes)
+and advanced only after the lake's commit (``after_commit``), so a round that dies re-reads changes the lake may
+already hold; those end at or before the lake's LSN and are skipped (``change_stream.apply_changes``).
+
+The first round creates the slot over a replication connection that exports the snapshot the slot starts from,
+and loads the table in that snapshot: every change committed after it comes from the slot, none twice, none
+missed. The connection is held until the load is read (the snapshot lives only that long).
+
+Changes carry their values as text; they are typed by the server itself (``json_to_recordset`` and a cast to each
+column's declared type), then read with the same select expressions as a bulk read, so a row has the same
+Arrow types whichever way it reached the lake.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
+from airflow_provider_tiering.core.ports import (
+    CHANGE_DELETED,
+    CHANGE_FILL,
+    LineageDataset,
+    MergeKey,
+    Offsets,
+    SafeWatermark,
+    Source,
+)
+from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
+from airflow_provider_tiering.sources.change_stream import ChangeSet, apply_changes
+from airflow_provider_tiering.sources.conform import conform_batch
+from airflow_provider_tiering.sources.pgoutput import UNCHANGED_TOAST, decode, format_lsn, parse_lsn
+from airflow_provider_tiering.sources.postgres import APPLICATION_NAME, PostgresSource
+from airflow_provider_tiering.sources.sql import quote_string
+
+log = logging.getLogger(__name__)
+
+#: The replication origin eviction sessions set, so their deletes never reach the lake as deletes.
+EVICTION_ORIGIN = "airflow_provider_tiering_eviction"
+#: Changes typed by the server per query.
+TYPING_BATCH_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """A round of a change-stream table: the first load (in the slot's exported snapshot), or the transactions
+    committed in ``(start_lsn, end_lsn]``."""
+
+    end_lsn: int
+    start_lsn: int | None = None
+    changes: int = 0
+    #: The slot's exported snapshot the first load reads (None: a round of changes).
+    snapshot: str | None = None
+    #: More changes were waiting than a round takes.
+    capped: bool = False
+
+    @property
+    def is_empty(self) -> bool:
+        return self.snapshot is None and self.changes == 0
+
+    @property
+    def backlog(self) -> int:
+        return 1 if self.capped else 0
+
+
+@dataclass(frozen=True)
+class ChangeSplit:
+    index: int
+    end_lsn: int
+    start_lsn: int | None = None
+    snapshot: str | None = None
+
+
+@dataclass(frozen=True)
+class SlotStatus:
+    """The replication slot as the hot server shows it."""
+
+    name: str
+    exists: bool
+    active: bool = False
+    confirmed_flush_lsn: str | None = None
+    #: WAL the server keeps for this slot (``pg_current_wal_lsn() - restart_lsn``).
+    retained_wal_bytes: int | None = None
+    #: ``pg_replication_slots.wal_status``: reserved, extended, unreserved or lost.
+    wal_status: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slot": self.name,
+            "exists": self.exists,
+            "active": self.active,
+            "confirmed_flush_lsn": self.confirmed_flush_lsn,
+            "retained_wal_bytes": self.retained_wal_bytes,
+            "wal_status": self.wal_status,
+        }
+
+
+class StreamedTable(PostgresSource):
+    """The streamed table's columns, types and bulk reads, as the cursor-read source has them, without a cursor."""
+
+    def schema(self) -> pa.Schema:
+        if self._schema is None:
+            found = self._load_schema()
+            missing = [c for c in self.spec.columns or () if c not in found.names]
+            if missing:
+                raise SourceError(f"{self.display_name}: column(s) {', '.join(missing)} not found")
+            self._schema = found
+        return self._schema
+
+
+def _table_reader_spec(spec: PostgresCdcSourceSpec) -> SqlSourceSpec:
+    # The bulk reader's spec: its cursor column is never read here (a change stream has no cursor), but the model
+    # needs one among the declared columns.
+    cursor = spec.columns[0] if spec.columns else "_"
+    return SqlSourceSpec(
+        conn_id=spec.conn_id, table=spec.table, db_schema=spec.db_schema, cursor_column=cursor, columns=spec.columns
+    )
+
+
+class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
+    """A PostgreSQL table read through its logical replication slot (see the module's docstring)."""
+
+    def __init__(self, spec: PostgresCdcSourceSpec, connection: ConnectionInfo) -> None:
+        self.spec = spec
+        self.connection = connection
+        self.table = StreamedTable(_table_reader_spec(spec), connection)
+        self.display_name = f"postgres table {spec.db_schema or 'public'}.{spec.table} (change stream)"
+        self.slot = spec.slot()
+        self.publication = spec.publication()
+        self.key: tuple[str, ...] | None = None
+        self._export_conn: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_export_conn"] = None  # the exporting session stays with the round's process
+        return state
+
+    # -- what the kernel asks of every source ----------------------------------------------------
+    def schema(self) -> pa.Schema:
+        return self.table.schema()
+
+    def primary_key(self) -> tuple[str, ...]:
+        return self.table.primary_key()
+
+    def bind_key(self, key: MergeKey) -> None:
+        self.key = key.columns
+
+    def secrets(self) -> list[str]:
+        return self.connection.secrets()
+
+    def lineage_dataset(self) -> LineageDataset:
+        return self.table.lineage_dataset()
+
+    # -- connections ---------------------------------------------------------------------------
+    def _psycopg(self, replication: bool = False) -> Any:
+        import psycopg
+
+        options: dict[str, Any] = {"application_name": APPLICATION_NAME, "autocommit": True}
+        if replication:
+            options["replication"] = "database"
+        try:
+            return psycopg.connect(self.table.conninfo, **options)
+        except Exception as exc:
+            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
+
+    def _qualified(self) -> str:
+        schema = self.spec.db_schema or "public"
+        return f"{self.table.quote(schema)}.{self.table.quote(self.spec.table)}"
+
+    # -- set-up checks -------------------------------------------------------------------------
+    def _check_server(self, conn: Any) -> None:
+        """Fail with what to change when the server, the role or the table cannot stream this table's changes."""
+        (wal_level,) = conn.execute("SHOW wal_level").fetchone()
+        if wal_level != "logical":
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: the server runs with wal_level = {wal_level}; a change stream needs "
+                "wal_level = logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL). Nothing was "
+                "tiered"
+            )
+        (may_replicate,) = conn.execute(
+            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        if not may_replicate:
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: the connection's role may not use replication slots: ALTER ROLE <the role> "
+                "WITH REPLICATION. Nothing was tiered"
+            )
+        found = conn.execute(
+            "SELECT c.relreplident, "
+            "ARRAY(SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = c.oid "
+            "AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))) "
+            "FROM pg_class c WHERE c.oid = to_regclass(%s)",
+            (self._qualified(),),
+        ).fetchone()
+        if found is None:
+            raise SourceError(f"{self.display_name} does not exist (or is not visible to this user)")
+        identity, identity_columns = found
+        key = self.key or self.primary_key()
+        if identity != "f" and not set(key) <= set(identity_columns):
+            kinds = {"d": "DEFAULT (the primary key)", "n": "NOTHING", "i": "USING INDEX"}
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: its replica identity is {kinds.get(identity, identity)}, which does not "
+                f"carry the merge key {list(key)}: deletes would not say which row left. ALTER TABLE "
+                f"{self._qualified()} REPLICA IDENTITY USING INDEX <a unique index on the key> (or FULL). Nothing "
+                "was tiered"
+            )
+
+    def _ensure_publication(self, conn: Any) -> None:
+        exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)).fetchone()
+        if exists:
+            return
+        try:
+            conn.execute(f"CREATE PUBLICATION {self.table.quote(self.publication)} FOR TABLE {self._qualified()}")
+        except Exception as exc:
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: cannot create publication {self.publication}: {exc}. The connection's role "
+                "must own the table (or create the publication for it: CREATE PUBLICATION "
+                f"{self.publication} FOR TABLE {self._qualified()}). Nothing was tiered"
+            ) from exc
+
+    def slot_status(self) -> SlotStatus:
+        """The slot as the server shows it (retained WAL, position)."""
+        with self._psycopg() as conn:
+            row = conn.execute(
+                "SELECT active, confirmed_flush_lsn::text, "
+                "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            ).fetchone()
+        if row is None:
+            return SlotStatus(self.slot, False)
+        active, confirmed, retained, wal_status = row
+        return SlotStatus(
+            self.slot, True, bool(active), confirmed, None if retained is None else int(retained), wal_status
+        )
+
+    def stream_status(self) -> dict[str, Any]:
+        found = self.slot_status().to_json()
+        found["publication"] = self.publication
+        found["max_retained_wal_bytes"] = int(self.spec.max_retained_wal_mb * 1024 * 1024)
+        return found
+
+    def _slot_position(self, conn: Any) -> int | None:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots WHERE slot_name = %s",
+            (self.slot,),
+        ).fetchone()
+        if row is None:
+            return None
+        if row[1] == "lost":
+            return -1
+        return parse_lsn(row[0])
+
+    # -- the slot's changes --------------------------------------------------------------------
+    def _peek(self, conn: Any, upto_lsn: int | None, upto_changes: int | None) -> Generator[Any, None, None]:
+        """The slot's messages (decoded), without consuming them."""
+        try:
+            for (data,) in conn.cursor().stream(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, CAST(%s AS pg_lsn), %s, "
+                "'proto_version', '1', 'publication_names', %s)",
+                (self.slot, None if upto_lsn is None else format_lsn(upto_lsn), upto_changes, self.publication),
+            ):
+                yield decode(data)
+        except (SourceError, ValueError):
+            raise
+        except Exception as exc:
+            raise SourceError(f"{self.display_name}: reading replication slot {self.slot} failed: {exc}") from exc
+
+    def _changes(self, conn: Any, start: int, end: int | None, upto_changes: int | None = None) -> ChangeSet:
+        # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
+        with closing(self._peek(conn, end, upto_changes)) as messages:
+            return apply_changes(
+                messages,
+                key=self.key or self.primary_key(),
+                start_lsn=start,
+                end_lsn=end,
+                skip_origins=frozenset({EVICTION_ORIGIN}),
+                table=self.display_name,
+            )
+
+    def _advance(self, conn: Any, lsn: int) -> None:
+        position = self._slot_position(conn)
+        if position is not None and position != -1 and position < lsn:
+            conn.execute("SELECT pg_replication_slot_advance(%s, CAST(%s AS pg_lsn))", (self.slot, format_lsn(lsn)))
+
+    def _stream_position(self, conn: Any, committed: Offsets) -> int:
+        """The lake's LSN, after checking the slot still holds every change since it."""
+        lsn = parse_lsn(str(committed["lsn"]))
+        position = self._slot_position(conn)
+        if position is None or position == -1:
+            state = "is gone" if position is None else "lost the WAL it needed (max_slot_wal_keep_size)"
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: replication slot {self.slot} {state}: the changes after the lake's LSN "
+                f"{format_lsn(lsn)} can no longer be read. Load the table again: drop the lake table (the next round "
+                "creates a new slot and takes a new snapshot), then reset the table"
+            )
+        if position > lsn:
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: replication slot {self.slot} is at {format_lsn(position)}, ahead of the "
+                f"lake's LSN {format_lsn(lsn)}: changes in between may be missing from the lake (was the slot "
+                "advanced by something else?). Load the table again: drop the lake table, then reset the table"
+            )
+        return lsn
+
+    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+        """Every committed change is safe to tier (the stream is in commit order). With none for this table since
+        the lake's LSN, the slot is moved to the server's flushed WAL, so it holds no WAL back for other tables'
+        writes; nothing of this table lies in between."""
+        with self._psycopg() as conn:
+            self._check_server(conn)
+            try:
+                (flushed,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+            except Exception as exc:
+                raise SourceError(f"{self.display_name}: reading the WAL position failed: {exc}") from exc
+            if committed is None:
+                return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
+            start = self._stream_position(conn, committed)
+            found = self._changes(conn, start, parse_lsn(flushed), upto_changes=1)
+            if found.changes == 0:
+                self._advance(conn, parse_lsn(flushed))
+                return SafeWatermark(end=dict(committed), observed={"lsn": flushed})
+        return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
+
+    def has_rows_after(self, committed: Offsets | None) -> bool:
+        if committed is None:
+            return True
+        with self._psycopg() as conn:
+            start = parse_lsn(str(committed["lsn"]))
+            return self._changes(conn, start, None, upto_changes=1).changes > 0
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> ChangePlan:
+        if start is None:
+            return self._plan_first_load()
+        start_lsn, upto = parse_lsn(str(start["lsn"])), parse_lsn(str(end["lsn"]))
+        with self._psycopg() as conn:
+            found = self._changes(conn, start_lsn, upto, upto_changes=max_rows)
+        capped = found.changes >= max_rows
+        last = found.last_end_lsn or upto
+        return ChangePlan(last if capped else max(upto, last), start_lsn, found.changes, capped=capped)
+
+    def _plan_first_load(self) -> ChangePlan:
+        """Create the slot (dropping one left by a first load that never committed: no lake data depends on it)
+        and keep its exporting session open for the load."""
+        with self._psycopg() as conn:
+            self._check_server(conn)
+            self._ensure_publication(conn)
+            if self._slot_position(conn) is not None:
+                log.info("%s: dropping slot %s left by an earlier first load", self.display_name, self.slot)
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+            (rows,) = conn.execute(
+                "SELECT reltuples::int8 FROM pg_class WHERE oid = to_regclass(%s)", (self._qualified(),)
+            ).fetchone()
+        export = self._psycopg(replication=True)
+        try:
+            # A replication command, sent as a simple query (psycopg does so for a query without parameters); the
+            # slot name is checked by the spec (lower-case letters, digits and underscores).
+            cur = export.execute(f"CREATE_REPLICATION_SLOT {self.slot} LOGICAL pgoutput (SNAPSHOT 'export')")
+            _, consistent_point, snapshot, _ = cur.fetchone()
+        except Exception as exc:
+            export.close()
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: cannot create replication slot {self.slot}: {exc}. Check "
+                "max_replication_slots and max_wal_senders on the server. Nothing was tiered"
+            ) from exc
+        self._export_conn = export
+        return ChangePlan(parse_lsn(consistent_point), None, max(int(rows or 0), 1), snapshot=snapshot)
+
+    def cut_splits(self, plan: ChangePlan, target_rows_per_split: int, parallelism: int) -> list[ChangeSplit]:
+        return [ChangeSplit(0, plan.end_lsn, plan.start_lsn, plan.snapshot)]
+
+    def end_offsets(self, plan: ChangePlan) -> Offsets:
+        return {"lsn": format_lsn(plan.end_lsn)}
+
+    @contextmanager
+    def reading_one_snapshot(self, splits: Sequence[ChangeSplit]) -> Iterator[None]:
+        """The first load reads the slot's exported snapshot: its session is closed once the load is written."""
+        try:
+            yield
+        finally:
+            if self._export_conn is not None:
+                self._export_conn.close()
+                self._export_conn = None
+
+    # -- reading -------------------------------------------------------------------------------
+    def read_split(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        if split.snapshot is not None:
+            yield from self._read_snapshot(split.snapshot, schema)
+            return
+        assert split.start_lsn is not None
+        with self._psycopg() as conn:
+            found = self._changes(conn, split.start_lsn, split.end_lsn)
+        log.info(
+            "%s: %d transactions: %d inserts, %d updates, %d deletes -> %d keys",
+            self.display_name,
+            found.transactions,
+            found.inserted,
+            found.updated,
+            found.deleted,
+            len(found.rows),
+        )
+        yield from self._typed(found, schema)
+
+    def _select_list(self, schema: pa.Schema) -> str:
+        return ", ".join(self.table.select_expression(field) for field in schema)
+
+    def _read_snapshot(self, snapshot: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        conn = self.table._connect()  # the bulk reader's ADBC session (binary COPY into Arrow)
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                # SET TRANSACTION SNAPSHOT takes no bound parameter; the id comes from the server itself.
+                cur.execute(f"SET TRANSACTION SNAPSHOT {quote_string(snapshot)}")
+                cur.execute(f"SELECT {self._select_list(schema)} FROM {self._qualified()}")
+                reader = cur.fetch_record_batch()
+            except Exception as exc:
+                raise SourceError(f"{self.display_name}: reading the first load failed: {exc}") from exc
+            for batch in self.table._batches(reader, "reading the first load"):
+                yield _with_change_columns(batch, deleted=None, fill=None)
+        finally:
+            conn.close()
+
+    def _typed(self, found: ChangeSet, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The change set's rows typed by the server, each with its change columns."""
+        items = list(found.rows.items())
+        key = self.key or self.primary_key()
+        for begin in range(0, len(items), TYPING_BATCH_ROWS):
+            chunk = items[begin : begin + TYPING_BATCH_ROWS]
+            records: list[dict[str, Any]] = []
+            deleted: list[bool] = []
+            fills: list[str | None] = []
+            for number, (row_key, version) in enumerate(chunk):
+                if version is None:
+                    record: dict[str, Any] = dict(zip(key, row_key, strict=True))
+                    fills.append(None)
+                else:
+                    record = {c: None if v is UNCHANGED_TOAST else v for c, v in version.values.items()}
+                    fills.append(
+                        None
+                        if not version.unchanged
+                        else json.dumps(
+                            {
+                                "key": None if version.fill_from == row_key else list(version.fill_from or ()),
+                                "columns": list(version.unchanged),
+                            }
+                        )
+                    )
+                record["__n"] = number
+                records.append(record)
+                deleted.append(version is None)
+            typed = self._type_on_server(records, schema)
+            yield _with_change_columns(typed, deleted=deleted, fill=fills)
+
+    def _type_on_server(self, records: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
+        definitions = ", ".join(f"{self.table.quote(f.name)} text" for f in schema)
+        casts = ", ".join(
+            f"CAST(j.{self.table.quote(f.name)} AS {self.table.declared_type(f.name)}) AS {self.table.quote(f.name)}"
+            for f in schema
+        )
+        sql = (
+            f"WITH t AS (SELECT j.__n, {casts} FROM json_to_recordset(CAST($1 AS json)) AS j(__n int8, {definitions})) "
+            f"SELECT {self._select_list(schema)} FROM t ORDER BY __n"
+        )
+        conn = self.table._connect()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute(sql, parameters=(json.dumps(records),))
+                table = cur.fetch_arrow_table()
+            except Exception as exc:
+                raise SourceError(f"{self.display_name}: typing the changes failed: {exc}") from exc
+        finally:
+            conn.close()
+        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        if table.num_rows == 0:
+            return pa.RecordBatch.from_pylist([], schema=nullable)
+        return conform_batch(table.combine_chunks().to_batches()[0], nullable)
+
+    def after_commit(self, committed: Offsets) -> int:
+        """Move the slot to the lake's LSN: the server may now recycle the WAL before it."""
+        with self._psycopg() as conn:
+            self._advance(conn, parse_lsn(str(committed["lsn"])))
+        return 0
+
+
+def _with_change_columns(
+    batch: pa.RecordBatch, deleted: list[bool] | None, fill: list[str | None] | None
+) -> pa.RecordBatch:
+    rows = batch.num_rows
+    flags = pa.array(deleted if deleted is not None else [False] * rows, pa.bool_())
+    fills = pa.array(fill if fill is not None else [None] * rows, pa.string())
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, flags, fills],
+        schema=pa.schema(
+            [
+                *(f.with_nullable(True) for f in batch.schema),
+                pa.field(CHANGE_DELETED, pa.bool_()),
+                pa.field(CHANGE_FILL, pa.string()),
+            ]
+        ),
+    )

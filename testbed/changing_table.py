@@ -1,0 +1,165 @@
+"""A PostgreSQL table changed the way operational tables are, for the change-stream tests: inserts, updates (of
+the key too, and of one key several times), deletes, deletes then re-inserts of one key, and large values stored
+out of line (TOAST) left alone by later updates.
+
+Its sessions commit with ``synchronous_commit = on``: a change stream reads only flushed WAL. The expected lake is
+the table's rows; ``lake_by_key`` reads the lake back with pyiceberg only, and ``files_by_key`` reads the data
+files the current snapshot lists with pyarrow's Parquet reader (neither uses code under test).
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+from pyiceberg.catalog import load_catalog
+
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from testbed.lake_check import _normal, digest
+
+COLUMNS = ("id", "name", "amount", "doc", "tags")
+
+
+class ChangingTable:
+    """``id``-keyed rows; ``doc`` is sometimes a value large enough to be stored out of line."""
+
+    def __init__(self, dsn: str, table: str, *, seed: int = 5) -> None:
+        self.dsn = dsn
+        self.table = table
+        self.rng = random.Random(seed)
+        self.next_id = 1
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn.execute("SET synchronous_commit = on")
+        self.counts = {"insert": 0, "update": 0, "key_update": 0, "delete": 0, "reinsert": 0, "toast": 0}
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def connection(self) -> ConnectionInfo:
+        return ConnectionInfo.from_uri(self.dsn)
+
+    def create(self) -> None:
+        self.conn.execute(f'DROP TABLE IF EXISTS "{self.table}"')
+        self.conn.execute(
+            f'CREATE TABLE "{self.table}" (id bigint PRIMARY KEY, name text NOT NULL, amount numeric(12,2), '
+            "doc text, tags text[])"
+        )
+
+    def _big(self) -> str:
+        # Incompressible and above the 2 kB TOAST threshold: stored out of line, not inline-compressed.
+        return "".join(self.rng.choices(string.ascii_letters + string.digits, k=6000))
+
+    def insert(self, count: int) -> None:
+        with self.conn.transaction():
+            for _ in range(count):
+                self._insert_one(self.next_id)
+                self.next_id += 1
+
+    def _insert_one(self, key: int) -> None:
+        doc = self._big() if self.rng.random() < 0.2 else f"doc {key}"
+        self.conn.execute(
+            f'INSERT INTO "{self.table}" VALUES (%s, %s, %s, %s, %s)',
+            (key, f"row {key}", round(self.rng.uniform(0, 1000), 2), doc, [f"t{key % 3}", "x"]),
+        )
+        self.counts["insert"] += 1
+
+    def keys(self) -> list[int]:
+        return [k for (k,) in self.conn.execute(f'SELECT id FROM "{self.table}" ORDER BY id').fetchall()]
+
+    def random_changes(self, operations: int) -> None:
+        """``operations`` changes, a few per transaction, chosen at random."""
+        done = 0
+        while done < operations:
+            with self.conn.transaction():
+                for _ in range(self.rng.randint(1, 4)):
+                    self._one_change()
+                    done += 1
+
+    def _one_change(self) -> None:
+        keys = self.keys()
+        choice = self.rng.random()
+        t = f'"{self.table}"'
+        if not keys or choice < 0.25:
+            self._insert_one(self.next_id)
+            self.next_id += 1
+            return
+        key = self.rng.choice(keys)
+        if choice < 0.50:  # an update of other columns; the stored-out-of-line doc is left alone
+            self.conn.execute(f"UPDATE {t} SET name = name || '+', amount = amount + 1 WHERE id = %s", (key,))
+            self.counts["update"] += 1
+        elif choice < 0.58:  # several updates of one key in one transaction
+            for _ in range(3):
+                self.conn.execute(f"UPDATE {t} SET amount = coalesce(amount, 0) + 0.5 WHERE id = %s", (key,))
+            self.counts["update"] += 3
+        elif choice < 0.66:
+            self.conn.execute(f"UPDATE {t} SET doc = %s WHERE id = %s", (self._big(), key))
+            self.counts["toast"] += 1
+        elif choice < 0.74:  # the key itself changes
+            self.conn.execute(f"UPDATE {t} SET id = %s, name = name || '*' WHERE id = %s", (self.next_id, key))
+            self.next_id += 1
+            self.counts["key_update"] += 1
+        elif choice < 0.87:
+            self.conn.execute(f"DELETE FROM {t} WHERE id = %s", (key,))
+            self.counts["delete"] += 1
+        else:  # deleted and inserted again under the same key
+            self.conn.execute(f"DELETE FROM {t} WHERE id = %s", (key,))
+            self._insert_one(key)
+            self.counts["reinsert"] += 1
+
+    def hot_by_key(self) -> dict[Any, tuple[Any, ...]]:
+        rows = self.conn.execute(f'SELECT {", ".join(COLUMNS)} FROM "{self.table}"').fetchall()
+        return {row[0]: tuple(_normal_value(v) for v in row) for row in rows}
+
+
+def _normal_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(value)
+    return _normal(value)
+
+
+def _by_key(rows: list[dict[str, Any]]) -> dict[Any, tuple[Any, ...]]:
+    found: dict[Any, tuple[Any, ...]] = {}
+    for row in rows:
+        if row["id"] in found:
+            raise AssertionError(f"the lake holds key {row['id']} twice")
+        found[row["id"]] = tuple(_normal_value(row[c]) for c in COLUMNS)
+    return found
+
+
+def lake_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[Any, tuple[Any, ...]]:
+    table = load_catalog("default", **catalog_properties).load_table(identifier)
+    return _by_key(table.scan(selected_fields=COLUMNS).to_arrow().to_pylist())
+
+
+def files_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[Any, tuple[Any, ...]]:
+    """The rows of the data files the current snapshot lists, read with pyarrow's Parquet reader."""
+    table = load_catalog("default", **catalog_properties).load_table(identifier)
+    rows: list[dict[str, Any]] = []
+    for task in table.scan().plan_files():
+        if task.delete_files:
+            raise AssertionError(f"{task.file.file_path} has delete files")
+        path = task.file.file_path.removeprefix("file://")
+        rows += pq.read_table(path, columns=list(COLUMNS)).to_pylist()
+    return _by_key(rows)
+
+
+def assert_lake_equals_hot(hot: ChangingTable, catalog_properties: dict[str, str], identifier: tuple[str, str]) -> None:
+    """Row for row by key, then by count and content hash, through pyiceberg and through the Parquet files."""
+    expected = hot.hot_by_key()
+    for read in (lake_by_key, files_by_key):
+        found = read(catalog_properties, identifier)
+        missing = sorted(set(expected) - set(found))
+        extra = sorted(set(found) - set(expected))
+        differ = sorted(k for k in set(expected) & set(found) if expected[k] != found[k])
+        assert not (missing or extra or differ), (
+            f"{read.__name__}: missing keys {missing[:10]}, extra keys {extra[:10]}, differing rows {differ[:10]}"
+            + ("" if not differ else f" (first: hot {_short(expected[differ[0]])}, lake {_short(found[differ[0]])})")
+        )
+        assert digest(found.values()) == digest(expected.values())
+
+
+def _short(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(v[:20] + "..." if isinstance(v, str) and len(v) > 20 else v for v in row)

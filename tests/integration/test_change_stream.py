@@ -1,0 +1,360 @@
+"""PostgreSQL tables tiered from their change stream (logical replication, pgoutput): after rounds, and after
+rounds killed at every phase and a server restart, the lake holds the hot table row for row by key (read back with
+pyiceberg and with pyarrow's Parquet reader, never with code under test); the slot is never ahead of the lake.
+Real PostgreSQL 15 with wal_level = logical, real pyiceberg, real processes killed with SIGKILL."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from airflow_provider_tiering.build import build_writer
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SchemaConflict, TableTruncated
+from airflow_provider_tiering.core.maintenance import CompactionResult
+from airflow_provider_tiering.core.round import RoundOutcome, run_round
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.staleness import retained_wal_alert
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from airflow_provider_tiering.lake.compaction import compact
+from airflow_provider_tiering.sources.pgoutput import parse_lsn
+from airflow_provider_tiering.sources.registry import build_source
+from airflow_provider_tiering.spark.session import SparkSettings
+from testbed.changing_table import ChangingTable, assert_lake_equals_hot
+from testbed.crash_round import crash_round
+from testbed.lake_check import unreferenced_data_files
+from testbed.pg_server import PostgresServer
+from testbed.rounds import lake_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MB = 1024 * 1024
+
+
+def cdc_spec(name: str, **source) -> dict:
+    return {
+        "name": name,
+        "source": {"kind": "postgres_cdc", "conn_id": "hot", "table": name, **source},
+        "lake": {"namespace": "it", "table": name},
+    }
+
+
+@pytest.fixture(scope="module")
+def local_writer():
+    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
+    yield writer
+    writer.stop()
+
+
+@pytest.fixture
+def changing(pg_server, request):
+    name = request.node.name.split("[")[0].removeprefix("test_")[:40]
+    hot = ChangingTable(pg_server.dsn, name)
+    hot.create()
+    yield hot
+    hot.close()
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:  # slots outlive tables: drop this test's
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
+            (f"tiering_public_{name}",),
+        )
+
+
+def slot_lsn(dsn: str, slot: str) -> int | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        found = row.fetchone()
+    return None if found is None else parse_lsn(found[0])
+
+
+def lake_lsn(catalog_properties, name: str) -> int | None:
+    import json
+
+    table = load_catalog("default", **catalog_properties).load_table(("it", name))
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return None
+    return parse_lsn(json.loads(snapshot.summary["tiering.end-offsets"])["lsn"])
+
+
+def test_random_changes_while_rounds_run_leave_the_lake_equal_to_the_table(
+    changing, tmp_path, catalog_properties, local_writer
+):
+    name = changing.table
+    spec = TableSpec.parse(cdc_spec(name))
+    store = JsonFileStateStore(tmp_path / "state.json")
+    changing.insert(300)
+
+    def tier():
+        return run_round(
+            spec,
+            build_source(spec.source, changing.connection()),
+            lake_of(spec, catalog_properties),
+            local_writer,
+            store,
+        )
+
+    first = tier()
+    assert first.outcome is RoundOutcome.TIERED and first.metrics.rows == 300
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+    schema = load_catalog("default", **catalog_properties).load_table(("it", name)).schema()
+    assert [schema.find_column_name(i) for i in schema.identifier_field_ids] == ["id"]
+
+    # A writer keeps changing the table while rounds run; each round tiers what was committed before it.
+    writer = ChangingTable(changing.dsn, name, seed=99)
+    writer.next_id = 100_000
+    stop = threading.Event()
+
+    def keep_changing():
+        while not stop.is_set():
+            writer.random_changes(8)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=keep_changing, daemon=True)
+    thread.start()
+    try:
+        for number in range(6):
+            changing.random_changes(40)
+            result = tier()
+            assert result.outcome is RoundOutcome.TIERED, number
+            if number == 2:
+                compacted = compact(
+                    lake_of(spec, catalog_properties),
+                    local_writer,
+                    target_file_bytes=128 * MB,
+                    small_file_bytes=8 * MB,
+                    max_small_files=2,
+                    table_name=name,
+                )
+                assert compacted.outcome is CompactionResult.COMPACTED, compacted
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    tier()  # everything committed before it
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+    assert all(changing.counts[kind] for kind in ("update", "key_update", "delete", "reinsert", "toast")), (
+        changing.counts
+    )
+    assert slot_lsn(changing.dsn, f"tiering_public_{name}") <= lake_lsn(catalog_properties, name)
+    assert unreferenced_data_files(catalog_properties, ("it", name)) == []
+
+    state = store.load()
+    assert state.mode == "change_stream" and state.merge_key == ["id"]
+    assert state.change_stream["slot"] == f"tiering_public_{name}"
+    assert state.change_stream["exists"] is True
+    assert isinstance(state.change_stream["retained_wal_bytes"], int)
+
+
+def test_each_kind_of_change_is_applied_and_counted(changing, tmp_path, catalog_properties, local_writer):
+    name = changing.table
+    spec = TableSpec.parse(cdc_spec(name))
+    store = JsonFileStateStore(tmp_path / "state.json")
+    changing.insert(10)
+    big = "Z" * 10 + "".join(str(i % 97) for i in range(4000))
+    table = f'"{name}"'
+    changing.conn.execute(f"UPDATE {table} SET doc = %s WHERE id = 3", (big,))
+
+    def tier():
+        return run_round(
+            spec,
+            build_source(spec.source, changing.connection()),
+            lake_of(spec, catalog_properties),
+            local_writer,
+            store,
+        )
+
+    tier()
+    conn = changing.conn
+    with conn.transaction():
+        conn.execute(f"INSERT INTO {table} VALUES (11, 'new', 1, 'n', NULL)")  # inserted
+        conn.execute(f"UPDATE {table} SET name = 'a' WHERE id = 1")  # updated three times: one update
+        conn.execute(f"UPDATE {table} SET name = 'b' WHERE id = 1")
+        conn.execute(f"UPDATE {table} SET name = 'c' WHERE id = 1")
+        conn.execute(f"UPDATE {table} SET id = 20 WHERE id = 2")  # key 2 deleted, key 20 inserted
+        conn.execute(f"DELETE FROM {table} WHERE id = 4")  # deleted
+        conn.execute(f"DELETE FROM {table} WHERE id = 5")  # deleted, then inserted again: one update
+        conn.execute(f"INSERT INTO {table} VALUES (5, 'again', 2, 'd', '{{a,b}}')")
+        conn.execute(f"INSERT INTO {table} VALUES (12, 'brief', 2, 'd', NULL)")  # inserted, then deleted: nothing
+        conn.execute(f"DELETE FROM {table} WHERE id = 12")
+    conn.execute(f"UPDATE {table} SET amount = 7 WHERE id = 3")  # the stored-out-of-line doc is left alone
+    result = tier()
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+    assert (result.metrics.inserted_rows, result.metrics.updated_rows, result.metrics.deleted_rows) == (2, 3, 2)
+    extra = result.event_extra()
+    assert (extra["inserted_rows"], extra["updated_rows"], extra["deleted_rows"]) == (2, 3, 2)
+    lake = load_catalog("default", **catalog_properties).load_table(("it", name)).scan().to_arrow().to_pylist()
+    assert {r["id"]: r["doc"] for r in lake}[3] == big
+
+    # Nothing changed: nothing to tier, the re-read changes are not applied again.
+    assert tier().outcome is RoundOutcome.NOTHING_TO_TIER
+    # A column added on the hot table mid-stream arrives in the lake with the rows that carry it.
+    conn.execute(f"ALTER TABLE {table} ADD COLUMN note text")
+    conn.execute(f"UPDATE {table} SET note = 'noted' WHERE id = 1")
+    tier()
+    lake = load_catalog("default", **catalog_properties).load_table(("it", name)).scan().to_arrow().to_pylist()
+    assert {r["id"]: r["note"] for r in lake}[1] == "noted"
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+
+
+@pytest.mark.parametrize("restart", [True])
+def test_rounds_killed_at_every_phase_and_a_server_restart_lose_nothing_and_apply_nothing_twice(
+    changing, tmp_path, catalog_properties, local_writer, pg_server, restart
+):
+    name = changing.table
+    spec_json = cdc_spec(name)
+    spec = TableSpec.parse(spec_json)
+    store = JsonFileStateStore(tmp_path / "state.json")
+    slot = f"tiering_public_{name}"
+    changing.insert(200)
+
+    def tier():
+        return run_round(
+            spec,
+            build_source(spec.source, changing.connection()),
+            lake_of(spec, catalog_properties),
+            local_writer,
+            store,
+        )
+
+    def killed(phase: str) -> None:
+        done = crash_round(tmp_path, catalog_properties, phase, spec_json, hot_uri=changing.dsn, local_writer=True)
+        assert f"phase {phase}" in done.stdout and done.returncode == -9, (done.stdout, done.stderr[-3000:])
+        slot_at, lake_at = slot_lsn(changing.dsn, slot), lake_lsn(catalog_properties, name)
+        if lake_at is not None and slot_at is not None:
+            assert slot_at <= lake_at, f"killed at {phase}: the slot is ahead of the lake"
+
+    # The first load killed after the slot was created: the next round drops that slot and takes a new snapshot.
+    killed("planned")
+    changing.random_changes(20)
+    tier()
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+
+    for phase in ("planned", "writing", "written", "committed", "recorded"):
+        changing.random_changes(30)
+        killed(phase)
+        if restart and phase == "written":
+            pg_server.restart()
+            changing.conn = psycopg.connect(changing.dsn, autocommit=True)
+            changing.conn.execute("SET synchronous_commit = on")
+        result = tier()
+        assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+        if phase in ("committed", "recorded"):
+            # The killed round's commit holds every change: the re-delivered ones are skipped, not applied again.
+            assert result.outcome is RoundOutcome.NOTHING_TO_TIER, phase
+        else:
+            assert result.outcome is RoundOutcome.TIERED, phase
+        assert slot_lsn(changing.dsn, slot) <= lake_lsn(catalog_properties, name)
+    # The killed attempts' staged files go with the next committed round's cleanup.
+    changing.random_changes(5)
+    assert tier().outcome is RoundOutcome.TIERED
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+    assert unreferenced_data_files(catalog_properties, ("it", name)) == []
+
+
+def test_a_truncate_fails_the_table_without_touching_the_lake(changing, tmp_path, catalog_properties, local_writer):
+    name = changing.table
+    spec = TableSpec.parse(cdc_spec(name))
+    store = JsonFileStateStore(tmp_path / "state.json")
+    changing.insert(20)
+    lake = lake_of(spec, catalog_properties)
+    run_round(spec, build_source(spec.source, changing.connection()), lake, local_writer, store)
+    before = lake.committed()
+    changing.conn.execute(f'TRUNCATE "{name}"')
+    changing.insert(3)
+    with pytest.raises(TableTruncated, match="was truncated"):
+        run_round(spec, build_source(spec.source, changing.connection()), lake, local_writer, store)
+    assert lake.committed().snapshot_id == before.snapshot_id
+    state = store.load()
+    assert state.quarantined_since is not None and "drop the lake table" in state.last_error
+
+
+def test_set_up_problems_fail_the_first_round_naming_what_to_change(
+    pg_server, tmp_path, tmp_path_factory, catalog_properties, local_writer
+):
+    conn = psycopg.connect(pg_server.dsn, autocommit=True)
+    conn.execute("DROP TABLE IF EXISTS no_identity; CREATE TABLE no_identity (id int PRIMARY KEY, v text)")
+    conn.execute("ALTER TABLE no_identity REPLICA IDENTITY NOTHING")
+    conn.execute("DROP TABLE IF EXISTS plain_role_table; CREATE TABLE plain_role_table (id int PRIMARY KEY)")
+    conn.execute("DROP ROLE IF EXISTS no_replication")
+    conn.execute("CREATE ROLE no_replication LOGIN PASSWORD 'pw-no-replication'")
+    conn.execute("ALTER TABLE plain_role_table OWNER TO no_replication")
+
+    def first_round(table: str, dsn: str):
+        store = JsonFileStateStore(tmp_path / f"{table}.json")
+        spec = TableSpec.parse(cdc_spec(table))
+        source = build_source(spec.source, ConnectionInfo.from_uri(dsn))
+        return run_round(spec, source, lake_of(spec, catalog_properties), local_writer, store)
+
+    with pytest.raises(ChangeStreamUnavailable, match="REPLICA IDENTITY USING INDEX"):
+        first_round("no_identity", pg_server.dsn)
+    other = pg_server.dsn.replace(f"{pg_server.user}:{pg_server.password}", "no_replication:pw-no-replication")
+    with pytest.raises(ChangeStreamUnavailable, match="WITH REPLICATION"):
+        first_round("plain_role_table", other)
+    last_error = JsonFileStateStore(tmp_path / "plain_role_table.json").load().last_error
+    assert "WITH REPLICATION" in last_error and "pw-no-replication" not in last_error
+
+    replica = PostgresServer(tmp_path_factory.mktemp("pg-replica") / "data", settings={"wal_level": "replica"})
+    with replica:
+        with psycopg.connect(replica.dsn, autocommit=True) as other_conn:
+            other_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        with pytest.raises(ChangeStreamUnavailable, match="wal_level = logical"):
+            first_round("t", replica.dsn)
+    conn.close()
+
+
+def test_a_dropped_slot_fails_the_table_asking_for_a_new_load(changing, tmp_path, catalog_properties, local_writer):
+    name = changing.table
+    spec = TableSpec.parse(cdc_spec(name))
+    store = JsonFileStateStore(tmp_path / "state.json")
+    changing.insert(5)
+    run_round(
+        spec, build_source(spec.source, changing.connection()), lake_of(spec, catalog_properties), local_writer, store
+    )
+    changing.conn.execute("SELECT pg_drop_replication_slot(%s)", (f"tiering_public_{name}",))
+    changing.insert(2)
+    with pytest.raises(ChangeStreamUnavailable, match="is gone"):
+        run_round(
+            spec,
+            build_source(spec.source, changing.connection()),
+            lake_of(spec, catalog_properties),
+            local_writer,
+            store,
+        )
+
+
+def test_wal_held_by_a_failing_table_shows_in_its_status_and_alerts(
+    changing, tmp_path, catalog_properties, local_writer
+):
+    name = changing.table
+    spec = TableSpec.parse(cdc_spec(name, max_retained_wal_mb=1))
+    store = JsonFileStateStore(tmp_path / "state.json")
+    changing.insert(5)
+
+    def tier():
+        return run_round(
+            spec,
+            build_source(spec.source, changing.connection()),
+            lake_of(spec, catalog_properties),
+            local_writer,
+            store,
+        )
+
+    tier()
+    assert retained_wal_alert(spec, store.load()) is None
+    # The table's rounds start failing (its column gets a type the lake cannot follow), while the server writes
+    # WAL for other tables: the slot holds it back.
+    changing.insert(1)
+    changing.conn.execute(f'ALTER TABLE "{name}" ALTER COLUMN amount TYPE text')
+    changing.conn.execute("CREATE TABLE IF NOT EXISTS wal_filler (v text)")
+    changing.conn.execute("INSERT INTO wal_filler SELECT repeat(md5(g::text), 40) FROM generate_series(1, 3000) g")
+    with pytest.raises(SchemaConflict):
+        tier()
+    state = store.load()
+    assert state.change_stream["retained_wal_bytes"] > MB
+    alert = retained_wal_alert(spec, state)
+    assert alert is not None and f"tiering_public_{name}" in alert and "holds back" in alert

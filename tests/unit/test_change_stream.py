@@ -1,0 +1,182 @@
+"""pgoutput messages decoded, and a change stream applied in commit order: what each kind of change leaves for the
+lake (the messages are built here byte for byte as PostgreSQL's protocol documentation lays them out)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
+from airflow_provider_tiering.sources.change_stream import RowVersion, apply_changes
+from airflow_provider_tiering.sources.pgoutput import (
+    UNCHANGED_TOAST,
+    Begin,
+    Change,
+    Commit,
+    Origin,
+    Relation,
+    Truncate,
+    decode,
+    format_lsn,
+    parse_lsn,
+)
+
+OID = 16401
+COLUMNS = ("id", "name", "doc")
+
+
+def _tuple(values) -> bytes:
+    out = struct.pack("!h", len(values))
+    for value in values:
+        if value is None:
+            out += b"n"
+        elif value is UNCHANGED_TOAST:
+            out += b"u"
+        else:
+            data = value.encode()
+            out += b"t" + struct.pack("!i", len(data)) + data
+    return out
+
+
+def begin(final_lsn: int, xid: int = 7) -> bytes:
+    return b"B" + struct.pack("!QQi", final_lsn, 0, xid)
+
+
+def commit(end_lsn: int) -> bytes:
+    return b"C" + struct.pack("!bQQQ", 0, end_lsn - 8, end_lsn, 0)
+
+
+def relation(identity: bytes = b"d") -> bytes:
+    out = b"R" + struct.pack("!i", OID) + b"public\x00t\x00" + identity + struct.pack("!h", len(COLUMNS))
+    for number, name in enumerate(COLUMNS):
+        out += struct.pack("!b", 1 if number == 0 else 0) + name.encode() + b"\x00" + struct.pack("!ii", 25, -1)
+    return out
+
+
+def insert(*values) -> bytes:
+    return b"I" + struct.pack("!i", OID) + b"N" + _tuple(values)
+
+
+def update(*values, old=None, whole_old_row: bool = False) -> bytes:
+    out = b"U" + struct.pack("!i", OID)
+    if old is not None:
+        out += (b"O" if whole_old_row else b"K") + _tuple(old)
+    return out + b"N" + _tuple(values)
+
+
+def delete(key: str) -> bytes:
+    return b"D" + struct.pack("!i", OID) + b"K" + _tuple((key, None, None))
+
+
+def origin(name: str) -> bytes:
+    return b"O" + struct.pack("!Q", 0) + name.encode() + b"\x00"
+
+
+def truncate() -> bytes:
+    return b"T" + struct.pack("!ibi", 1, 0, OID)
+
+
+def transaction(end_lsn: int, *changes: bytes, tag: str | None = None) -> list[bytes]:
+    return [begin(end_lsn - 8), *([origin(tag)] if tag else []), *changes, commit(end_lsn)]
+
+
+def stream(*transactions: list[bytes]) -> list:
+    return [decode(m) for m in [relation(), *(m for t in transactions for m in t)]]
+
+
+def apply(messages, start=0, end=None, **options):
+    return apply_changes(messages, key=("id",), start_lsn=start, end_lsn=end, **options)
+
+
+def test_messages_decode_as_the_protocol_lays_them_out():
+    assert decode(begin(0x1_0000_0010, 42)) == Begin(0x1_0000_0010, 42)
+    assert decode(commit(0x200)) == Commit(0x1F8, 0x200)
+    assert decode(relation(b"f")) == Relation(OID, "public", "t", "f", COLUMNS, ("id",))
+    assert decode(insert("1", None, "é")) == Change("I", OID, new=("1", None, "é"))
+    changed = decode(update("2", "b", UNCHANGED_TOAST, old=("1", None, None)))
+    assert changed == Change("U", OID, new=("2", "b", UNCHANGED_TOAST), old=("1", None, None))
+    assert not changed.old_is_row
+    assert decode(update("1", "b", "x", old=("1", "a", "x"), whole_old_row=True)).old_is_row
+    assert decode(delete("3")) == Change("D", OID, old=("3", None, None))
+    assert decode(origin("eviction")) == Origin("eviction")
+    assert decode(truncate()) == Truncate((OID,))
+    with pytest.raises(ValueError, match="unknown pgoutput message"):
+        decode(b"Z")
+    assert parse_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert format_lsn(parse_lsn("16/B374D848")) == "16/B374D848"
+
+
+def test_only_transactions_after_the_lake_and_up_to_the_end_are_applied():
+    messages = stream(
+        transaction(100, insert("1", "a", "x")),  # the lake has it already
+        transaction(200, insert("2", "b", "y")),
+        transaction(300, insert("3", "c", "z")),  # past the round's end
+    )
+    found = apply(messages, start=100, end=200)
+    assert set(found.rows) == {("2",)} and found.last_end_lsn == 200 and found.inserted == 1
+
+
+def test_key_updates_deletes_and_reinserts_leave_the_latest_state_per_key():
+    found = apply(
+        stream(
+            transaction(
+                100,
+                insert("1", "a", "x"),
+                update("1", "b", "x"),
+                update("1", "c", "x"),  # several updates of one key: the last wins
+                update("20", "k", "x", old=("2", None, None)),  # the key changes: 2 leaves, 20 arrives
+                delete("3"),
+                delete("4"),
+                insert("4", "again", "y"),  # deleted, then inserted again
+                insert("5", "brief", "y"),
+                delete("5"),  # inserted, then deleted
+            )
+        )
+    )
+    assert found.rows[("1",)] == RowVersion({"id": "1", "name": "c", "doc": "x"})
+    assert found.rows[("2",)] is None and found.rows[("20",)].values["name"] == "k"
+    assert found.rows[("3",)] is None and found.rows[("5",)] is None
+    assert found.rows[("4",)].values["name"] == "again"
+    assert (found.inserted, found.updated, found.deleted) == (3, 3, 3)
+
+
+def test_the_evictions_own_transactions_are_skipped_whole():
+    found = apply(
+        stream(transaction(100, delete("1"), tag="tiering_eviction"), transaction(200, delete("2"))),
+        skip_origins=frozenset({"tiering_eviction"}),
+    )
+    assert set(found.rows) == {("2",)} and found.transactions == 1
+
+
+def test_values_an_update_left_unchanged_come_from_the_round_or_are_left_to_the_lake():
+    found = apply(
+        stream(
+            transaction(
+                100,
+                insert("1", "a", "big"),
+                update("1", "b", UNCHANGED_TOAST),  # the round carried it: filled here
+                update("2", "b", UNCHANGED_TOAST),  # the lake holds it
+                update("2", "c", UNCHANGED_TOAST),  # still the lake's
+                update("30", "d", UNCHANGED_TOAST, old=("3", None, None)),  # the lake's row of key 3 holds it
+                update("4", "e", UNCHANGED_TOAST, old=("4", "x", "old doc"), whole_old_row=True),  # REPLICA FULL
+            )
+        )
+    )
+    assert found.rows[("1",)] == RowVersion({"id": "1", "name": "b", "doc": "big"})
+    two = found.rows[("2",)]
+    assert two.values["name"] == "c" and two.unchanged == ("doc",) and two.fill_from == ("2",)
+    thirty = found.rows[("30",)]
+    assert thirty.unchanged == ("doc",) and thirty.fill_from == ("3",)
+    assert found.rows[("4",)] == RowVersion({"id": "4", "name": "e", "doc": "old doc"})
+
+
+def test_a_truncate_or_a_change_without_its_key_is_refused():
+    with pytest.raises(TableTruncated, match="was truncated"):
+        apply(stream(transaction(100, insert("1", "a", "x")), transaction(200, truncate())))
+    with pytest.raises(ChangeStreamUnavailable, match="replica identity"):
+        apply(stream(transaction(100, delete_without_key())))
+
+
+def delete_without_key() -> bytes:
+    return b"D" + struct.pack("!i", OID) + b"K" + _tuple((None, None, None))
