@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,23 +43,25 @@ def crash_round(
     *,
     hot_uri: str | None = None,
     local_writer: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run a round of ``spec`` in a child process (hot store ``tmp_path/hot.db`` for a SQL spec, or the database
     at ``hot_uri``; state ``tmp_path/state.json``) and SIGKILL it at phase ``kill_at`` ("writing": once its first
-    data file exists; "swap": inside the commit, just before the catalog swaps the metadata, every file of the
-    commit written). ``local_writer``: a round of one split is written by the round's process, without Spark."""
+    data file exists, in a local or an ``s3://`` warehouse; "swap": inside the commit, just before the catalog swaps
+    the metadata, every file of the commit written; "none": not at all, the round runs to its end and the child
+    exits 0). ``local_writer``: a round of one split is written by the round's process, without Spark. ``env`` is
+    added to the child's environment (its driver, Spark JVM and Python workers)."""
     config = {
         "hot_uri": hot_uri,
         "local_writer": local_writer,
         "spec": spec,
         "kill_at": kill_at,
         "catalog": catalog_properties,
-        "warehouse": str(tmp_path / "warehouse"),
         "hot": str(tmp_path / "hot.db"),
         "state": str(tmp_path / "state.json"),
         "marker": str(tmp_path / "killed-with-files.json"),
     }
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
     return subprocess.run(
         [sys.executable, "-m", "testbed.crash_round", json.dumps(config)],
         cwd=tmp_path,
@@ -75,11 +78,18 @@ def kill_everything() -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def kill_when_files_appear(staging: Path, before: set[str], marker: Path) -> None:
+def staged_files(catalog: Mapping[str, str], staging: str) -> set[str]:
+    """The data files under a staging directory URI, local or ``s3://`` (listed with boto3)."""
+    from testbed.lake_check import data_files_stored
+
+    return data_files_stored(dict(catalog), staging)
+
+
+def kill_when_files_appear(catalog: Mapping[str, str], staging: str, before: set[str], marker: Path) -> None:
     """Kill mid-write: as soon as the round's first data file exists, while other splits still run."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        files = sorted(str(p) for p in staging.rglob("*.parquet") if str(p) not in before) if staging.exists() else []
+        files = sorted(staged_files(catalog, staging) - before)
         if files:
             marker.write_text(json.dumps(files))
             kill_everything()
@@ -120,8 +130,9 @@ def main() -> None:
     config = json.loads(sys.argv[1])
     spec = TableSpec.parse(config["spec"])
     kill_at = config["kill_at"]
-    staging = Path(config["warehouse"]) / spec.lake.namespace / spec.lake.table / "data" / "tiering"
-    before = {str(p) for p in staging.rglob("*.parquet")} if staging.exists() else set()
+    warehouse = config["catalog"]["warehouse"].rstrip("/")
+    staging = f"{warehouse}/{spec.lake.namespace}/{spec.lake.table}/data/tiering"
+    before = staged_files(config["catalog"], staging)
 
     catalog_handle = None
     if kill_at == "swap":
@@ -135,7 +146,7 @@ def main() -> None:
         if phase == "written" and kill_at == "swap":
             dying.armed = True
         elif phase == kill_at == "writing":
-            args = (staging, before, Path(config["marker"]))
+            args = (config["catalog"], staging, before, Path(config["marker"]))
             threading.Thread(target=kill_when_files_appear, args=args, daemon=True).start()
         elif phase == kill_at:
             kill_everything()
@@ -151,6 +162,9 @@ def main() -> None:
         spec, connection, config["catalog"], writer=writer, source=source, catalog_handle=catalog_handle
     )
     parts.run(JsonFileStateStore(config["state"]), observe=observe)
+    if kill_at == "none":
+        print("round finished", flush=True)
+        sys.exit(0)
     print("round finished without being killed", flush=True)
     sys.exit(3)
 

@@ -79,10 +79,42 @@ def mariadb_rows(url: str, table: str, columns: Sequence[str]) -> list[tuple]:
         return list(cur.fetchall())
 
 
+def s3_client(catalog_properties: dict[str, str]) -> Any:
+    """A boto3 S3 client with a catalog's ``s3.*`` properties (not the package's own S3 access)."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=catalog_properties["s3.endpoint"],
+        aws_access_key_id=catalog_properties["s3.access-key-id"],
+        aws_secret_access_key=catalog_properties["s3.secret-access-key"],
+        region_name=catalog_properties["s3.region"],
+    )
+
+
+def s3_objects(catalog_properties: dict[str, str], uri: str) -> dict[str, Any]:
+    """The objects under an ``s3://bucket/prefix`` URI, as ``s3://`` URIs mapped to their listing entries."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    found: dict[str, Any] = {}
+    pages = s3_client(catalog_properties).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    for page in pages:
+        for item in page.get("Contents", ()):
+            found[f"s3://{bucket}/{item['Key']}"] = item
+    return found
+
+
+def data_files_stored(catalog_properties: dict[str, str], data_uri: str) -> set[str]:
+    """Parquet files under a table's data directory URI (local or ``s3://``), as the snapshots name them."""
+    if data_uri.startswith("s3://"):
+        return {uri for uri in s3_objects(catalog_properties, data_uri.rstrip("/") + "/") if uri.endswith(".parquet")}
+    return {str(p) for p in Path(data_uri.removeprefix("file://")).rglob("*.parquet")}
+
+
 def unreferenced_data_files(
     catalog_properties: dict[str, str], identifier: tuple[str, str], under: str = ""
 ) -> list[str]:
-    """Parquet files in the table's data directory (or its subdirectory ``under``) that no snapshot references."""
+    """Parquet files in the table's data directory (or its subdirectory ``under``) that no snapshot references
+    (a local warehouse, or an ``s3://`` one listed with boto3)."""
     catalog = load_catalog("default", **catalog_properties)
     table = catalog.load_table(identifier)
     referenced = set()
@@ -90,9 +122,8 @@ def unreferenced_data_files(
         for manifest in snapshot.manifests(table.io):
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 referenced.add(entry.data_file.file_path.removeprefix("file://"))
-    data_dir = Path(table.location().removeprefix("file://")) / "data" / under
-    on_disk = {str(p) for p in data_dir.rglob("*.parquet")}
-    return sorted(on_disk - referenced)
+    data_uri = f"{table.location().rstrip('/')}/data/{under}".rstrip("/")
+    return sorted(data_files_stored(catalog_properties, data_uri) - referenced)
 
 
 def view_rows(view: Any, columns: Sequence[str]) -> list[tuple[Any, ...]]:

@@ -23,8 +23,10 @@ class HasConnection(Protocol):
 
 
 def catalog(properties: Mapping[str, str], name: str = CATALOG_NAME) -> CatalogConfig:
-    """A catalog from pyiceberg properties, as an ``iceberg`` connection would give them."""
-    return CatalogConfig(name, dict(properties), repr(name))
+    """A catalog from pyiceberg properties, as an ``iceberg`` connection would give them (with the secrets among
+    them, as ``hooks/tiering.py`` finds them, for masking)."""
+    secrets = ConnectionInfo(conn_type="iceberg", extra=dict(properties)).secrets()
+    return CatalogConfig(name, dict(properties), repr(name), tuple(secrets))
 
 
 def connections(

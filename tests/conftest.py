@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_servers import mariadb_server, pg_server  # noqa: F401
+from tests.fixtures_servers import mariadb_server, pg_server, s3_server  # noqa: F401
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

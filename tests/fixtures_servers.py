@@ -1,8 +1,9 @@
-"""pytest fixtures for real database servers: PostgreSQL and MariaDB, one of each per test session.
+"""pytest fixtures for real servers: PostgreSQL, MariaDB and an S3-compatible object store, one of each per test
+session.
 
 Use from a conftest.py::
 
-    from tests.fixtures_servers import mariadb_server, pg_server  # noqa
+    from tests.fixtures_servers import mariadb_server, pg_server, s3_server  # noqa
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import pytest
 
 from testbed.mariadb_server import MariaDBNotInstalledError, MariaDBServer
 from testbed.pg_server import PostgresNotInstalledError, PostgresServer
+from testbed.s3_server import S3Server
+
+#: The bucket of the S3 server's lake warehouses (each test takes a prefix of its own).
+LAKE_BUCKET = "lake"
 
 
 @pytest.fixture(scope="session")
@@ -43,4 +48,12 @@ def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB
     except MariaDBNotInstalledError as exc:
         pytest.fail(str(exc), pytrace=False)
     with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One throw-away S3-compatible server (moto's, on 127.0.0.1, requests authenticated) with the bucket
+    ``LAKE_BUCKET``, for the whole test session (its log: ``<dir>/moto.log``)."""
+    with S3Server(tmp_path_factory.mktemp("s3"), buckets=(LAKE_BUCKET,)) as server:
         yield server

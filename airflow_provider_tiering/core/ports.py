@@ -17,7 +17,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -367,8 +367,13 @@ class Source(ABC, Generic[PlanT, SplitT]):
         """Credentials this source holds, so errors can be masked."""
         return []
 
-    def bind_lake(self, table_location: str) -> None:
-        """Called once the lake table exists, with its location (a source may keep offset logs there)."""
+    #: Whether the source keeps what its offsets name in the lake (a landing zone's offsets log): a probe, which
+    #: runs before any catalog is loaded, then binds the lake's storage properties first (``bind_lake(None, …)``).
+    reads_offsets_from_lake: bool = False
+
+    def bind_lake(self, table_location: str | None, storage: Mapping[str, str]) -> None:
+        """Called with the lake's storage properties (its FileIO's: endpoint, credentials) and, once the lake table
+        exists, its location (None: not known, e.g. a probe); a source may keep offset logs there."""
         return None
 
     def take_rejects(self) -> list[dict[str, Any]]:
@@ -421,6 +426,9 @@ class WriteTarget:
     schema: pa.Schema
     partitioner: RowPartitioner | None = None
     target_file_bytes: int = 128 * 1024 * 1024
+    #: The lake's storage properties (its FileIO's: endpoint, credentials, region) the writer opens the directory
+    #: with, in a Spark task as in this process; never the writer's own environment. Left out of ``repr``.
+    storage: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 class SplitWriter(Protocol):
@@ -480,6 +488,10 @@ class Lake(Protocol):
     ) -> WriteTarget:
         """Where this attempt writes its data files, and in which schema and partitioning; for a change stream's
         round, with the ``CHANGE_DELETED`` and ``CHANGE_FILL`` columns too (its files are rewritten by the merge)."""
+        ...
+
+    def storage(self) -> Mapping[str, str]:
+        """The table's storage properties (its FileIO's), for whatever else a round keeps next to it."""
         ...
 
     def committed(self) -> LakeCommit | None:

@@ -360,9 +360,10 @@ def run_round(
         state.mode = "append" if merge_key is None else "change_stream" if merge_key.from_change_stream else "merge"
         state.merge_key = None if merge_key is None else list(merge_key.columns)
         # An empty schema: the source cannot know its columns yet (no Parquet file has landed), so no table.
+        location = None
         if len(schema):
             location = lake.ensure_table(schema) if merge_key is None else lake.ensure_table(schema, merge_key.columns)
-            source.bind_lake(location)
+        source.bind_lake(location, lake.storage())
         lake_commit = lake.committed()
         _reconcile_with_lake(state, lake_commit, clock())
         start = None if lake_commit is None else lake_commit.end_offsets

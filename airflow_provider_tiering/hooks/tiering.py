@@ -53,14 +53,19 @@ def connection_info(conn: Connection) -> ConnectionInfo:
 class TieringSourceHook(BaseHook):
     """Builds the :class:`~airflow_provider_tiering.core.ports.Source` of a table's hot store from its spec and
     Airflow connection (through ``sources/registry.py``). A landing zone of files needs a connection only for
-    object-store credentials."""
+    object-store credentials.
+
+    With the table's ``lake``, a source that reads its offsets from the lake (a landing zone's offsets log) is bound
+    to the storage properties of the lake's catalog connection, so a probe reads them as the round would (the
+    catalog itself is not loaded)."""
 
     conn_name_attr = "conn_id"
     hook_name = "Tiering source"
 
-    def __init__(self, spec: SourceSpecBase) -> None:
+    def __init__(self, spec: SourceSpecBase, lake: LakeSpec | None = None) -> None:
         super().__init__()
         self.spec = spec
+        self.lake = lake
 
     def connection(self) -> ConnectionInfo | None:
         return None if self.spec.conn_id is None else connection_info(self.get_connection(self.spec.conn_id))
@@ -68,7 +73,11 @@ class TieringSourceHook(BaseHook):
     def get_source(self) -> Source[Any, Any]:
         from airflow_provider_tiering.sources.registry import build_source
 
-        return build_source(self.spec, self.connection())
+        source = build_source(self.spec, self.connection())
+        if self.lake is not None and source.reads_offsets_from_lake:
+            conn_id = self.lake.catalog_conn_id
+            source.bind_lake(None, lake_storage_of(catalog_config(conn_id, self.get_connection(conn_id))))
+        return source
 
     async def aget_source(self) -> Source[Any, Any]:
         """:meth:`get_source` for triggers, which run in the triggerer's event loop."""
@@ -76,7 +85,19 @@ class TieringSourceHook(BaseHook):
 
         conn_id = self.spec.conn_id
         info = None if conn_id is None else connection_info(await self.aget_connection(conn_id))
-        return await asyncio.to_thread(build_source, self.spec, info)
+        source = await asyncio.to_thread(build_source, self.spec, info)
+        if self.lake is not None and source.reads_offsets_from_lake:
+            catalog_conn_id = self.lake.catalog_conn_id
+            config = catalog_config(catalog_conn_id, await self.aget_connection(catalog_conn_id))
+            source.bind_lake(None, lake_storage_of(config))
+        return source
+
+
+def lake_storage_of(config: CatalogConfig) -> dict[str, str]:
+    """The storage properties among a catalog's (``lake/warehouse.py``)."""
+    from airflow_provider_tiering.lake.warehouse import storage_properties
+
+    return storage_properties(config.properties)
 
 
 #: The name of the hook before landing zones existed.
@@ -190,7 +211,7 @@ class TieringHook(BaseHook):
         self.catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
 
     def get_source(self) -> Source[Any, Any]:
-        return TieringSourceHook(self.spec.source).get_source()
+        return TieringSourceHook(self.spec.source, self.spec.lake).get_source()
 
     def connections(self) -> TableConnections:
         from airflow_provider_tiering.build import TableConnections

@@ -39,7 +39,7 @@ from airflow_provider_tiering.lake.tiering_commits import (
     latest_tiering_commit,
     offsets_to_property,
 )
-from airflow_provider_tiering.lake.warehouse import filesystem_and_path
+from airflow_provider_tiering.lake.warehouse import LakeStorage, storage_properties
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -65,7 +65,7 @@ class LakeFileReader:
 
     def __init__(self, table: Table) -> None:
         self.metadata = table.metadata
-        self.io_properties = dict(table.io.properties)
+        self.io_properties = storage_properties(table.io.properties)  # not the catalog's URI or token
         self.display_name = f"Iceberg table {'.'.join(table.name())}"
 
     def read_split(self, split: CompactionSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -133,14 +133,15 @@ def compact(
     directory = f"{table.location().rstrip('/')}/data/{COMPACTION_DIR}/{run}"
     splits = [CompactionSplit(index=i, files=tuple(group)) for i, group in enumerate(groups)]
     schema = lake.write_schema()
+    storage = lake.lake_storage()
     try:
-        target = WriteTarget(directory, schema, lake.partitioner(), target_file_bytes)
+        target = WriteTarget(directory, schema, lake.partitioner(), target_file_bytes, dict(storage.properties))
         written = writer.write(LakeFileReader(table), splits, schema, target)
         snapshot_id, tries = _commit_replace(
             lake, rewritten, written, table_name=table_name, run=run, max_tries=max_tries
         )
     except (FencedError, CommitConflict) as exc:
-        _delete(directory)
+        _delete(directory, storage)
         log.warning("%s: compaction gave up: %s", table_name, exc)
         return CompactionOutcome(
             CompactionResult.GAVE_UP,
@@ -155,9 +156,9 @@ def compact(
             str(exc),
         )
     except Exception:
-        _delete(directory)
+        _delete(directory, storage)
         raise
-    _delete_unlisted(directory, {f.path for f in written})  # files of Spark task attempts that did not succeed
+    _delete_unlisted(directory, {f.path for f in written}, storage)  # files of Spark task attempts that did not succeed
     reloaded = lake.load_table()
     after = 0 if reloaded is None else len(live_data_files(reloaded))
     return CompactionOutcome(
@@ -251,16 +252,16 @@ def _tiering_summary(table: Table, commit: LakeCommit) -> dict[str, str]:
     }
 
 
-def _delete(directory_uri: str) -> None:
-    filesystem, path = filesystem_and_path(directory_uri)
+def _delete(directory_uri: str, storage: LakeStorage) -> None:
+    filesystem, path = storage.filesystem_and_path(directory_uri)
     try:
         filesystem.delete_dir(path)
     except FileNotFoundError:
         pass
 
 
-def _delete_unlisted(directory_uri: str, keep: set[str]) -> None:
-    filesystem, path = filesystem_and_path(directory_uri)
+def _delete_unlisted(directory_uri: str, keep: set[str], storage: LakeStorage) -> None:
+    filesystem, path = storage.filesystem_and_path(directory_uri)
     kept = {k.split("://", 1)[-1] for k in keep}
     for info in filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)):
         if info.type == pafs.FileType.File and info.path not in kept:

@@ -38,6 +38,7 @@ from airflow_provider_tiering.lake.tiering_commits import (
     latest_tiering_commit,
     tiering_commits,
 )
+from airflow_provider_tiering.lake.warehouse import LakeStorage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -117,7 +118,18 @@ class IcebergLake:
             schema=schema,
             partitioner=self.partitioner(),
             target_file_bytes=target_file_bytes,
+            storage=self.storage(),
         )
+
+    def storage(self) -> Mapping[str, str]:
+        """The storage part of the table's FileIO properties (the catalog's, and any the catalog vends with the
+        table; the catalog's alone before the table exists): what every file this table's rounds write, read or
+        delete outside pyiceberg is opened with."""
+        return self.lake_storage().properties
+
+    def lake_storage(self) -> LakeStorage:
+        table = self._table or self.load_table()
+        return LakeStorage.of(self.catalog.get().properties if table is None else table.io.properties)
 
     def write_schema(self) -> pa.Schema:
         """The Arrow schema data files are written in (the lake's, after evolution)."""
@@ -220,6 +232,7 @@ class IcebergLake:
             directory_uri=attempt_uri(table.location(), epoch, attempt),
             partitioner=self.partitioner(),
             target_file_bytes=target_file_bytes,
+            storage=self.lake_storage(),
             properties=commit_properties(epoch, start, end, table_name, attempt),
             table_properties=last_commit_property(epoch, end, attempt),
             fence=fence,
@@ -237,4 +250,4 @@ class IcebergLake:
         return clean_epochs(self.table, committed_epoch, since_epoch)
 
     def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
-        return clean_attempt(attempt_uri(self.table.location(), epoch, attempt), keep)
+        return clean_attempt(attempt_uri(self.table.location(), epoch, attempt), keep, self.lake_storage())

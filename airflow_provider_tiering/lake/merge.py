@@ -42,7 +42,7 @@ from airflow_provider_tiering.lake.add_files import data_file, set_name_mapping
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
 from airflow_provider_tiering.lake.parquet_writer import write_data_files
-from airflow_provider_tiering.lake.warehouse import filesystem_and_path
+from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE, LakeStorage
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -74,8 +74,8 @@ class RoundChanges:
     deleted: pa.Table | None = None
 
 
-def _read_parquet(uri: str) -> pa.Table:
-    filesystem, path = filesystem_and_path(uri)
+def _read_parquet(uri: str, storage: LakeStorage) -> pa.Table:
+    filesystem, path = storage.filesystem_and_path(uri)
     return pq.read_table(path, filesystem=filesystem)
 
 
@@ -102,6 +102,7 @@ def reduce_round(
     key: MergeKey,
     schema: pa.Schema,
     write: Callable[[pa.Table, str], list[WrittenFile]],
+    storage: LakeStorage = LOCAL_STORAGE,
 ) -> RoundChanges:
     """Keep the latest version of each key among the round's ``files`` (see the module's step 1); ``write(rows,
     prefix)`` stages rows that must be written again."""
@@ -110,7 +111,7 @@ def reduce_round(
     read_schema = pa.schema([f.with_nullable(True) for f in schema]) if extra else schema
     parts = []
     for f in files:
-        part = _read_parquet(f.path)
+        part = _read_parquet(f.path, storage)
         lake_part = part.select(names).cast(read_schema)
         parts.append(
             lake_part.append_column(CHANGE_DELETED, part.column(CHANGE_DELETED)).append_column(
@@ -300,6 +301,7 @@ def merge_files(
     directory_uri: str,
     partitioner: RowPartitioner,
     target_file_bytes: int,
+    storage: LakeStorage,
     properties: dict[str, str],
     table_properties: dict[str, str],
     fence: Callable[[Table], None],
@@ -319,7 +321,9 @@ def merge_files(
     from pyiceberg.table.update.snapshot import _OverwriteFiles
 
     def write(rows: pa.Table, prefix: str) -> list[WrittenFile]:
-        return write_data_files(rows.to_batches(), schema, directory_uri, prefix, 0, partitioner, target_file_bytes)
+        return write_data_files(
+            rows.to_batches(), schema, directory_uri, prefix, 0, partitioner, target_file_bytes, storage=storage
+        )
 
     def fenced_now() -> Table:
         table = load_table()
@@ -332,7 +336,7 @@ def merge_files(
     # fail on its vanished files.
     fenced_now()
     try:
-        changes = reduce_round(files, key, schema, write)
+        changes = reduce_round(files, key, schema, write, storage)
     except FileNotFoundError:
         fenced_now()
         raise

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyarrow import fs as pafs
 
 from airflow_provider_tiering.lake.iceberg import IcebergLake
-from airflow_provider_tiering.lake.warehouse import filesystem_and_path, strip_scheme
+from airflow_provider_tiering.lake.warehouse import LakeStorage, strip_scheme
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -41,8 +41,8 @@ def referenced_paths(table: Table) -> tuple[set[str], set[str]]:
     return data, {strip_scheme(path) for path in meta}
 
 
-def _remove_unreferenced(directory_uri: str, referenced: set[str], cutoff: datetime) -> list[str]:
-    filesystem, root = filesystem_and_path(directory_uri)
+def _remove_unreferenced(directory_uri: str, referenced: set[str], cutoff: datetime, storage: LakeStorage) -> list[str]:
+    filesystem, root = storage.filesystem_and_path(directory_uri)
     removed = []
     for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
         if info.type != pafs.FileType.File or info.path in referenced:
@@ -65,8 +65,9 @@ def remove_orphan_files(lake: IcebergLake, *, min_age: timedelta, now: datetime 
     cutoff = (now or datetime.now(UTC)) - min_age
     location = table.location().rstrip("/")
     data, metadata = referenced_paths(table)
-    removed = _remove_unreferenced(f"{location}/data", data, cutoff)
-    removed += _remove_unreferenced(f"{location}/metadata", metadata, cutoff)
+    storage = LakeStorage.of(table.io.properties)
+    removed = _remove_unreferenced(f"{location}/data", data, cutoff, storage)
+    removed += _remove_unreferenced(f"{location}/metadata", metadata, cutoff, storage)
     if removed:
         log.info("%s: removed %d orphan files", ".".join(table.name()), len(removed))
     return removed

@@ -17,7 +17,7 @@ from pyarrow import fs as pafs
 
 from airflow_provider_tiering.core.ports import RowPartitioner, WrittenFile
 from airflow_provider_tiering.lake.partitioner import partition_to_json
-from airflow_provider_tiering.lake.warehouse import filesystem_and_path
+from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE, LakeStorage
 
 # Buffer about this much before writing a row group, so row groups are not one per small batch.
 ROW_GROUP_BYTES = 64 * 1024 * 1024
@@ -112,9 +112,12 @@ def write_data_files(
     split_index: int,
     partitioner: RowPartitioner | None = None,
     target_file_bytes: int = 128 * 1024 * 1024,
+    *,
+    storage: LakeStorage = LOCAL_STORAGE,
 ) -> list[WrittenFile]:
-    """Write ``batches`` under ``directory_uri`` (a sub-folder per partition) as ``<file_prefix>-…-NNNN.parquet``."""
-    filesystem, base_path = filesystem_and_path(directory_uri)
+    """Write ``batches`` under ``directory_uri`` (a sub-folder per partition) as ``<file_prefix>-…-NNNN.parquet``,
+    through the lake's ``storage`` (no properties: a local path, or the environment's defaults)."""
+    filesystem, base_path = storage.filesystem_and_path(directory_uri)
     base_uri = directory_uri.rstrip("/")
     base_path = base_path.rstrip("/")
     writers: dict[str, _RollingWriter] = {}

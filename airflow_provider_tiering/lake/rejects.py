@@ -18,7 +18,6 @@ from airflow_provider_tiering.lake.add_files import append_files
 from airflow_provider_tiering.lake.iceberg import IcebergLake
 from airflow_provider_tiering.lake.staging import attempt_uri, clean_attempt
 from airflow_provider_tiering.lake.tiering_commits import ATTEMPT_PROPERTY, REJECTS_EPOCH_PROPERTY, TABLE_PROPERTY
-from airflow_provider_tiering.lake.warehouse import filesystem_and_path
 
 _REJECTS_FIELDS: list[pa.Field[Any]] = [
     pa.field("source_file", pa.string(), nullable=False),
@@ -50,8 +49,9 @@ class RejectsTable:
         from pyiceberg.expressions import In
 
         source_files: set[str] = set()
+        storage = self.lake.lake_storage()
         for written in files:
-            filesystem, path = filesystem_and_path(written.path)
+            filesystem, path = storage.filesystem_and_path(written.path)
             with filesystem.open_input_file(path) as handle:
                 values = pq.read_table(handle, columns=["source_file"]).column(0).to_pylist()
                 source_files.update(str(v) for v in values if v is not None)
@@ -65,4 +65,4 @@ class RejectsTable:
         return int(snapshot.snapshot_id)
 
     def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
-        return clean_attempt(self.staging_uri(epoch, attempt), keep)
+        return clean_attempt(self.staging_uri(epoch, attempt), keep, self.lake.lake_storage())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pyarrow import fs as pafs
 
 from airflow_provider_tiering.lake.tiering_commits import tiering_epoch
-from airflow_provider_tiering.lake.warehouse import filesystem_and_path, strip_scheme
+from airflow_provider_tiering.lake.warehouse import LakeStorage, strip_scheme
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -71,7 +71,7 @@ def referenced_paths(table: Table, prefixes: Iterable[str], epochs: Iterable[int
 def clean_epochs(table: Table, committed_epoch: int, since_epoch: int = 0) -> int:
     """Delete staged files of epochs in ``(since_epoch, committed_epoch)`` that no snapshot references; returns
     how many."""
-    filesystem, root = filesystem_and_path(staging_root(table.location()))
+    filesystem, root = LakeStorage.of(table.io.properties).filesystem_and_path(staging_root(table.location()))
     entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     doomed_dirs = []
     doomed_epochs = set()
@@ -100,10 +100,10 @@ def clean_epochs(table: Table, committed_epoch: int, since_epoch: int = 0) -> in
     return removed
 
 
-def clean_attempt(directory_uri: str, keep: Iterable[str]) -> int:
+def clean_attempt(directory_uri: str, keep: Iterable[str], storage: LakeStorage) -> int:
     """Delete the files under an attempt's directory other than ``keep`` (Spark task retries and speculation, or
     all of a fenced attempt's); returns how many."""
-    filesystem, directory = filesystem_and_path(directory_uri)
+    filesystem, directory = storage.filesystem_and_path(directory_uri)
     kept = {strip_scheme(p) for p in keep}
     removed = 0
     for info in filesystem.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True)):

@@ -1,13 +1,73 @@
-"""Open the warehouse's filesystem for a URI, for writing data files and for cleaning them up."""
+"""Open the lake's storage for a URI, with the catalog's storage properties, for writing data files and cleaning up.
+
+Every lake-side file I/O (data files written in Spark tasks and in the task process, offsets logs, rejects, cleanup,
+maintenance) opens its filesystem here, from a table's FileIO properties: the catalog's ``s3.endpoint``,
+``s3.access-key-id``, ``s3.secret-access-key``, ``s3.region``, ``s3.force-virtual-addressing``... (and, for a REST
+catalog, the credentials it vends with the table). pyiceberg's ``PyArrowFileIO`` maps them to a pyarrow filesystem,
+as it does for the metadata it writes itself, so data files and metadata go through the same client settings.
+``LakeStorage`` is a plain value: Spark tasks receive it in their closure and open the filesystem there, never from
+the executor's own environment.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
 from pyarrow import fs as pafs
 
+if TYPE_CHECKING:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
 
-def filesystem_and_path(uri: str) -> tuple[pafs.FileSystem, str]:
-    """Resolve a warehouse URI (``file://``, ``s3://``, a plain path...) to a pyarrow filesystem and a path in it."""
-    return pafs.FileSystem.from_uri(uri)
+#: FileIO properties that say how to reach storage (pyiceberg's ``s3.*``, ``client.*``, ``gcs.*``, ``adls.*``,
+#: ``hdfs.*``, ``oss.*``, ``hf.*`` keys and its few unprefixed ones); a catalog's other properties (its URI, token,
+#: credential) are not the storage's business and do not travel to Spark tasks.
+STORAGE_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "pyarrow.")
+STORAGE_KEYS = frozenset({"py-io-impl", "DEFAULT_SCHEME", "DEFAULT_NETLOC"})
+
+
+def storage_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The storage part of FileIO (or catalog) properties."""
+    return {k: str(v) for k, v in properties.items() if k.startswith(STORAGE_PREFIXES) or k in STORAGE_KEYS}
+
+
+@lru_cache(maxsize=16)
+def _file_io(items: tuple[tuple[str, str], ...]) -> PyArrowFileIO:
+    # One FileIO per set of properties and process: its filesystems (and their S3 clients) are cached inside it.
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    return PyArrowFileIO(dict(items))
+
+
+@dataclass(frozen=True)
+class LakeStorage:
+    """The storage properties of a lake table, and the filesystems they open. Picklable (Spark closures)."""
+
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, properties: Mapping[str, str]) -> LakeStorage:
+        """From a table's FileIO properties (``table.io.properties``) or a catalog's: only the storage part is kept."""
+        return cls(storage_properties(properties))
+
+    def filesystem_and_path(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        """A warehouse URI (``file://``, ``s3://``, a plain path...) as a pyarrow filesystem and a path in it
+        (``s3://b/x`` -> ``b/x``, ``file:///w/x`` -> ``/w/x``), the filesystem opened as pyiceberg's FileIO opens it
+        for these properties (public ``parse_location`` and ``fs_by_scheme``)."""
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        io = _file_io(tuple(sorted(self.properties.items())))
+        scheme, netloc, path = PyArrowFileIO.parse_location(uri, io.properties)
+        return io.fs_by_scheme(scheme, netloc), path
+
+    def __repr__(self) -> str:  # the values may be credentials: name the keys only
+        return f"LakeStorage(keys={sorted(self.properties)})"
+
+
+#: No storage properties: local paths, or an object store through the environment's defaults (tests, benchmarks).
+LOCAL_STORAGE = LakeStorage()
 
 
 def strip_scheme(uri: str) -> str:

@@ -134,7 +134,11 @@ class TableDueSensor(BaseSensorOperator):
             from airflow_provider_tiering.hooks.tiering import TieringSourceHook
 
             def probe(committed: dict[str, Any] | None, emptied: dict[str, Any] | None) -> tuple[bool, BehindLook]:
-                return TieringSourceHook(self.table_spec.source).get_source().probe(committed, emptied)
+                return (
+                    TieringSourceHook(self.table_spec.source, self.table_spec.lake)
+                    .get_source()
+                    .probe(committed, emptied)
+                )
 
             decision = probe_hot_store(probe, decision)
         changed = record_decision(state, decision, now)

@@ -21,6 +21,7 @@ from airflow_provider_tiering.core.errors import InvalidPlan, NotRetryable, Sour
 from airflow_provider_tiering.core.ports import FileKind, SplitReader, SplitT, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.parquet_writer import write_data_files
 from airflow_provider_tiering.lake.rejects import REJECTS_SCHEMA
+from airflow_provider_tiering.lake.warehouse import LakeStorage
 from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.spark.session import SparkSettings, create_spark_session, stop_spark_session
 
@@ -55,8 +56,9 @@ def write_split(
     *,
     rejects_uri: str | None = None,
 ) -> list[WrittenFile]:
-    """Read one split and write it as data files (and its bad records, if any, as rejects files);
-    safe to run again (new file names each time)."""
+    """Read one split and write it as data files (and its bad records, if any, as rejects files, in the same
+    catalog's storage); safe to run again (new file names each time)."""
+    storage = LakeStorage(target.storage)  # the catalog's, carried in the target: not this executor's environment
     prefix = f"split-{split.index:05d}-task-{_task_attempt_id()}"
     batches = (conform_batch(batch, target.schema) for batch in reader.read_split(split, read_schema))
     files = write_data_files(
@@ -67,13 +69,14 @@ def write_split(
         split.index,
         partitioner=target.partitioner,
         target_file_bytes=target.target_file_bytes,
+        storage=storage,
     )
     rejects = reader.take_rejects()
     if rejects:
         if rejects_uri is None:
             raise SourceError(f"{reader.display_name}: {len(rejects)} bad records and no side table to put them in")
         batch = pa.RecordBatch.from_pylist(rejects, schema=REJECTS_SCHEMA)
-        written = write_data_files([batch], REJECTS_SCHEMA, rejects_uri, prefix, split.index)
+        written = write_data_files([batch], REJECTS_SCHEMA, rejects_uri, prefix, split.index, storage=storage)
         files.extend(replace(f, kind=FileKind.REJECTS) for f in written)
     return files
 

@@ -76,7 +76,7 @@ class TableDueTrigger(BaseTrigger):
         await sleep_until(due_at)
         probes, secrets, emptied = 0, [], self.emptied
         try:
-            source = await hooks.TieringSourceHook(spec.source).aget_source()
+            source = await hooks.TieringSourceHook(spec.source, spec.lake).aget_source()
             secrets = source.secrets()
             while True:
                 has_work, behind = await asyncio.to_thread(source.probe, self.committed, emptied)

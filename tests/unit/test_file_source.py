@@ -31,7 +31,7 @@ def make_source(landing: Path, lake: Path | None = None, **overrides) -> FileSou
     fields.update(overrides)
     source = FileSource(FileSourceSpec.model_validate(fields))
     if lake is not None:
-        source.bind_lake(f"file://{lake}")
+        source.bind_lake(f"file://{lake}", {})
     return source
 
 

@@ -11,31 +11,37 @@ import gzip
 import hashlib
 import uuid
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyarrow import fs as pafs
 
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.ports import Offsets
+from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE, LakeStorage
 
 #: Offsets logs live under ``<table location>/`` this folder.
 LOG_DIR = "metadata/tiering-source-files"
 
 
 class OffsetsLog:
-    """Reads and writes the file logs of one lake table (bound to its location once the table exists)."""
+    """Reads and writes the file logs of one lake table (bound to its location once the table exists), through the
+    lake's storage properties (the catalog's; bound before a probe reads a log, with the location in a round)."""
 
     def __init__(self, display_name: str) -> None:
         self.display_name = display_name
         self._directory: str | None = None
+        self._storage = LOCAL_STORAGE
         self._read: dict[str, frozenset[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_read": {}}  # executors need none of the driver's logs
 
-    def bind(self, table_location: str) -> None:
-        self._directory = f"{table_location.rstrip('/')}/{LOG_DIR}"
+    def bind(self, table_location: str | None, storage: Mapping[str, str]) -> None:
+        """Use the lake's ``storage`` properties; with ``table_location`` (the table exists), write logs there."""
+        if table_location is not None:
+            self._directory = f"{table_location.rstrip('/')}/{LOG_DIR}"
+        self._storage = LakeStorage(dict(storage))
 
     @property
     def is_bound(self) -> bool:
@@ -55,7 +61,7 @@ class OffsetsLog:
         if cached is not None:
             return cached
         try:
-            filesystem, path = pafs.FileSystem.from_uri(uri)
+            filesystem, path = self._storage.filesystem_and_path(uri)
             with filesystem.open_input_stream(path, compression=None) as stream:
                 text = gzip.decompress(stream.read())
         except (OSError, EOFError, zlib.error, pa.ArrowInvalid) as exc:
@@ -78,7 +84,7 @@ class OffsetsLog:
         text = "".join(f"{path}\n" for path in sorted(files)).encode("utf-8")
         sha = hashlib.sha256(text).hexdigest()
         uri = f"{self._directory}/{sha}.txt.gz"
-        filesystem, path = pafs.FileSystem.from_uri(uri)
+        filesystem, path = self._storage.filesystem_and_path(uri)
         directory = path.rsplit("/", 1)[0]
         temporary = f"{directory}/.{sha}.{uuid.uuid4().hex}.tmp"
         try:

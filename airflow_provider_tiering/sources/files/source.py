@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +31,8 @@ class FileSource(Source[FilePlan, FileSplit]):
     otherwise come from the environment). Filesystems are opened lazily, so the instance pickles to Spark
     executors.
     """
+
+    reads_offsets_from_lake = True  # its offsets name a log kept in the lake
 
     def __init__(self, spec: FileSourceSpec, connection: ConnectionInfo | None = None) -> None:
         self.spec = spec
@@ -93,8 +95,8 @@ class FileSource(Source[FilePlan, FileSplit]):
         namespace, name = location_dataset_name(self.spec.path)
         return LineageDataset(namespace, name)
 
-    def bind_lake(self, table_location: str) -> None:
-        self.offsets_log.bind(table_location)
+    def bind_lake(self, table_location: str | None, storage: Mapping[str, str]) -> None:
+        self.offsets_log.bind(table_location, storage)
 
     def schema(self) -> pa.Schema:
         """The declared columns; for Parquet without them, the union of the complete files' schemas.

@@ -1,0 +1,209 @@
+"""A real, throw-away S3-compatible server for tests: moto's server mode (``moto[server]`` from PyPI).
+
+``S3Server`` runs ``python -m moto.server`` on a free port on 127.0.0.1 (never on another interface), creates one
+IAM user with an access key allowed ``s3:*``, the buckets asked for, and then turns moto's request authentication
+on: from then on every request must be signed with that user's key (a wrong key id or secret is refused, as S3
+would refuse it)::
+
+    with S3Server(tmp_path / "s3", buckets=("lake",)) as s3:
+        s3.endpoint  # http://127.0.0.1:PORT
+        s3.storage_properties()  # pyiceberg FileIO properties: endpoint, access key, secret, region
+
+Moto keeps everything in memory: a restart starts empty. Why moto: an S3 server installable from PyPI here
+(no MinIO or Ceph package in the index or Debian's), speaking the S3 protocol over HTTP to pyarrow's AWS SDK client,
+with signature checks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from testbed.ports import find_free_port
+from testbed.server_process import pid_alive, start_watchdog
+
+HOST = "127.0.0.1"
+REGION = "us-east-1"
+USER = "tiering-lake"
+LOG_FILE = "moto.log"
+#: Ambient AWS variables a process may inherit; the server itself is started without them.
+AWS_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+)
+
+
+class S3ServerError(RuntimeError):
+    """moto's server did not start, or refused the setup requests."""
+
+
+class S3Server:
+    """moto's S3 server on 127.0.0.1, with one IAM user's key and request authentication on."""
+
+    def __init__(self, directory: Path, *, buckets: Sequence[str] = ("lake",), start_timeout: float = 60.0) -> None:
+        self.directory = Path(directory)
+        self.buckets = tuple(buckets)
+        self.start_timeout = start_timeout
+        self._port: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self.access_key_id = ""
+        self.secret_access_key = ""
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise S3ServerError("server not started yet: no port")
+        return self._port
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / LOG_FILE
+
+    def storage_properties(
+        self, *, access_key_id: str | None = None, secret_access_key: str | None = None
+    ) -> dict[str, str]:
+        """pyiceberg FileIO properties for this server (another key id or secret to test a refused one)."""
+        return {
+            "s3.endpoint": self.endpoint,
+            "s3.access-key-id": self.access_key_id if access_key_id is None else access_key_id,
+            "s3.secret-access-key": self.secret_access_key if secret_access_key is None else secret_access_key,
+            "s3.region": REGION,
+        }
+
+    def client(self, service: str = "s3") -> Any:
+        """A boto3 client signed with the user's key (code independent of the package's own S3 access)."""
+        import boto3
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key_id or "setup",
+            aws_secret_access_key=self.secret_access_key or "setup",
+            region_name=REGION,
+        )
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        """Every object key under ``prefix`` in ``bucket``."""
+        found: list[str] = []
+        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            found.extend(item["Key"] for item in page.get("Contents", ()))
+        return sorted(found)
+
+    # -- life cycle ---------------------------------------------------------------------------------------------
+    def start(self) -> Self:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k not in AWS_VARIABLES and k != "INITIAL_NO_AUTH_ACTION_COUNT"}
+        last_error = ""
+        for _ in range(5):
+            self._port = find_free_port(HOST)
+            with open(self.log_path, "ab") as log:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self._port)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,  # a test's Ctrl-C or killpg does not reach it; stop() does
+                )
+            if self._wait_ready():
+                break
+            last_error = self.log_path.read_text(errors="replace")[-2000:]
+            self._terminate()  # another process may have taken the port between our probe and its bind
+        else:
+            raise S3ServerError(f"moto's server did not start:\n{last_error}")
+        assert self._process is not None
+        atexit.register(self.stop)
+        self._watchdog = start_watchdog(self._process.pid, signal.SIGTERM)
+        self._set_up()
+        return self
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=2):
+                    return True
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.1)
+        return False
+
+    def _set_up(self) -> None:
+        iam = self.client("iam")
+        iam.create_user(UserName=USER)
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        iam.put_user_policy(UserName=USER, PolicyName="lake", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=USER)["AccessKey"]
+        self.access_key_id, self.secret_access_key = key["AccessKeyId"], key["SecretAccessKey"]
+        s3 = self.client()
+        for bucket in self.buckets:
+            s3.create_bucket(Bucket=bucket)
+        # From here on every request is authenticated against the IAM user's key and checked by policy.
+        request = urllib.request.Request(f"{self.endpoint}/moto-api/reset-auth", data=b"0", method="POST")
+        request.add_header("Content-Type", "text/plain")  # a form body would be parsed away before moto reads it
+        with urllib.request.urlopen(request, timeout=10) as response:
+            if json.loads(response.read()).get("status") != "ok":
+                raise S3ServerError("moto refused to turn request authentication on")
+
+    def _terminate(self) -> None:
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+        self._process = None
+
+    def stop(self) -> None:
+        pid = None if self._process is None else self._process.pid
+        self._terminate()
+        if self._watchdog is not None:
+            try:
+                self._watchdog.wait(timeout=5)  # it exits once the server is gone
+            except subprocess.TimeoutExpired:
+                self._watchdog.kill()
+                self._watchdog.wait(timeout=5)
+            self._watchdog = None
+        atexit.unregister(self.stop)
+        if pid is not None and pid_alive(pid):
+            raise S3ServerError(f"moto's server (pid {pid}) survived its stop")
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"S3Server({self.endpoint if self.running else 'stopped'})"
