@@ -12,8 +12,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound, TriggerFailed
-from airflow_provider_tiering.status import ASSET_GROUP, list_tiering_statuses, session_scope
+from airflow_provider_tiering.core.errors import (
+    AmbiguousTable,
+    DagPaused,
+    InvalidRunConf,
+    TableNotFound,
+    TriggerFailed,
+)
+from airflow_provider_tiering.status import (
+    ASSET_GROUP,
+    list_tiering_statuses,
+    matching_assets,
+    session_scope,
+    tiered_assets,
+)
 
 #: Task instance states after which a table's task will not run again in that DAG run.
 FINISHED_STATES = frozenset({"success", "skipped", "failed", "upstream_failed", "removed"})
@@ -56,6 +68,17 @@ def exit_code(outcomes: Iterable[TableOutcome]) -> int:
     return next((EXIT_CODES[o] for o in _SEVERITY if o in found), 0)
 
 
+class IfPaused(enum.StrEnum):
+    """What :func:`trigger_tables` does when a DAG to run is paused."""
+
+    #: Start the run anyway; it is queued until the DAG is unpaused (what ``airflow dags trigger`` does).
+    QUEUE = "queue"
+    #: Start nothing and raise :class:`DagPaused` (``airflow tiering trigger --wait``: a wait that cannot end).
+    REFUSE = "refuse"
+    #: Unpause the DAG, then start the run (``--unpause``).
+    UNPAUSE = "unpause"
+
+
 @dataclass(frozen=True)
 class TableTask:
     """Where a tiered table is tiered: the DAG and the task that emit its asset."""
@@ -72,7 +95,10 @@ class TriggeredRun:
     dag_id: str
     run_id: str
     tasks: dict[str, str] = field(default_factory=dict)
+    #: The DAG is paused: the run waits until it is unpaused.
     paused: bool = False
+    #: The DAG was paused and :func:`trigger_tables` unpaused it (``IfPaused.UNPAUSE``).
+    unpaused: bool = False
 
 
 def table_tasks(*, session: Any | None = None) -> dict[str, list[TableTask]]:
@@ -95,13 +121,20 @@ def table_tasks(*, session: Any | None = None) -> dict[str, list[TableTask]]:
 
 
 def trigger_tables(
-    tables: Iterable[str], *, triggered_by: str = "cli", user: str | None = None, session: Any | None = None
+    tables: Iterable[str],
+    *,
+    triggered_by: str = "cli",
+    user: str | None = None,
+    if_paused: IfPaused = IfPaused.QUEUE,
+    session: Any | None = None,
 ) -> list[TriggeredRun]:
-    """Start, for each DAG involved, one run that tiers only the named tables.
+    """Start, for each DAG involved, one run that tiers only the named tables: each named by its name in its DAG,
+    ``namespace.table``, or its asset's name or URI (see :func:`airflow_provider_tiering.status.get_tiering_status`).
 
     Raises:
-        TableNotFound: no DAG tiers a table of that name.
-        AmbiguousTable: several DAGs tier it (name the DAG's tables separately).
+        TableNotFound: no DAG tiers a table of that name (the message lists the closest names).
+        AmbiguousTable: the name is several DAGs' tables (name it as ``namespace.table``).
+        DagPaused: with ``if_paused=REFUSE``, a DAG involved is paused (nothing was started).
         InvalidRunConf: no table is named.
         TriggerFailed: Airflow did not start a run.
     """
@@ -113,17 +146,32 @@ def trigger_tables(
     if not wanted:
         raise InvalidRunConf("name at least one table")
     with session_scope(session) as s:
-        known = table_tasks(session=s)
+        assets = tiered_assets(s)
         by_dag: dict[str, dict[str, str]] = {}
-        for table in wanted:
-            places = known.get(table)
+        for ref in wanted:
+            places = [a for a in matching_assets(ref, assets) if a.dag_id is not None and a.task_id is not None]
             if not places:
-                known_tables = ", ".join(sorted(known)) or "none"
-                raise TableNotFound(f"no DAG tiers a table named {table!r} (known: {known_tables})")
-            dags = sorted({p.dag_id for p in places})
-            if len(dags) > 1:
-                raise AmbiguousTable(f"table {table!r} is tiered by several DAGs: {', '.join(dags)}")
-            by_dag.setdefault(places[0].dag_id, {})[table] = places[0].task_id
+                raise TableNotFound(f"table {ref!r} is tiered by no DAG now (its DAG was removed or not parsed yet)")
+            if len({(a.dag_id, a.task_id) for a in places}) > 1:
+                names = "; ".join(a.describe() for a in places)
+                raise AmbiguousTable(
+                    f"{ref!r} names {len(places)} tiered tables: {names}. Name one as <namespace>.<table>"
+                )
+            place = places[0]
+            assert place.dag_id is not None and place.task_id is not None  # kept above
+            by_dag.setdefault(place.dag_id, {})[place.table] = place.task_id
+        paused = sorted(dag_id for dag_id in by_dag if (model := s.get(DagModel, dag_id)) and model.is_paused)
+        if paused and if_paused is IfPaused.REFUSE:
+            which = f"DAG {paused[0]} is" if len(paused) == 1 else f"DAGs {', '.join(paused)} are"
+            raise DagPaused(
+                f"{which} paused, so a run would wait until it is unpaused: unpause it "
+                f"({'; '.join(f'airflow dags unpause {d}' for d in paused)}), or pass --unpause"
+            )
+        if if_paused is IfPaused.UNPAUSE:
+            for dag_id in paused:
+                model = s.get(DagModel, dag_id)
+                model.is_paused = False
+            s.flush()
         runs = []
         for dag_id, tasks in by_dag.items():
             dag_run = trigger_dag(
@@ -136,8 +184,8 @@ def trigger_tables(
             )
             if dag_run is None:
                 raise TriggerFailed(f"DAG {dag_id!r} did not start a run")
-            paused = bool(s.get(DagModel, dag_id) and s.get(DagModel, dag_id).is_paused)
-            runs.append(TriggeredRun(dag_id, dag_run.run_id, dict(tasks), paused))
+            unpaused = dag_id in paused and if_paused is IfPaused.UNPAUSE
+            runs.append(TriggeredRun(dag_id, dag_run.run_id, dict(tasks), dag_id in paused and not unpaused, unpaused))
     return runs
 
 

@@ -9,6 +9,7 @@ through the execution API instead (``context["asset_state_store"]``). Callers th
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -213,7 +214,7 @@ class TieredAsset:
 ReadableFilter = Callable[[Sequence[TieredAsset]], Sequence[TieredAsset]]
 
 
-def _tiered_assets(session: Any) -> list[TieredAsset]:
+def tiered_assets(session: Any) -> list[TieredAsset]:
     """Every active asset of the tiering group, with the DAG and task that tier it (the newest reference wins).
     Active assets only: Airflow keeps names and URIs unique among those, and stops writing the state of others."""
     from airflow.models.asset import AssetModel, TaskOutletAssetReference
@@ -303,6 +304,24 @@ def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus
     return sorted(statuses, key=lambda s: (s.namespace, s.lake_table, s.table))
 
 
+def unknown_table(ref: str, assets: Sequence[TieredAsset]) -> TableNotFound:
+    """The error for a name no tiered table answers to, with the closest known names (if any are close)."""
+    names = sorted({name for a in assets for name in (a.table, a.lake_identifier)})
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    none = "" if assets else " (no tiered table is known yet: has its DAG been parsed?)"
+    return TableNotFound(f"unknown table {ref!r}: no DAG tiers a table of that name{hint}{none}")
+
+
+def matching_assets(ref: str, assets: Sequence[TieredAsset]) -> list[TieredAsset]:
+    """The tiered tables ``ref`` names (see :meth:`TieredAsset.answers_to`); TableNotFound, with the closest
+    names, when none does."""
+    found = [a for a in assets if a.answers_to(ref)]
+    if not found:
+        raise unknown_table(ref, assets)
+    return found
+
+
 def _readable(assets: Sequence[TieredAsset], readable: ReadableFilter | None) -> Sequence[TieredAsset]:
     return assets if readable is None or not assets else readable(assets)
 
@@ -317,7 +336,7 @@ def list_tiering_statuses(
     """Every tiered table that has a state document (of those ``readable`` keeps), sorted by namespace and table;
     optionally filtered."""
     with session_scope(session) as s:
-        assets = [a for a in _tiered_assets(s) if namespace is None or a.namespace == namespace]
+        assets = [a for a in tiered_assets(s) if namespace is None or a.namespace == namespace]
         found = _statuses(_readable(assets, readable), s)
     if status is not None:
         wanted = TableStatus(str(status).upper())
@@ -329,13 +348,15 @@ def get_tiering_status(
     table: str, *, readable: ReadableFilter | None = None, session: Any | None = None
 ) -> TieringStatus:
     """The status of one tiered table: ``table`` is its name in its DAG, ``namespace.table`` (its lake identifier),
-    or its asset's name or URI. TableNotFound when no table (of those ``readable`` keeps) answers to it and has a
-    state document; AmbiguousTable, naming them, when several do (two DAGs tiering tables of the same name)."""
+    or its asset's name or URI. TableNotFound when no table (of those ``readable`` keeps) answers to it (the message
+    says so, with the closest names), or when it has no state document yet (its first round has not run);
+    AmbiguousTable, naming them, when several do (two DAGs tiering tables of the same name)."""
     with session_scope(session) as s:
-        candidates = [a for a in _readable(_tiered_assets(s), readable) if a.answers_to(table)]
+        candidates = matching_assets(table, _readable(tiered_assets(s), readable))
         found = _statuses(candidates, s)
     if not found:
-        raise TableNotFound(f"no tiered table named {table!r} has a state document")
+        where = "; ".join(a.describe() for a in candidates)
+        raise TableNotFound(f"table {table!r} ({where}) has no state yet: its first round has not run")
     if len(found) > 1:
         by_id = {a.id: a for a in candidates}
         names = "; ".join(by_id[f.asset_id].describe() for f in found)

@@ -18,13 +18,20 @@ from airflow.utils.cli import suppress_logs_and_warning
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 
 from airflow_provider_tiering.control import (
+    IfPaused,
     TableOutcome,
     exit_code,
     table_outcomes,
     trigger_tables,
     wait_for_tables,
 )
-from airflow_provider_tiering.core.errors import AmbiguousTable, InvalidRunConf, TableNotFound, TriggerFailed
+from airflow_provider_tiering.core.errors import (
+    AmbiguousTable,
+    DagPaused,
+    InvalidRunConf,
+    TableNotFound,
+    TriggerFailed,
+)
 from airflow_provider_tiering.status import get_tiering_status, list_tiering_statuses, reset_table, tiering_history
 
 #: The columns of ``status`` as a table; json and yaml carry every field.
@@ -126,20 +133,28 @@ def history(args: Namespace) -> None:
 @suppress_logs_and_warning
 @providers_configuration_loaded
 def trigger(args: Namespace) -> None:
+    # A paused DAG queues the run, as `airflow dags trigger` does; a wait for it could not end, so --wait refuses.
+    if_paused = IfPaused.UNPAUSE if args.unpause else IfPaused.REFUSE if args.wait else IfPaused.QUEUE
     try:
-        runs = trigger_tables(args.tables, triggered_by="cli")
-    except (TableNotFound, AmbiguousTable, InvalidRunConf, TriggerFailed) as exc:
+        runs = trigger_tables(args.tables, triggered_by="cli", if_paused=if_paused)
+    except (TableNotFound, AmbiguousTable, DagPaused, InvalidRunConf, TriggerFailed) as exc:
         _fail(str(exc))
     for run in runs:
+        if run.unpaused:
+            print(f"{run.dag_id}: the DAG was paused; unpaused it", file=sys.stderr)
         print(f"{run.dag_id}: started run {run.run_id} for {', '.join(run.tasks)}", file=sys.stderr)
         if run.paused:
-            print(f"{run.dag_id}: the DAG is paused; the run waits until it is unpaused", file=sys.stderr)
+            print(
+                f"{run.dag_id}: the DAG is paused; the run waits until it is unpaused "
+                f"(airflow dags unpause {run.dag_id})",
+                file=sys.stderr,
+            )
     if not args.wait:
         emit([{"dag_id": r.dag_id, "run_id": r.run_id, "tables": list(r.tasks)} for r in runs], args.output)
         return
     states = wait_for_tables(
         runs,
-        timeout=args.timeout,
+        timeout=args.timeout or None,
         on_change=lambda table, state: print(f"{table}: {state or 'not scheduled yet'}", file=sys.stderr),
     )
     outcomes = table_outcomes(runs, states)

@@ -18,7 +18,11 @@ _TABLE_HELP = (
 )
 ARG_TABLE_OPTIONAL = Arg(("table",), help=f"{_TABLE_HELP}; all tables when left out", nargs="?", default=None)
 ARG_TABLE = Arg(("table",), help=_TABLE_HELP)
-ARG_TABLES = Arg(("tables",), help="names of the tiered tables to tier now", nargs="+")
+ARG_TABLES = Arg(
+    ("tables",),
+    help="the tiered tables to tier now: names in their DAG, <namespace>.<table>, or asset names or URIs",
+    nargs="+",
+)
 ARG_NAMESPACE = Arg(("--namespace",), help="only tables of this lake namespace")
 ARG_STATUS = Arg(
     ("--status",),
@@ -27,11 +31,27 @@ ARG_STATUS = Arg(
     choices=("NEW", "INITIALIZED", "SCHEDULED", "PENDING", "TIERING", "TIERED", "FAILED"),
 )
 ARG_LIMIT = Arg(("--limit",), help="how many recent rounds (default: 20)", type=int, default=20)
+#: How long ``trigger --wait`` waits by default: a round's own default deadline (``round_timeout_seconds``).
+DEFAULT_WAIT_TIMEOUT = 3600.0
 ARG_WAIT = Arg(
-    ("--wait",), help="return when the tables' rounds have finished; exit 1 if one failed", action="store_true"
+    ("--wait",),
+    help=(
+        "return when the tables' rounds have finished, with an exit code telling the worst outcome (0 tiered, "
+        "1 failed, 2 timed out, 3 nothing new, 4 held back, 5 quarantined); a paused DAG is refused (exit 1) "
+        "unless --unpause is given"
+    ),
+    action="store_true",
 )
 ARG_TIMEOUT = Arg(
-    ("--timeout",), help="with --wait: give up after this many seconds (exit 2)", type=float, default=None
+    ("--timeout",),
+    help=f"with --wait: give up after this many seconds, exit 2 (default: {DEFAULT_WAIT_TIMEOUT:g}; 0: no limit)",
+    type=float,
+    default=DEFAULT_WAIT_TIMEOUT,
+)
+ARG_UNPAUSE = Arg(
+    ("--unpause",),
+    help="unpause the tables' DAGs if they are paused (a new DAG starts paused unless configured otherwise)",
+    action="store_true",
 )
 
 
@@ -57,7 +77,7 @@ def get_tiering_cli_commands() -> list[GroupCommand]:
                     name="trigger",
                     help="Tier these tables now: one DAG run per DAG, tiering only them",
                     func=lazy_load_command(f"{_COMMANDS}.trigger"),
-                    args=(ARG_TABLES, ARG_WAIT, ARG_TIMEOUT, ARG_OUTPUT, ARG_VERBOSE),
+                    args=(ARG_TABLES, ARG_WAIT, ARG_TIMEOUT, ARG_UNPAUSE, ARG_OUTPUT, ARG_VERBOSE),
                 ),
                 ActionCommand(
                     name="reset",

@@ -8,6 +8,9 @@ raise. Errors that answer a lookup or a bad argument also derive from the matchi
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Iterable
+
 
 class TieringError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -22,8 +25,26 @@ class InvalidRunConf(TieringError, ValueError):
     """A DAG run's ``conf`` asks for something a tiering DAG cannot do (e.g. ``tables`` is not a list)."""
 
 
-class MissingDependency(TieringError, ImportError):
-    """An optional dependency of a source kind or feature is not installed; the message names the extra."""
+class DeploymentIncomplete(TieringError):
+    """The installation where the task runs lacks something the table needs, not the table itself: fixing the
+    deployment cures it. Recorded as the table's failed round (FAILED, ``last_error``) but not counted towards its
+    quarantine, and the task fails without Airflow's retries (a retry runs on the same installation)."""
+
+
+class MissingDependency(DeploymentIncomplete, ImportError):
+    """An optional dependency of a source kind or feature is not installed; the message names the pip extra."""
+
+
+def missing_modules(modules: Iterable[str]) -> list[str]:
+    """Those of ``modules`` that cannot be imported here (for a :class:`MissingDependency` naming the extra)."""
+
+    def importable(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ImportError:  # its parent package is missing, or an import hook refuses it
+            return False
+
+    return [module for module in modules if not importable(module)]
 
 
 class ConnectionNotUsable(TieringError):
@@ -122,6 +143,10 @@ class TableNotFound(TieringError, LookupError):
 
 class AmbiguousTable(TieringError, ValueError):
     """A table name that several DAGs tier; name the DAG's tables separately."""
+
+
+class DagPaused(TieringError):
+    """A run was asked of a paused DAG by a caller who will wait for it: nothing was started."""
 
 
 class TriggerFailed(TieringError):

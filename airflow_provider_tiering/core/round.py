@@ -20,6 +20,7 @@ from airflow_provider_tiering.core.decisions import quarantine_reason
 from airflow_provider_tiering.core.error_text import describe_error
 from airflow_provider_tiering.core.errors import (
     CursorBehindLake,
+    DeploymentIncomplete,
     FencedError,
     NotRetryable,
     QuarantinedError,
@@ -247,6 +248,11 @@ def _fail(
 ) -> None:
     if state.status is not TableStatus.TIERING:
         state.walk_to_pending()
+    if isinstance(exc, DeploymentIncomplete):
+        # Installing what is missing cures it, whatever the table: shown, never counted towards the quarantine.
+        state.record_failure(describe_error(exc, secrets), now, counted=False)
+        state.next_retry_at = None
+        return
     state.record_failure(describe_error(exc, secrets), now)
     if isinstance(exc, NotRetryable):
         state.quarantine_now(now)
@@ -283,7 +289,8 @@ def record_failure_before_round(
     clock: Callable[[], datetime] = utcnow,
 ) -> None:
     """Record an error that stopped a round before it could start (say, its Airflow connection is missing)
-    as a failed round of the table: FAILED, ``last_error``, counted towards the quarantine like any other.
+    as a failed round of the table: FAILED, ``last_error``, counted towards the quarantine like any other, except a
+    :class:`DeploymentIncomplete` one (a missing pip extra), which is shown but not counted.
 
     Raises :class:`QuarantinedError`, recording nothing, when the table is quarantined already: as
     :func:`run_round` would, so a broken set-up does not keep failing tasks after the quarantine.
@@ -333,7 +340,8 @@ def run_round(
     Raises the round's error after recording it as the table's ``last_error`` (state FAILED):
     :class:`SourceError` (hot store), :class:`LakeError` / :class:`CommitConflict` (lake),
     or any error of the Spark job. A :class:`NotRetryable` one (say, a column of a type the lake cannot hold)
-    quarantines the table at once, with no retry time. :class:`FencedError` means a newer attempt committed first;
+    quarantines the table at once, with no retry time; a :class:`DeploymentIncomplete` one (a missing pip extra) is
+    recorded without counting towards the quarantine. :class:`FencedError` means a newer attempt committed first;
     the state document is then left to the winner and this attempt's files are deleted.
 
     Hazards: running it again after a failure is always safe (it re-plans from the lake). Two

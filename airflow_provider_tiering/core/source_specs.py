@@ -59,9 +59,11 @@ class SqlSourceSpec(SourceSpecBase):
     supports_eviction: ClassVar[bool] = True
     supports_merge: ClassVar[bool] = True
 
-    kind: Literal["sql"] = "sql"
-    conn_id: str = Field(min_length=1, description="Airflow connection of the hot database")
-    table: Identifier
+    kind: Literal["sql"] = Field(default="sql", description="a table of a SQL database")
+    conn_id: str = Field(
+        min_length=1, description="Airflow connection of the hot database: type postgres, mysql, mariadb or sqlite"
+    )
+    table: Identifier = Field(description="the hot table")
     db_schema: Identifier | None = Field(default=None, description="schema of the table (PostgreSQL)")
     cursor_column: Identifier = Field(description="monotonic column (integer or timestamp) that orders new rows")
     columns: tuple[Identifier, ...] | None = Field(default=None, description="columns to tier; all when unset")
@@ -199,14 +201,14 @@ class FileSourceSpec(SourceSpecBase):
     Files and folders whose name starts with ``_`` or ``.`` are ignored (hidden, temporary).
     """
 
-    kind: Literal["files"]
+    kind: Literal["files"] = Field(description="a landing zone of files")
     path: str = Field(min_length=1, description="directory of the landing zone: a local path or a URI (s3://…)")
     conn_id: str | None = Field(
         default=None,
         min_length=1,
         description="Airflow connection for object-store credentials: its extra holds the filesystem options",
     )
-    format: Literal["jsonl", "csv", "parquet"]
+    format: Literal["jsonl", "csv", "parquet"] = Field(description="format of the files")
     pattern: str | tuple[str, ...] | None = Field(
         default=None, description="glob(s) on the file name; by default *.jsonl and *.json, *.csv or *.parquet"
     )
@@ -226,7 +228,11 @@ class FileSourceSpec(SourceSpecBase):
         description="a file F is complete when F + suffix exists (then settle_seconds is not used); "
         "marker files are never data",
     )
-    on_bad_record: Literal["fail", "side_table"] = "fail"
+    on_bad_record: Literal["fail", "side_table"] = Field(
+        default="fail",
+        description="a malformed record fails the round naming file and line, or goes to the side table "
+        "<table>_rejects",
+    )
     after_commit: Literal["keep", "delete", "archive"] = Field(
         default="keep", description="what happens to a file once it is in the lake"
     )
@@ -236,10 +242,12 @@ class FileSourceSpec(SourceSpecBase):
         validate_default=True,
         description="where archived files go, on the landing zone's file system",
     )
-    csv_delimiter: str = Field(default=",", min_length=1, max_length=1)
+    csv_delimiter: str = Field(default=",", min_length=1, max_length=1, description="field separator of CSV files")
     csv_header: bool = Field(default=True, description="the first line of each CSV file names its columns")
-    max_files_per_round: int = Field(default=100_000, gt=0)
-    target_bytes_per_split: int = Field(default=128 * 1024 * 1024, gt=0)
+    max_files_per_round: int = Field(default=100_000, gt=0, description="files one round tiers at most")
+    target_bytes_per_split: int = Field(
+        default=128 * 1024 * 1024, gt=0, description="bytes of files per split (one Spark task), bin-packed by size"
+    )
 
     @field_validator("columns")
     @classmethod

@@ -26,9 +26,11 @@ _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 class LakeSpec(StrictModel):
     """The Iceberg table a hot table is tiered into."""
 
-    catalog_conn_id: str = Field(default="iceberg_default", min_length=1)
-    namespace: Identifier
-    table: Identifier
+    catalog_conn_id: str = Field(
+        default="iceberg_default", min_length=1, description="Airflow connection (type iceberg) of the Iceberg catalog"
+    )
+    namespace: Identifier = Field(description="Iceberg namespace of the lake table (created if missing)")
+    table: Identifier = Field(description="name of the lake table in its namespace (created by the first round)")
     partition_by: tuple[str, ...] = Field(
         default=(),
         description='Iceberg partition fields as in Spark DDL: "region", "day(ts)", "bucket(16, id)", "truncate(4, a)"',
@@ -61,8 +63,12 @@ class LakeSpec(StrictModel):
 class SparkSpec(StrictModel):
     """Where the round's Spark job runs: the Spark provider's connection, plus extra Spark conf."""
 
-    conn_id: str = Field(default="spark_default", min_length=1)
-    conf: Mapping[str, str] = Field(default_factory=dict)
+    conn_id: str = Field(
+        default="spark_default",
+        min_length=1,
+        description="Airflow connection of Spark: type spark (host = master URL; none: local[*]) or spark_connect",
+    )
+    conf: Mapping[str, str] = Field(default_factory=dict, description="extra Spark conf of the round's session")
     local_single_split: bool = Field(
         default=True,
         description="a round that fits one split is written by the task process itself, without starting Spark",
@@ -110,7 +116,7 @@ class EvictionSpec(StrictModel):
     """Deleting tiered rows from the hot store (SQL tables only): after a round's commit, rows the lake holds (cursor
     within the lake's committed offsets, each one checked in the lake) and older than ``retention_seconds``."""
 
-    enabled: bool = False
+    enabled: bool = Field(default=False, description="delete tiered rows from the hot store after each round")
     retention_seconds: float = Field(
         default=86400.0, ge=0, allow_inf_nan=False, description="rows younger than this stay in the hot store"
     )
@@ -118,7 +124,7 @@ class EvictionSpec(StrictModel):
         default=None, description="timestamp column that dates a row; by default the cursor column"
     )
     batch_rows: int = Field(default=5000, gt=0, le=100_000, description="rows deleted per hot-store transaction")
-    max_rows_per_round: int = Field(default=1_000_000, gt=0)
+    max_rows_per_round: int = Field(default=1_000_000, gt=0, description="rows evicted by one round at most")
 
 
 class MergeSpec(StrictModel):
@@ -157,19 +163,25 @@ class TableSpec(StrictModel):
     """One hot table mapped to one Iceberg table, with the options of its rounds."""
 
     name: str = Field(description="unique name of the tiered table; the Airflow task id")
-    source: SourceSpec
-    lake: LakeSpec
-    spark: SparkSpec = Field(default_factory=SparkSpec)
+    source: SourceSpec = Field(description='the hot store: a SQL table (kind "sql", the default) or a landing zone')
+    lake: LakeSpec = Field(description="the Iceberg table it is tiered into")
+    spark: SparkSpec = Field(default_factory=SparkSpec, description="where a round's Spark job runs")
     freshness_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="how stale the lake may get")
-    max_rows_per_round: int = Field(default=20_000_000, gt=0)
-    target_rows_per_split: int = Field(default=1_000_000, gt=0)
-    target_file_size_mb: int = Field(default=128, gt=0, le=2048)
-    retries: int = Field(default=2, ge=0, le=100)
-    retry_delay_seconds: float = Field(default=30.0, ge=0)
+    max_rows_per_round: int = Field(
+        default=20_000_000, gt=0, description="rows one round tiers at most; the rest waits for the next round"
+    )
+    target_rows_per_split: int = Field(
+        default=1_000_000, gt=0, description="rows per split (one Spark task); a round of one split skips Spark"
+    )
+    target_file_size_mb: int = Field(default=128, gt=0, le=2048, description="size at which data files are cut")
+    retries: int = Field(default=2, ge=0, le=100, description="Airflow retries of the table's task")
+    retry_delay_seconds: float = Field(default=30.0, ge=0, description="Airflow's retry_delay of the task")
     retry_exponential_backoff: float = Field(
         default=2.0, ge=0, description="Airflow back-off multiplier; 0 turns it off"
     )
-    max_retry_delay_seconds: float = Field(default=900.0, ge=0)
+    max_retry_delay_seconds: float = Field(
+        default=900.0, ge=0, description="Airflow's max_retry_delay: the longest back-off between retries"
+    )
     max_consecutive_failures: int = Field(default=5, gt=0, description="then the table is quarantined")
     staleness_alert_seconds: float | None = Field(
         default=None,
@@ -184,8 +196,12 @@ class TableSpec(StrictModel):
         allow_inf_nan=False,
         description="a round still running after this long fails (Airflow's execution_timeout); None: no limit",
     )
-    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
-    eviction: EvictionSpec = Field(default_factory=EvictionSpec)
+    maintenance: MaintenanceSpec = Field(
+        default_factory=MaintenanceSpec, description="compaction, snapshot expiry and orphan removal of the lake table"
+    )
+    eviction: EvictionSpec = Field(
+        default_factory=EvictionSpec, description="deleting tiered rows from the hot store (opt-in, SQL tables)"
+    )
     merge: MergeSpec | None = Field(
         default=None,
         description="rows of the hot table change: keep the latest version of each key in the lake; unset: "
@@ -312,7 +328,13 @@ def load_table_specs(path: str | Path) -> list[TableSpec]:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise InvalidTableSpec(f"{path}: cannot read the table list: {exc}") from exc
+        hint = ""
+        if not path.is_absolute() and not path.exists():
+            hint = (
+                f" (a relative path is read from the working directory, {Path.cwd()}, which differs between Airflow's "
+                "processes: give it relative to the DAG file, Path(__file__).parent / 'tables.yaml')"
+            )
+        raise InvalidTableSpec(f"{path}: cannot read the table list: {exc}{hint}") from exc
     tables = data.get("tables") if isinstance(data, Mapping) else data
     if not isinstance(tables, list):
         raise InvalidTableSpec(f"{path}: expected a list of tables (or a mapping with a 'tables' list)")

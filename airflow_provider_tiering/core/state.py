@@ -139,11 +139,14 @@ class TableState:
         self.walk_to_pending()
         self.transition(TableStatus.SCHEDULED)
 
-    def record_failure(self, error: str, now: datetime) -> None:
+    def record_failure(self, error: str, now: datetime, *, counted: bool = True) -> None:
+        """FAILED with ``error``; ``counted=False`` (the deployment's fault, not the table's: a missing extra)
+        leaves ``consecutive_failures``, and so the quarantine, alone."""
         self.transition(TableStatus.FAILED)
         self.last_error = error
         self.last_error_time = now
-        self.consecutive_failures += 1
+        if counted:
+            self.consecutive_failures += 1
 
     def quarantine_if_exhausted(self, max_consecutive_failures: int, now: datetime) -> None:
         """After ``max_consecutive_failures`` failed rounds in a row, stop tiering until a reset."""

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.errors import LakeError, MissingDependency, missing_modules
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -25,12 +25,36 @@ def _local_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+#: The SQLAlchemy driver a SQL catalog's URI scheme loads, and the pip extra that installs it (SQLAlchemy would fail
+#: with a bare ModuleNotFoundError).
+SQL_CATALOG_DRIVERS = {
+    "postgresql": ("psycopg2", "sql-postgres"),
+    "postgresql+psycopg2": ("psycopg2", "sql-postgres"),
+    "postgresql+psycopg": ("psycopg", "sql-postgres"),
+}
+
+
+def check_catalog_dependencies(properties: Mapping[str, str]) -> None:
+    """Raise MissingDependency, naming the pip extra, when a SQL catalog's database driver is not installed."""
+    scheme = properties.get("uri", "").partition("://")[0]
+    if properties.get("type", "sql") != "sql":  # pyiceberg takes a postgresql:// URI without a type as SQL too
+        return
+    needed = SQL_CATALOG_DRIVERS.get(scheme)
+    if needed is not None and missing_modules(needed[:1]):
+        module, extra = needed
+        raise MissingDependency(
+            f"a SQL catalog on {scheme}:// needs {module}: pip install 'airflow-provider-tiering[{extra}]'"
+        )
+
+
 def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
     """Load a pyiceberg catalog. A SQL catalog on a local SQLite file is created under a file lock: several tasks
-    creating its tables at once would race (pyiceberg creates them with check-then-create)."""
+    creating its tables at once would race (pyiceberg creates them with check-then-create). MissingDependency
+    when a SQL catalog's database driver is not installed."""
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
     props = dict(properties)
+    check_catalog_dependencies(props)
     uri = props.get("uri", "")
     if props.get("type") == "sql" and uri.startswith("sqlite:///"):
         database = Path(uri.removeprefix("sqlite:///"))
@@ -58,10 +82,13 @@ class CatalogHandle:
 
         Raises:
             LakeError: it cannot be loaded (the cause is chained).
+            MissingDependency: its database driver is not installed (the message names the extra).
         """
         if self._catalog is None:
             try:
                 self._catalog = self._load()
+            except MissingDependency:
+                raise
             except Exception as exc:
                 raise LakeError(f"Iceberg catalog {self.description} cannot be loaded: {exc}") from exc
         return self._catalog

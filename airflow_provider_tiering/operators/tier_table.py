@@ -19,7 +19,7 @@ from airflow_provider_tiering.core.decisions import (
     probe_hot_store,
     record_decision,
 )
-from airflow_provider_tiering.core.errors import NotRetryable, QuarantinedError, RoundTimedOut
+from airflow_provider_tiering.core.errors import DeploymentIncomplete, NotRetryable, QuarantinedError, RoundTimedOut
 from airflow_provider_tiering.core.round import (
     RetryDelay,
     RoundOutcome,
@@ -155,8 +155,9 @@ class TierTableOperator(BaseOperator):
                 self._state_for_metrics, self._settled = self._load_quietly(state_store), True
                 self._fail_if_stale(self._state_for_metrics)
                 raise self._quarantine_exit(str(exc), context) from exc
-            except NotRetryable as exc:
-                # Recorded and quarantined by the round already: fail without Airflow's retries, which cannot help.
+            except (NotRetryable, DeploymentIncomplete) as exc:
+                # Recorded by the round already (a NotRetryable one quarantined the table): fail without Airflow's
+                # retries, which cannot help.
                 raise AirflowFailException(str(exc)) from exc
             except AirflowTaskTimeout:
                 # Airflow's execution_timeout interrupts the round wherever it is (a BaseException, which the
@@ -197,7 +198,9 @@ class TierTableOperator(BaseOperator):
         secrets: Callable[[], list[str]] = list,
     ) -> Iterator[None]:
         """An error before the round (a missing or unusable Airflow connection) is recorded as the table's
-        failed round, so it shows in the status and counts towards the quarantine, and then fails the task."""
+        failed round, so it shows in the status and counts towards the quarantine, and then fails the task. A
+        missing pip extra (:class:`DeploymentIncomplete`) is recorded without counting and fails the task without
+        Airflow's retries, its message naming the extra to install."""
         try:
             yield
         except Exception as exc:
@@ -207,6 +210,8 @@ class TierTableOperator(BaseOperator):
                 )
             except QuarantinedError as quarantined:
                 raise self._quarantine_exit(str(quarantined), context) from quarantined
+            if isinstance(exc, DeploymentIncomplete):
+                raise AirflowFailException(f"{self.table_spec.name}: {exc}") from exc
             raise
 
     def _fail_if_stale(self, state: TableState | None) -> None:

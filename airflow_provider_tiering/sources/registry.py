@@ -11,13 +11,12 @@ Adding a hot store is one module under ``sources/`` and one entry here.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.errors import ConnectionNotUsable, MissingDependency
+from airflow_provider_tiering.core.errors import ConnectionNotUsable, MissingDependency, missing_modules
 from airflow_provider_tiering.core.ports import Source
 from airflow_provider_tiering.core.source_specs import SourceSpecBase
 
@@ -42,7 +41,7 @@ class SourceKind:
 
     def load(self) -> SourceFactory:
         """The implementation class; MissingDependency names the extra when its drivers are not installed."""
-        missing = [module for module in self.requires if importlib.util.find_spec(module) is None]
+        missing = missing_modules(self.requires)
         if missing:
             raise MissingDependency(
                 f"{self.name} hot tables need {', '.join(missing)}: pip install '{_PACKAGE}[{self.extra}]'"
@@ -59,7 +58,7 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         frozenset({"postgres", "postgresql"}),
         "airflow_provider_tiering.sources.postgres:PostgresSource",
         extra="postgres",
-        requires=("adbc_driver_postgresql", "psycopg"),
+        requires=("adbc_driver_postgresql", "adbc_driver_manager", "psycopg"),
     ),
     SourceKind(
         "postgres change stream",

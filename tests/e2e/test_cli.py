@@ -97,12 +97,15 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         table_view = cli(af, "status")
         assert table_view.returncode == 0 and "c_alpha" in table_view.stdout and "TIERED" in table_view.stdout
         unknown = cli(af, "status", "c_nope")
-        assert unknown.returncode == 1 and "no tiered table named 'c_nope'" in unknown.stderr
+        assert unknown.returncode == 1 and "unknown table 'c_nope'" in unknown.stderr, unknown.stderr
+        typo = cli(af, "status", "c_alpah")
+        assert typo.returncode == 1 and "did you mean 'c_alpha'" in typo.stderr, typo.stderr
 
         # trigger --wait: only c_alpha is tiered (not due by freshness, but named), c_beta skips.
         hot.insert("c_alpha", 1501, 700)
         hot.insert("c_beta", 1501, 700)
-        done = cli(af, "trigger", "c_alpha", "--wait", "--timeout", "400", "-o", "json", timeout=500)
+        # Named by its lake identifier, as status takes it.
+        done = cli(af, "trigger", "cli.c_alpha", "--wait", "--timeout", "400", "-o", "json", timeout=500)
         assert done.returncode == 0, done.stderr + done.stdout
         assert json.loads(done.stdout) == [{"table": "c_alpha", "state": "success", "outcome": "tiered"}]
         run_id = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns", params={"order_by": "-run_after", "limit": 1})["dag_runs"][0][
@@ -118,9 +121,24 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         assert [(h["epoch"], h["rows"]) for h in history] == [(2, 700), (1, 1500)]
         assert history[0]["run_id"] == run_id and history[0]["end_offsets"] == {"cursor": 2200}
 
+        # A paused DAG: --wait refuses (a wait that could not end), starting nothing; --unpause unpauses it.
+        af.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": True})
+        runs_before = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"]
+        refused = cli(af, "trigger", "c_alpha", "--wait", "--timeout", "400")
+        assert refused.returncode == 1, refused.stderr
+        assert f"DAG {DAG_ID} is paused" in refused.stderr and "--unpause" in refused.stderr, refused.stderr
+        assert af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"] == runs_before
+        # Without --wait the run is queued until the DAG is unpaused, as `airflow dags trigger` does.
+        queued = cli(af, "trigger", "c_beta", "-o", "json")
+        assert queued.returncode == 0, queued.stderr
+        assert f"{DAG_ID}: the DAG is paused; the run waits until it is unpaused" in queued.stderr, queued.stderr
+        assert af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"] == runs_before + 1
+
         # The exit code tells nothing new (3) and held back (4) apart from tiered (0).
-        nothing = cli(af, "trigger", "c_alpha", "--wait", "--timeout", "400", "-o", "json", timeout=500)
+        nothing = cli(af, "trigger", "c_alpha", "--wait", "--unpause", "--timeout", "400", "-o", "json", timeout=500)
         assert nothing.returncode == 3, nothing.stderr
+        assert f"{DAG_ID}: the DAG was paused; unpaused it" in nothing.stderr
+        assert af.get(f"/api/v2/dags/{DAG_ID}")["is_paused"] is False
         assert json.loads(nothing.stdout) == [{"table": "c_alpha", "state": "skipped", "outcome": "nothing_new"}]
         late = psycopg.connect(pg_server.dsn)  # takes id 2201 and holds it past the round's 30 s wait
         late.execute('INSERT INTO "c_alpha" VALUES (%s, %s, %s, %s, %s)', make_rows(2201, 1)[0])
@@ -143,4 +161,5 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         assert json.loads(cli(af, "status", "c_bad", "-o", "json").stdout)["quarantined"] is True
         quarantined = cli(af, "trigger", "c_bad", "--wait", "--timeout", "400", timeout=500)
         assert quarantined.returncode == 5 and "quarantined: c_bad" in quarantined.stderr, quarantined.stderr
-        assert cli(af, "trigger", "c_nope").returncode == 1
+        nope = cli(af, "trigger", "c_nope")
+        assert nope.returncode == 1 and "unknown table 'c_nope'" in nope.stderr, nope.stderr

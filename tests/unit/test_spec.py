@@ -82,6 +82,18 @@ def test_tables_load_from_yaml_and_errors_name_the_file(tmp_path):
         load_table_specs(bad)
 
 
+def test_a_relative_yaml_path_that_is_not_there_says_it_is_read_from_the_working_directory(tmp_path, monkeypatch):
+    from airflow_provider_tiering.core.spec import load_table_specs
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidTableSpec, match=r"dags/tables.yaml: cannot read .* working directory, .*__file__"):
+        load_table_specs("dags/tables.yaml")
+    missing_absolute = tmp_path / "nowhere.yaml"
+    with pytest.raises(InvalidTableSpec, match="cannot read the table list") as refused:
+        load_table_specs(missing_absolute)
+    assert "working directory" not in str(refused.value)
+
+
 def test_a_dag_of_200_tables_from_yaml_parses_quickly(tmp_path):
     import time
 
