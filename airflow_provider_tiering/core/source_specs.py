@@ -116,9 +116,9 @@ class PostgresCdcSourceSpec(SourceSpecBase):
     supports_merge: ClassVar[bool] = True
     streams_changes: ClassVar[bool] = True
 
-    kind: Literal["postgres_cdc"]
+    kind: Literal["postgres_cdc"] = Field(description="a PostgreSQL table read through its change stream (CDC)")
     conn_id: str = Field(min_length=1, description="Airflow connection of the hot database (a postgres one)")
-    table: Identifier
+    table: Identifier = Field(description="the hot table")
     db_schema: Identifier | None = Field(default=None, description="schema of the table; public when unset")
     columns: tuple[Identifier, ...] | None = Field(default=None, description="columns to tier; all when unset")
     slot_name: str | None = Field(

@@ -299,15 +299,22 @@ def shell_commands(block: Block) -> list[list[str]]:
     """The commands of a bash or console block: continuation lines joined, comments and prompts dropped."""
     text = re.sub(r"\\\n", " ", block.text)
     commands = []
+    pending = ""
     for line in text.splitlines():
         line = line.strip()
-        if block.language == "console":
+        if block.language == "console" and not pending:
             if not line.startswith("$ "):
                 continue
             line = line[2:]
-        words = shlex.split(line, comments=True)
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            words = shlex.split(pending, comments=True)
+        except ValueError:  # a quoted value goes on over the next lines (a JSON connection)
+            continue
+        pending = ""
         if words:
             commands.append(words)
+    assert not pending, f"{block.where}: unclosed quote in {pending!r}"
     return commands
 
 
