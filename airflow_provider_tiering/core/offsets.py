@@ -55,3 +55,18 @@ def cursor_reached(end_offsets: dict[str, Any] | None, target: Any) -> bool:
     if isinstance(target, (datetime, date)):
         raise CursorNotComparable(f"cursor value {target!r} is a time, but the cursor {committed!r} is not")
     return str(committed) >= str(target)
+
+
+def cursor_lag_seconds(end: dict[str, Any] | None, now: datetime) -> float | None:
+    """How old the newest row up to ``end`` is at ``now``, for a time cursor (ISO text); None for other cursors,
+    whose values say nothing about time."""
+    cursor = None if end is None else end.get("cursor")
+    if not isinstance(cursor, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(cursor)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:  # naive times are taken as UTC
+        moment = moment.replace(tzinfo=UTC)
+    return round(max(0.0, (now - moment).total_seconds()), 3)

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_tiering.core.decisions import quarantine_reason
@@ -27,6 +27,7 @@ from airflow_provider_tiering.core.errors import (
     SourceError,
 )
 from airflow_provider_tiering.core.merge_key import resolve_merge_key
+from airflow_provider_tiering.core.offsets import cursor_lag_seconds
 from airflow_provider_tiering.core.ports import (
     FileKind,
     Lake,
@@ -44,6 +45,7 @@ from airflow_provider_tiering.core.ports import (
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import CommittedSnapshot, RoundMetrics, TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import StateStore
+from airflow_provider_tiering.core.units import count, duration, size
 
 log = logging.getLogger(__name__)
 
@@ -222,20 +224,6 @@ def _refuse_rows_behind(spec: TableSpec, source: Source[Any, Any], state: TableS
             f"was tiered. Give those rows cursor values above the committed offsets, or drop lake table {lake} to "
             "tier the whole table again (the next round recreates it)"
         )
-
-
-def cursor_lag_seconds(end: Offsets | None, now: datetime) -> float | None:
-    """How far the lake is behind now, for a time cursor (ISO text); None for other cursors."""
-    cursor = None if end is None else end.get("cursor")
-    if not isinstance(cursor, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(cursor)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:  # naive times are taken as UTC
-        moment = moment.replace(tzinfo=UTC)
-    return round(max(0.0, (now - moment).total_seconds()), 3)
 
 
 def _fail(
@@ -435,7 +423,17 @@ def run_round(
             splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
         if rejects is not None:
             rejects.ensure()
+        log.info(
+            "%s: planned epoch %d: %s -> %s in %s%s",
+            spec.name,
+            epoch,
+            "the start" if start is None else start,
+            end,
+            "1 split" if len(splits) == 1 else f"{len(splits)} splits",
+            f"; {count(plan.backlog)} more left for later rounds (max_rows_per_round)" if plan.backlog else "",
+        )
         notify(RoundPhase.WRITING)
+        writing_started = time.monotonic()
         with source.reading_one_snapshot(splits):
             written = writer.write(
                 source,
@@ -451,7 +449,19 @@ def run_round(
             )
         files = [f for f in written if f.kind == FileKind.DATA]
         rejected = [f for f in written if f.kind == FileKind.REJECTS]
+        in_process = len(splits) == 1 and writer.writes_single_split_locally
+        log.info(
+            "%s: read and written %s rows in %d files (%s) %s in %s%s",
+            spec.name,
+            count(sum(f.rows for f in files)),
+            len(files),
+            size(sum(f.bytes for f in files)),
+            "by this process" if in_process else "on Spark",
+            duration(time.monotonic() - writing_started),
+            f"; {count(sum(f.rows for f in rejected))} bad records to the rejects table" if rejected else "",
+        )
         notify(RoundPhase.WRITTEN)
+        committing_started = time.monotonic()
         if rejected and rejects is not None:
             rejects.replace(rejected, epoch=epoch, table_name=spec.name, attempt=attempt)
         if merge_key is None:
@@ -480,6 +490,7 @@ def run_round(
         _record_stream(state, source, secrets)
         state_store.save(state)
         raise
+    log.info("%s: committed snapshot %s in %s", spec.name, snapshot_id, duration(time.monotonic() - committing_started))
     notify(RoundPhase.COMMITTED)
 
     # 5. Record.
@@ -508,6 +519,14 @@ def run_round(
     state.next_retry_at = None
     state.note = None
     state_store.save(state)
+    log.info(
+        "%s: recorded epoch %d: %s rows tiered, the lake now at %s; round took %s",
+        spec.name,
+        epoch,
+        count(metrics.rows),
+        dict(end),
+        duration(metrics.duration_seconds),
+    )
     notify(RoundPhase.RECORDED)
 
     # 6. Clean, only after the commit: files no snapshot references, of attempts that can never commit.
@@ -519,6 +538,8 @@ def run_round(
         cleaned += lake.clean(epoch, since_epoch=state.cleaned_through_epoch)
         state.cleaned_through_epoch = epoch - 1
         state_store.save(state)
+        if cleaned:
+            log.info("%s: removed %d files of attempts that can no longer commit", spec.name, cleaned)
     except Exception as exc:  # cleanup is best effort: the next committed round retries it
         log.warning("%s: cleaning old attempts failed: %s", spec.name, describe_error(exc, secrets))
     try:

@@ -148,7 +148,6 @@ class TierTableOperator(BaseOperator):
                 result = parts.run(
                     state_store,
                     retry_delay=retry_delay,
-                    observe=lambda phase: self.log.info("%s: %s", spec.name, phase.value),
                     announced_epoch=self._announced_epoch(context),
                 )
             except QuarantinedError as exc:
@@ -297,14 +296,4 @@ class TierTableOperator(BaseOperator):
             context["outlet_events"][self.recovered_alias].add(self.table_asset, extra=older)
         if result.outcome is RoundOutcome.NOTHING_TO_TIER:
             return announcements[-1]
-        self.log.info(
-            "%s: tiered %s rows in %s files, epoch %s, snapshot %s, offsets %s -> %s",
-            result.table,
-            extra["rows"],
-            extra["files"],
-            result.epoch,
-            result.snapshot_id,
-            result.start_offsets,
-            result.end_offsets,
-        )
         return extra

@@ -10,6 +10,10 @@ stopped, and only then is the file renamed into place. An archive that still fai
 deleted and the session started without it. One recorder per archive at a time (a lock file); the other
 sessions meanwhile start without sharing.
 
+Recording is quiet: the JVM's class data sharing warnings (a hundred and more lines of "Skipping …: Signed JAR" at
+exit) are turned off (``-Xlog:cds*=error``), and the process that starts a recording says once, in one line, where
+the archive goes and how to turn it off.
+
 The archive sits in ``$AIRFLOW_PROVIDER_TIERING_CDS_DIR`` (default ``~/.cache/airflow-provider-tiering/
 spark-cds``), named by a digest of what it depends on: the Java binary, Spark's jars, the driver's class path
 and JVM options. ``AIRFLOW_PROVIDER_TIERING_CDS_DIR=off`` (or the spec's ``spark.class_data_sharing: false``)
@@ -60,9 +64,11 @@ class Archive:
     def java_options(self) -> str:
         # A JVM that crashes on the archive writes its crash report next to it, not into the task's directory.
         crash_report = f"-XX:ErrorFile={self.path.parent / 'hs_err_pid%p.log'}"
+        # Recording warns for every class it cannot archive (signed jars, old class files): errors only.
+        quiet = "-Xlog:cds*=error"
         if self.recording is not None:
-            return f"-XX:ArchiveClassesAtExit={self.recording} {crash_report}"
-        return f"-XX:SharedArchiveFile={self.path} {crash_report}"
+            return f"-XX:ArchiveClassesAtExit={self.recording} {quiet} {crash_report}"
+        return f"-XX:SharedArchiveFile={self.path} {quiet} {crash_report}"
 
 
 def archive_dir() -> Path | None:
@@ -143,6 +149,12 @@ def prepare(conf: dict[str, str]) -> Archive | None:
         archive = Archive(path, recording=path.with_name(f"{path.name}.recording-{os.getpid()}"))
         if not _take_lock(archive.lock):
             return None  # another session is recording it
+        log.info(
+            "Recording Spark's class data sharing archive (over 100 MB; later local sessions start in about half the "
+            "time) at %s; %s=off turns it off",
+            path,
+            DIR_ENV,
+        )
         return archive
     except OSError as exc:  # a read-only or full home: run without sharing
         log.info("Spark class data sharing off: %s", exc)
@@ -160,7 +172,7 @@ def publish(archive: Archive, gateway_process: Any) -> None:
             return
         if code == 0 and _is_whole(archive.recording):
             os.replace(archive.recording, archive.path)
-            log.info("Spark class data sharing archive written: %s", archive.path)
+            log.debug("Spark class data sharing archive written: %s", archive.path)
         else:
             log.info("Spark class data sharing archive not kept (JVM exit code %s)", code)
     finally:
@@ -189,7 +201,7 @@ def _is_whole(path: Path) -> bool:
 
 def _record() -> int:
     """Record this machine's archive unless it exists, with a small job like a round's (``make test`` runs it)."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     from airflow_provider_tiering.spark.session import (
         SparkSettings,
         create_spark_session,
@@ -203,7 +215,10 @@ def _record() -> int:
         spark = create_spark_session(settings)
         spark.range(0, 2, 1, numPartitions=2).mapInArrow(lambda batches: batches, "id BIGINT").collect()
         stop_spark_session(spark)
-    print(f"Spark class data sharing archive: {path if path is not None and path.exists() else 'none'}")
+    if path is None or not path.exists():
+        print(f"Spark class data sharing: no archive (turned off by {DIR_ENV}, no java found, or recording failed)")
+    else:
+        print(f"Spark class data sharing archive: {path} ({DIR_ENV}=off turns it off)")
     return 0
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_tiering.core.errors import SparkUnavailable
-from airflow_provider_tiering.spark import class_data_sharing
+from airflow_provider_tiering.spark import class_data_sharing, jvm_output
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,7 @@ def create_spark_session(settings: SparkSettings) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder: Any
+    driver_jvm: dict[str, str] | None = None  # how to launch this process's driver JVM (None: Spark Connect)
     if settings.remote:
         # Spark Connect's own builder: the classic one refuses a remote session while a local one runs in this
         # process (SESSION_ALREADY_EXIST), and it sets SPARK_CONNECT_MODE_ENABLED in os.environ for good, after
@@ -117,11 +118,13 @@ def create_spark_session(settings: SparkSettings) -> Any:
         check_master_reachable(settings.master)
         builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
         conf = session_conf(settings)
+        driver_jvm = {"spark.master": settings.master, "spark.app.name": settings.app_name}
     archive = None
-    if settings.class_data_sharing and not settings.remote and settings.master.startswith("local"):
+    local = not settings.remote and settings.master.startswith("local")
+    if settings.class_data_sharing and local:
         archive = _prepare_class_data_sharing(conf)
     try:
-        return _get_or_create(builder, conf, archive)
+        return _get_or_create(builder, conf, archive, driver_jvm, local=local)
     except Exception as exc:
         if archive is None:
             raise
@@ -133,7 +136,7 @@ def create_spark_session(settings: SparkSettings) -> Any:
             raise
         # The only JVM options we added are the archive's: a JVM that dies on them must not keep rounds from starting.
         log.warning("Spark driver JVM failed to start with class data sharing archive %s; removed it", archive.path)
-        return _get_or_create(builder, conf, None)
+        return _get_or_create(builder, conf, None, driver_jvm, local=local)
 
 
 def session_conf(settings: SparkSettings) -> dict[str, str]:
@@ -160,7 +163,14 @@ def _prepare_class_data_sharing(conf: dict[str, str]) -> class_data_sharing.Arch
     return class_data_sharing.prepare(conf)
 
 
-def _get_or_create(builder: Any, conf: dict[str, str], archive: class_data_sharing.Archive | None) -> Any:
+def _get_or_create(
+    builder: Any,
+    conf: dict[str, str],
+    archive: class_data_sharing.Archive | None,
+    driver_jvm: dict[str, str] | None,
+    *,
+    local: bool,
+) -> Any:
     global _recording
     conf = dict(conf)
     if archive is not None:
@@ -168,6 +178,9 @@ def _get_or_create(builder: Any, conf: dict[str, str], archive: class_data_shari
         conf[key] = f"{conf.get(key, '')} {archive.java_options}".strip()
     for key, value in conf.items():
         builder = builder.config(key, value)
+    if driver_jvm is not None:
+        # Started here rather than by the builder, so that its output is logged at its own level (jvm_output.py).
+        jvm_output.launch_driver_jvm({**driver_jvm, **conf}, local=local)
     session = builder.getOrCreate()
     if archive is not None and archive.recording is not None:
         _recording = archive

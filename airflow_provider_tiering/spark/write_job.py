@@ -145,7 +145,7 @@ class SparkSplitWriter:
             return write_split(reader, split, read_schema, target, rejects_uri=rejects_uri)
 
         if len(splits) == 1 and self.writes_single_split_locally:
-            log.info("one split: written by this process, without Spark")
+            log.debug("one split: written by this process, without Spark")
             return write_one(splits[0])
         by_index = {split.index: split for split in splits}
         indexes = sorted(by_index)
