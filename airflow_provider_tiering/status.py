@@ -21,6 +21,7 @@ from typing import Any
 from airflow_provider_tiering.core.documents import iso_time
 from airflow_provider_tiering.core.errors import AmbiguousTable, TableNotFound
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
+from airflow_provider_tiering.core.offsets import cursor_lag_seconds
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
 
@@ -69,6 +70,11 @@ class TieringStatus:
         """Rows the last round saw in the hot store beyond what it tiered (the per-round cap), where known."""
         return None if self.state.last_round is None else self.state.last_round.backlog_rows
 
+    def newest_data_age_seconds(self, now: datetime | None = None) -> float | None:
+        """How old the newest row in the lake is now, for time cursors (its cursor value); None for other cursors."""
+        committed = self.state.committed
+        return None if committed is None else cursor_lag_seconds(committed.end_offsets, now or utcnow())
+
     def staleness_seconds(self, now: datetime | None = None) -> float | None:
         """Seconds since the table was last tiered."""
         last = self.state.last_tiered_time
@@ -91,6 +97,7 @@ class TieringStatus:
             "last_checked_time": iso_time(state.last_checked_time),
             "staleness_seconds": self.staleness_seconds(now),
             "lag_seconds": self.lag_seconds,
+            "newest_data_age_seconds": self.newest_data_age_seconds(now),
             "backlog_rows": self.backlog_rows,
             "last_round_rows": self.last_round_rows,
             "committed_offsets": None if state.committed is None else state.committed.end_offsets,

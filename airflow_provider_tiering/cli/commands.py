@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from argparse import Namespace
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import yaml
 from airflow.utils.cli import suppress_logs_and_warning
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 
+from airflow_provider_tiering.cli import status_table
 from airflow_provider_tiering.control import (
     IfPaused,
     TableOutcome,
@@ -32,23 +35,9 @@ from airflow_provider_tiering.core.errors import (
     TableNotFound,
     TriggerFailed,
 )
+from airflow_provider_tiering.core.units import duration, timestamp
 from airflow_provider_tiering.status import get_tiering_status, list_tiering_statuses, reset_table, tiering_history
 
-#: The columns of ``status`` as a table; json and yaml carry every field.
-STATUS_COLUMNS = (
-    "namespace",
-    "table",
-    "status",
-    "epoch",
-    "last_tiered_time",
-    "lag_seconds",
-    "backlog_rows",
-    "last_round_rows",
-    "consecutive_failures",
-    "quarantined",
-    "last_error",
-    "maintenance",
-)
 HISTORY_COLUMNS = (
     "timestamp",
     "epoch",
@@ -102,22 +91,16 @@ def status(args: Namespace) -> None:
     else:
         found = list_tiering_statuses(namespace=args.namespace, status=args.status)
     records = [s.to_json() for s in found]
-    if args.table and args.output in ("json", "yaml"):
-        emit(records[0], args.output)
-    elif args.output in ("json", "yaml"):
-        emit(records, args.output)
+    if args.output in ("json", "yaml"):
+        emit(records[0] if args.table else records, args.output)
+    elif args.table:
+        print(status_table.render_one(records[0]))
+    elif not records:
+        print("no tiered tables" + (" match" if args.namespace or args.status else ""), file=sys.stderr)
     else:
-        emit([{**r, "maintenance": _maintenance_cell(r["maintenance"])} for r in records], args.output, STATUS_COLUMNS)
-
-
-def _maintenance_cell(maintenance: dict[str, Any] | None) -> str:
-    """One line for the table view: the last run, the lake's files and snapshots, an error if it failed."""
-    if maintenance is None:
-        return ""
-    text = f"{maintenance['last_outcome']}: {maintenance['data_files']} files, {maintenance['snapshots']} snapshots"
-    if maintenance["last_outcome"] == "failed":
-        text = f"failed: {maintenance['last_error']}"
-    return text
+        print(status_table.render(records, header=args.output == "table"))
+        if args.output == "table":
+            print("\n" + textwrap.fill(status_table.LEGEND, status_table.terminal_width()))
 
 
 @suppress_logs_and_warning
@@ -127,7 +110,17 @@ def history(args: Namespace) -> None:
         rounds = tiering_history(args.table, limit=args.limit)
     except (TableNotFound, AmbiguousTable) as exc:
         _fail(str(exc))
-    emit([r.to_json() for r in rounds], args.output, HISTORY_COLUMNS)
+    records = [r.to_json() for r in rounds]
+    if args.output in ("table", "plain"):
+        records = [
+            {
+                **r,
+                "timestamp": timestamp(datetime.fromisoformat(r["timestamp"]) if r["timestamp"] else None),
+                "duration_seconds": duration(r["duration_seconds"]),
+            }
+            for r in records
+        ]
+    emit(records, args.output, HISTORY_COLUMNS)
 
 
 @suppress_logs_and_warning

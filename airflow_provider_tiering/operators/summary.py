@@ -13,6 +13,7 @@ from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import staleness_alert
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
+from airflow_provider_tiering.run_conf import selected_tables
 
 OK_STATES = frozenset({"success", "skipped"})
 
@@ -51,9 +52,15 @@ class TieringSummaryOperator(BaseOperator):
         for by_task in found.values():
             states.update({task_id: str(state) for task_id, state in by_task.items()})
         outcomes = {task_id: states.get(task_id, "unknown") for task_id in self.table_task_ids}
+        selected = selected_tables(context)
+        # The DAG factory passes tables and their tasks in the same order (a task id may be "<table>.tier").
+        same_order = len(self.tables) == len(self.table_task_ids)
+        names = dict(zip(self.table_task_ids, (s.name for s in self.tables), strict=True)) if same_order else {}
         width = max((len(t) for t in outcomes), default=5)
         for task_id, state in outcomes.items():
             label = {"success": "TIERED", "skipped": "NOTHING TO TIER"}.get(state, "FAILED")
+            if state == "skipped" and selected is not None and names.get(task_id, task_id) not in selected:
+                label = "NOT IN THIS RUN"  # a run of named tables (``conf={"tables": [...]}``): left out, not idle
             self.log.info("%s  %-15s (task %s)", task_id.ljust(width), label, state)
         for task_id in self.maintenance_task_ids:
             state = states.get(task_id, "unknown")

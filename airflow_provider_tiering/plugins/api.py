@@ -80,8 +80,17 @@ class TableStatusResponse(BaseModel):
     last_tiered_time: datetime | None
     last_checked_time: datetime | None
     staleness_seconds: float | None = Field(description="Seconds since the table was last tiered")
-    lag_seconds: float | None = Field(description="For time cursors: how far the last round's newest row lagged")
-    backlog_rows: int | None = Field(description="Rows the last round left in the hot store (its row cap)")
+    lag_seconds: float | None = Field(
+        description="For time cursors: how old the last round's newest row was when the round ended; else null"
+    )
+    newest_data_age_seconds: float | None = Field(
+        description="For time cursors: how old the lake's newest row is now; null for other cursors (an integer "
+        "cursor says nothing about time)"
+    )
+    backlog_rows: int | None = Field(
+        description="Rows beyond its end the last round saw and left for later rounds (its max_rows_per_round cap); "
+        "rows that arrived since are not counted (null: no round yet)"
+    )
     last_round_rows: int | None
     committed_offsets: dict[str, Any] | None
     snapshot_id: int | None

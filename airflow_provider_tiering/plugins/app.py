@@ -28,6 +28,7 @@ def create_app() -> FastAPI:
     )
     app.include_router(api.router)
     app.include_router(page.router)
+    page.send_browsers_to_login(app)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[can_read])
     def openapi() -> dict[str, Any]:

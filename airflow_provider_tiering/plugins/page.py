@@ -11,8 +11,10 @@ import json
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request, status
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter, FastAPI, HTTPException, Request, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_tiering import __version__
 from airflow_provider_tiering.plugins.access import GetUserDep, can_read
@@ -43,6 +45,7 @@ PAGE = """<!doctype html>
   <span id="updated" aria-live="polite"></span>
 </header>
 <div id="banner" role="alert" hidden></div>
+<div id="notice" role="status" hidden></div>
 <main id="list-view">
   <p id="summary"></p>
   <table id="tables">
@@ -52,10 +55,13 @@ PAGE = """<!doctype html>
       <th data-sort="status">Status</th>
       <th data-sort="epoch" class="num">Epoch</th>
       <th data-sort="last_tiered_time">Last tiered</th>
-      <th data-sort="backlog_rows" class="num" title="Rows the last round left in the hot store">Lag (rows)</th>
-      <th data-sort="lag_seconds" class="num"
-          title="Time cursors: how far the last round's newest row lagged; else time since last tiered"
-          >Lag (time)</th>
+      <th data-sort="backlog_rows" class="num"
+          title="Rows waiting beyond the committed offsets, as far as known: what the last round left for later (its
+max_rows_per_round cap), or held back by open transactions. Rows that arrived since the last round are not counted."
+          >Backlog (rows)</th>
+      <th data-sort="newest_data_age_seconds" class="num"
+          title="How old the newest tiered row is now; time cursors only (an integer cursor says nothing about time)"
+          >Newest data age</th>
       <th data-sort="last_round_rows" class="num">Rows (last round)</th>
       <th data-sort="consecutive_failures" class="num">Failures</th>
       <th data-sort="quarantined">Quarantined</th>
@@ -82,6 +88,24 @@ def _roots(request: Request) -> tuple[str, str]:
     app_root = str(request.scope.get("root_path", "")).rstrip("/")
     airflow_root = app_root.removesuffix(URL_PREFIX) if app_root.endswith(URL_PREFIX) else ""
     return app_root, airflow_root
+
+
+def send_browsers_to_login(app: FastAPI) -> None:
+    """A browser that opens the page signed out (no bearer token; no cookie, or an expired one) is sent to Airflow's
+    login page, which brings it back here; every other 401 (the REST API, a bad bearer token) stays a 401."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def login_instead_of_401(request: Request, exc: StarletteHTTPException) -> Response:
+        app_root, airflow_root = _roots(request)
+        on_page = request.method == "GET" and request.scope["path"].removeprefix(app_root) in ("", "/")
+        if exc.status_code != status.HTTP_401_UNAUTHORIZED or not on_page or "authorization" in request.headers:
+            return await http_exception_handler(request, exc)
+        from airflow.api_fastapi.app import get_auth_manager
+
+        login = get_auth_manager().get_url_login(next_url=f"{airflow_root}{URL_PREFIX}/")
+        if login.startswith("/") and not login.startswith(airflow_root + "/"):
+            login = airflow_root + login  # the auth manager's own path, under Airflow's base URL
+        return RedirectResponse(login, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -1,7 +1,8 @@
 """The Tiering page and REST API under a real Airflow (api-server, scheduler, LocalExecutor): a person signed in
 through the login form sees every table with its status and the failed one's error, a table's rounds as a chart,
-and the page inside the Airflow UI; nobody signed out gets anything; a viewer reads but can neither reset nor
-trigger; the REST list says what the asset state store says."""
+and the page inside the Airflow UI; nobody signed out gets anything (a browser is sent to the login page); a viewer
+reads but can neither reset nor trigger, from the REST API or the page's buttons, which work for an admin; the REST
+list says what the asset state store says; a past error is shown as past, and lag as what is known of it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
@@ -62,6 +63,7 @@ class TieredUI:
     viewer_password: str
     first_run: str
     second_run: str
+    work_dir: Path
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def ui(pg_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredUI
         second = af.trigger_dag(DAG_ID, conf={"tables": ["ui_alpha"]})
         assert af.wait_for_run(DAG_ID, second, timeout=300) == "success"
         viewer_password = json.loads(af.passwords_file.read_text())[VIEWER]
-        yield TieredUI(af, viewer_password, first, second)
+        yield TieredUI(af, viewer_password, first, second, tmp_path)
 
 
 def token(af: AirflowCluster, username: str, password: str) -> str:
@@ -229,6 +231,12 @@ def test_rest_list_agrees_with_the_asset_state_store(ui: TieredUI) -> None:
             )
     by_name = {row["table"]: row for row in listed["tables"]}
     assert by_name["ui_alpha"]["dag_id"] == DAG_ID and by_name["ui_alpha"]["task_id"] == "ui_alpha"
+    # ui_alpha's cursor is an integer: no age of its data; its last round left no rows behind.
+    assert by_name["ui_alpha"]["newest_data_age_seconds"] is None and by_name["ui_alpha"]["backlog_rows"] == 0
+
+    # The run of ui_alpha alone: its summary does not call the tables it left out idle.
+    summary = af.task_log(DAG_ID, ui.second_run, "tiering_summary", 1)
+    assert "NOT IN THIS RUN" in summary and "NOTHING TO TIER" not in summary, summary
 
     failed = rest(af, "GET", "/tiering/api/tables", af.token(), params={"status": "FAILED"}).json()
     assert sorted(t["table"] for t in failed["tables"]) == ["ui_broken", "ui_hostile"]
@@ -276,9 +284,15 @@ def test_signed_out_requests_get_nothing(ui: TieredUI) -> None:
     for method, path, body in ENDPOINTS:
         for bearer in (None, "not-a-jwt"):
             resp = rest(ui.af, method, path, bearer, json=body)
-            assert resp.status_code in (401, 403), (method, path, bearer, resp.status_code)
             assert "ui_alpha" not in resp.text and "password" not in resp.text
+            if (method, path, bearer) == ("GET", "/tiering/", None):  # a browser: to the login page, and back after
+                assert resp.status_code == 307, resp.text
+                assert resp.headers["location"] == "/auth/login?next=%2Ftiering%2F"
+                continue
+            assert resp.status_code in (401, 403), (method, path, bearer, resp.status_code)
     assert rest(ui.af, "GET", "/tiering/api/tables", cookies={"_token": "forged"}).status_code in (401, 403)
+    # A forged token is refused as Airflow refuses it (403); only a missing or expired one means "sign in".
+    assert rest(ui.af, "GET", "/tiering/", cookies={"_token": "forged"}).status_code == 403
 
 
 def test_viewer_reads_but_can_neither_reset_nor_trigger(ui: TieredUI) -> None:
@@ -316,3 +330,86 @@ def test_admin_resets_a_quarantined_table_and_triggers_a_round(ui: TieredUI) -> 
     assert af.wait_for_run(DAG_ID, run["run_id"], timeout=300) == "failed"
     states = af.task_instances(DAG_ID, run["run_id"])
     assert states["ui_broken"] == "failed" and states["ui_alpha"] == "skipped"  # it ran again, alone
+
+
+def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: TieredUI) -> None:
+    """Runs last: it rewrites ui_hostile's state (healed: its error is past) and resets and triggers from the page."""
+    from selenium.webdriver.common.by import By
+
+    af = ui.af
+    now = datetime.now(UTC)
+    healed = state_document("ui_hostile", "TIERED", rows=5000, namespace="ui_other")
+    healed["last_round"]["backlog_rows"] = 1_000_000
+    healed["committed"]["end_offsets"] = {"cursor": (now - timedelta(minutes=90)).isoformat()}
+    healed.update(last_error=HOSTILE_ERROR, last_error_time=(now - timedelta(hours=2)).isoformat())
+    write_in_cluster(af, [healed], ui.work_dir)
+    broken = af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]
+    assert broken["quarantined_since"] is not None  # failed again in the admin's run: quarantined once more
+
+    def cell(driver: Any, table: str, css: str) -> tuple[str, str]:
+        found = driver.find_element(By.CSS_SELECTOR, f"tr[data-table={table}] {css}")
+        return found.text, found.get_attribute("title") or ""
+
+    def shown(driver: Any, element_id: str) -> str:  # the banner's or the notice's text, "" while hidden
+        script = "const e = document.getElementById(arguments[0]); return e.hidden ? '' : e.textContent"
+        return str(driver.execute_script(script, element_id))
+
+    def banner(driver: Any) -> str:
+        return shown(driver, "banner")
+
+    def notice(driver: Any) -> str:
+        return shown(driver, "notice")
+
+    with chromium(failure_screenshot=ARTIFACTS / "failure_buttons.png") as driver:
+        # Signed out, the page sends the browser to Airflow's login form.
+        driver.get(f"{af.base_url}/tiering/")
+        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"), 60, "no login form")
+        assert urlparse(driver.current_url).path.startswith("/auth/login")
+
+        log_in(driver, af.base_url, VIEWER, ui.viewer_password)
+        driver.get(f"{af.base_url}/tiering/")
+        wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables tbody tr")) == 4, 60, "4 rows")
+        # A past error is muted and says so; what is known of lag, with what it means.
+        error = driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_hostile] td.error")
+        assert "past-error" in (error.get_attribute("class") or "") and error.text.startswith("past: <img src=x")
+        assert cell(driver, "ui_hostile", "td.backlog")[0] == "1,000,000"
+        assert cell(driver, "ui_hostile", "td.data-age")[0] == "1.5 h"
+        backlog, backlog_title = cell(driver, "ui_alpha", "td.backlog")
+        assert backlog == "\u2013" and "left nothing behind" in backlog_title
+        age, age_title = cell(driver, "ui_alpha", "td.data-age")
+        assert age == "\u2013" and "not a time cursor" in age_title
+        broken_error = driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_broken] td.error")
+        assert "past-error" not in (broken_error.get_attribute("class") or "")
+        driver.save_screenshot(str(ARTIFACTS / "tiering_list_past_error.png"))
+
+        # A table without rounds: its detail says so, and nothing reads "null".
+        driver.get(f"{af.base_url}/tiering/#table=ui.ui_broken")
+        wait_for(driver, lambda d: d.find_elements(By.ID, "reset-table"), 60, "no reset button")
+        detail = driver.find_element(By.ID, "detail-view").text
+        assert "No round has tiered rows yet." in detail and "null" not in detail
+        # A viewer's reset and trigger are refused by the REST API, with its reason; nothing changes.
+        driver.find_element(By.ID, "reset-table").click()
+        wait_for(driver, lambda d: "edit access" in banner(d), 30, "no refusal")
+        driver.find_element(By.ID, "trigger-table").click()
+        wait_for(driver, lambda d: DAG_ID in banner(d) and "403" in banner(d), 30, "no refusal")
+        assert af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]["quarantined_since"] is not None
+        runs_before = len(af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"])
+
+    with chromium(failure_screenshot=ARTIFACTS / "failure_buttons_admin.png") as driver:
+        log_in(driver, af.base_url, "admin", "admin")
+        driver.get(f"{af.base_url}/tiering/#table=ui.ui_broken")
+        wait_for(driver, lambda d: d.find_elements(By.ID, "reset-table"), 60, "no reset button")
+        driver.find_element(By.ID, "reset-table").click()
+        wait_for(driver, lambda d: "quarantine lifted" in notice(d), 30, "no reset")
+        assert af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]["quarantined_since"] is None
+        wait_for(driver, lambda d: not d.find_elements(By.ID, "reset-table"), 30, "reset still offered")
+
+        driver.get(f"{af.base_url}/tiering/#table=ui.ui_alpha")
+        wait_for(driver, lambda d: d.find_elements(By.ID, "trigger-table"), 60, "no trigger button")
+        driver.find_element(By.ID, "trigger-table").click()
+        wait_for(driver, lambda d: "Started run" in notice(d), 30, "no run started")
+        driver.save_screenshot(str(ARTIFACTS / "tiering_detail_triggered.png"))
+        runs = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"]
+        assert len(runs) == runs_before + 1
+        started = next(r for r in runs if r["dag_run_id"] in notice(driver))
+        assert af.dag_run(DAG_ID, started["dag_run_id"])["conf"] == {"tables": ["ui_alpha"]}

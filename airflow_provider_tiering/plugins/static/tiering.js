@@ -110,10 +110,37 @@
     return parseJSON(await response.text());
   }
 
-  function showError(err) {
+  // A reset or a trigger: the REST API decides who may (403 with its reason otherwise), as for any other client.
+  async function postJSON(path, body) {
+    const response = await fetch(API + path, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    if (!response.ok) {
+      let detail = response.statusText;
+      try {
+        detail = JSON.parse(text).detail || detail;
+      } catch (err) {
+        // not JSON: keep the status text
+      }
+      throw new Error(`${response.status}: ${typeof detail === "string" ? detail : JSON.stringify(detail)}`);
+    }
+    return parseJSON(text);
+  }
+
+  function showNotice(text) {
+    const notice = document.getElementById("notice");
+    notice.textContent = text || "";
+    notice.hidden = !text;
+  }
+
+  function showError(err, prefix = "Could not refresh: ") {
     const banner = document.getElementById("banner");
     if (err) {
-      banner.textContent = `Could not refresh: ${err.message || err}`;
+      banner.textContent = `${prefix}${err.message || err}`;
       banner.hidden = false;
     } else {
       banner.hidden = true;
@@ -168,8 +195,20 @@
       .sort(compareRows);
   }
 
+  // The error is from before the last tiered round, and nothing failed since: history, not a problem now.
+  function errorIsPast(t) {
+    return (
+      Boolean(t.last_error) &&
+      t.status !== "FAILED" &&
+      !t.consecutive_failures &&
+      Boolean(t.last_error_time && t.last_tiered_time) &&
+      new Date(t.last_tiered_time) > new Date(t.last_error_time)
+    );
+  }
+
   function errorCell(t) {
     if (!t.last_error) return el("td", { className: "muted" }, DASH);
+    const past = errorIsPast(t);
     const firstLine = t.last_error.split("\n", 1)[0];
     const short = firstLine.length > 120 ? `${firstLine.slice(0, 120)}\u2026` : firstLine;
     const open = view.expanded.has(t.asset);
@@ -189,17 +228,39 @@
     );
     return el(
       "td",
-      { className: "error" },
-      el("span", { className: "error-short" }, short),
+      { className: past ? "error past-error" : "error", title: past ? "a later round tiered: this error is past" : null },
+      el("span", { className: "error-short" }, past ? `past: ${short}` : short),
       toggle,
       el("div", { className: "muted" }, fmtTime(t.last_error_time)),
       open ? el("pre", { className: "error-full" }, t.last_error) : null,
     );
   }
 
+  // Rows waiting beyond the committed offsets, as far as they are known: what the last round left for later (its
+  // max_rows_per_round cap), or "held back" while open transactions hold the watermark. Rows that arrived since the
+  // last round are not counted anywhere (a round only probes for them), so no number is shown for them.
+  function backlogCell(t) {
+    if (t.watermark_blockers && t.watermark_blockers.length) {
+      return ["held back", `open transactions hold rows back (${t.watermark_blockers.length}); see the table's detail`];
+    }
+    if (t.backlog_rows) {
+      return [fmtInt(t.backlog_rows), `the last round (${fmtTime(t.last_checked_time)}) left these rows for later rounds (max_rows_per_round)`];
+    }
+    if (t.last_round_rows === null || t.last_round_rows === undefined) return [DASH, "no round has tiered rows yet"];
+    return [DASH, `the last round (${fmtTime(t.last_checked_time)}) left nothing behind; rows that arrived since are tiered by the next round and not counted here`];
+  }
+
+  // How old the newest tiered row is now: known for time cursors only.
+  function dataAgeCell(t) {
+    if (t.newest_data_age_seconds !== null && t.newest_data_age_seconds !== undefined) {
+      return [fmtSeconds(t.newest_data_age_seconds), "age of the newest tiered row (its time cursor), now"];
+    }
+    return [DASH, "not a time cursor: its values say nothing about time (see Last tiered)"];
+  }
+
   function tableRow(t) {
-    const lagTime = t.lag_seconds !== null && t.lag_seconds !== undefined ? t.lag_seconds : t.staleness_seconds;
-    const lagTitle = t.lag_seconds !== null && t.lag_seconds !== undefined ? "lag of the last round" : "since last tiered";
+    const [backlog, backlogTitle] = backlogCell(t);
+    const [dataAge, dataAgeTitle] = dataAgeCell(t);
     return el(
       "tr",
       { "data-table": t.table, "data-status": t.status },
@@ -214,8 +275,8 @@
         fmtTime(t.last_tiered_time),
         t.last_tiered_time ? el("div", { className: "muted" }, `${fmtSeconds(ageSeconds(t.last_tiered_time))} ago`) : null,
       ),
-      el("td", { className: "num" }, fmtInt(t.backlog_rows)),
-      el("td", { className: "num", title: lagTitle }, fmtSeconds(lagTime)),
+      el("td", { className: "num backlog", title: backlogTitle }, backlog),
+      el("td", { className: "num data-age", title: dataAgeTitle }, dataAge),
       el("td", { className: "num" }, fmtInt(t.last_round_rows)),
       el("td", { className: "num" }, fmtInt(t.consecutive_failures)),
       el(
@@ -365,9 +426,10 @@
   function renderDetail(t, rounds) {
     const section = document.getElementById("detail-view");
     const task = t.dag_id && t.task_id ? airflowLink(taskPath(t.dag_id, t.task_id), `${t.dag_id} / ${t.task_id}`) : DASH;
-    section.replaceChildren(
+    const parts = [
       el("p", {}, el("a", { href: "#" }, "\u2190 all tables")),
       el("h2", {}, `${t.namespace}.${t.lake_table} `, el("span", { className: `badge status-${t.status}` }, t.status)),
+      actions(t),
       el(
         "dl",
         { className: "facts" },
@@ -378,11 +440,22 @@
         fact("Last tiered", t.last_tiered_time ? `${fmtTime(t.last_tiered_time)} (${fmtSeconds(t.staleness_seconds)} ago)` : DASH),
         fact("Committed offsets", offsetsText(t.committed_offsets)),
         fact("Snapshot", t.snapshot_id === null ? DASH : String(t.snapshot_id)),
-        fact("Lag", `${fmtInt(t.backlog_rows)} rows, ${fmtSeconds(t.lag_seconds)}`),
+        fact("Backlog", el("span", { title: backlogCell(t)[1] }, `${backlogCell(t)[0]} (${backlogCell(t)[1]})`)),
+        fact("Newest data age", `${dataAgeCell(t)[0]} (${dataAgeCell(t)[1]})`),
         fact("Consecutive failures", fmtInt(t.consecutive_failures)),
         fact("Next retry", fmtTime(t.next_retry_at)),
         fact("Quarantined", t.quarantined ? `since ${fmtTime(t.quarantined_since)}` : "no"),
-        fact("Last error", t.last_error ? el("div", {}, el("div", { className: "muted" }, fmtTime(t.last_error_time)), el("pre", { className: "error-full" }, t.last_error)) : DASH),
+        fact(
+          "Last error",
+          t.last_error
+            ? el(
+                "div",
+                { className: errorIsPast(t) ? "past-error" : null },
+                el("div", { className: "muted" }, `${fmtTime(t.last_error_time)}${errorIsPast(t) ? " (past: a later round tiered)" : ""}`),
+                el("pre", { className: "error-full" }, t.last_error),
+              )
+            : DASH,
+        ),
         fact("Watermark blockers", t.watermark_blockers.length ? el("pre", {}, JSON.stringify(t.watermark_blockers, null, 2)) : DASH),
         fact("Note", t.note || DASH),
         fact("Evicted from the hot store", `${fmtInt(t.evicted_rows_total)} rows${t.eviction_note ? ` (${t.eviction_note})` : ""}`),
@@ -400,7 +473,44 @@
       ),
       rounds.length ? roundsChart(rounds) : el("p", { className: "muted" }, "No round has tiered rows yet."),
       rounds.length ? roundsTable(rounds) : null,
+    ];
+    section.replaceChildren(...parts.filter((part) => part !== null)); // replaceChildren writes null as "null"
+  }
+
+  // "Tier now" starts a run of the table's DAG for this table alone; "Reset" lifts a quarantine. Both are the REST
+  // API's operations, with its permissions: a user who may not gets its 403 reason in the banner.
+  function actions(t) {
+    const name = `${t.namespace}.${t.lake_table}`;
+    const run = async (button, action) => {
+      button.disabled = true;
+      try {
+        showNotice(await action());
+        showError(null);
+        await refresh();
+      } catch (err) {
+        showNotice(null);
+        showError(err, "");
+      } finally {
+        button.disabled = false;
+      }
+    };
+    const trigger = el("button", { type: "button", id: "trigger-table" }, "Tier now");
+    trigger.addEventListener("click", () =>
+      run(trigger, async () => {
+        const { runs } = await postJSON("/trigger", { tables: [t.table] });
+        return runs
+          .map((r) => `Started run ${r.run_id} of ${r.dag_id}` + (r.paused ? " (the DAG is paused: the run waits until it is unpaused)" : ""))
+          .join("; ");
+      }),
     );
+    const reset = el("button", { type: "button", id: "reset-table" }, "Reset");
+    reset.addEventListener("click", () =>
+      run(reset, async () => {
+        await postJSON(`/tables/${enc(name)}/reset`);
+        return `${t.table}: quarantine lifted; its next round runs`;
+      }),
+    );
+    return el("p", { className: "actions" }, trigger, t.quarantined ? reset : null);
   }
 
   async function refreshDetail(name) {
@@ -429,6 +539,7 @@
 
   function route() {
     const name = currentTable();
+    showNotice(null);
     document.getElementById("list-view").hidden = name !== null;
     document.getElementById("filters").hidden = name !== null;
     document.getElementById("detail-view").hidden = name === null;

@@ -1,0 +1,188 @@
+"""``airflow tiering status`` for people: one line per table that fits the terminal (80 to 120 columns), times to the
+second, durations and counts in human units. ``--output json|yaml`` keeps every field, raw, for scripts."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_tiering.core.units import count, duration, timestamp
+
+MIN_WIDTH, MAX_WIDTH = 80, 120
+#: The error column is left out below this width (``status <table>`` shows it whole); a layout is made more compact
+#: to give it ``GOOD_ERROR_WIDTH``.
+MIN_ERROR_WIDTH = 12
+GOOD_ERROR_WIDTH = 24
+LEGEND = (
+    "BACKLOG: rows the last round left for later (max_rows_per_round), 'held' while open transactions hold rows "
+    "back; rows that arrived since are not counted. DATA AGE: age of the newest tiered row (time cursors only)."
+)
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if not value else datetime.fromisoformat(value)
+
+
+def status_cell(record: Mapping[str, Any]) -> str:
+    return "QUARANTINED" if record.get("quarantined") else str(record["status"])
+
+
+def backlog_cell(record: Mapping[str, Any]) -> str:
+    """What is known of the rows waiting beyond the committed offsets."""
+    if record.get("watermark_blockers"):
+        return "held"
+    backlog = record.get("backlog_rows")
+    return count(backlog) if backlog else "-"
+
+
+def error_is_past(record: Mapping[str, Any]) -> bool:
+    """The last error is older than the last tiered round, and the table is not failing now."""
+    error_time, tiered = _time(record.get("last_error_time")), _time(record.get("last_tiered_time"))
+    return (
+        record.get("status") != "FAILED"
+        and not record.get("consecutive_failures")
+        and error_time is not None
+        and tiered is not None
+        and tiered > error_time
+    )
+
+
+def _first_line(text: Any) -> str:
+    return " ".join(str(text).splitlines()[0].split()) if text else ""
+
+
+def maintenance_text(record: Mapping[str, Any]) -> str:
+    """The last maintenance run in one line: what the lake holds after it, or its error."""
+    m = record.get("maintenance")
+    if not m:
+        return "-"
+    if m.get("last_outcome") == "failed":
+        return f"failed: {_first_line(m.get('last_error'))}"
+    when = timestamp(_time(m.get("last_run_at")))
+    return f"{m.get('last_outcome')}: {m.get('data_files')} files, {m.get('snapshots')} snapshots ({when})"
+
+
+def error_cell(record: Mapping[str, Any]) -> str:
+    """The table's last error (marked past once a later round tiered); else a failed maintenance run's."""
+    error = record.get("last_error")
+    if not error:
+        maintenance = record.get("maintenance") or {}
+        return f"maintenance {maintenance_text(record)}" if maintenance.get("last_outcome") == "failed" else ""
+    if error_is_past(record):
+        return f"(past) {_first_line(error)}"
+    return _first_line(error)
+
+
+def _tiered_at(record: Mapping[str, Any]) -> str:
+    return timestamp(_time(record.get("last_tiered_time")))
+
+
+def _tiered_ago(record: Mapping[str, Any]) -> str:
+    """The narrow form of LAST TIERED: how long ago (``31m 24s``)."""
+    age = record.get("staleness_seconds")
+    return "-" if age is None else duration(age)
+
+
+Cell = Callable[[Mapping[str, Any]], str]
+#: header, cell, right-aligned; LAST TIERED is replaced by its age where the full time does not fit.
+COLUMNS: Sequence[tuple[str, Cell, bool]] = (
+    ("TABLE", lambda r: str(r["table"]), False),
+    ("STATUS", status_cell, False),
+    ("EPOCH", lambda r: str(r["epoch"]), True),
+    ("LAST TIERED", _tiered_at, False),
+    ("ROWS", lambda r: count(r.get("last_round_rows")), True),
+    ("BACKLOG", backlog_cell, True),
+    ("DATA AGE", lambda r: duration(r.get("newest_data_age_seconds")), True),
+    ("FAILS", lambda r: str(r.get("consecutive_failures", 0)), True),
+)
+ERROR_HEADER = "LAST ERROR"
+#: From the roomiest layout to the most compact: (longest table name shown, LAST TIERED as a time, gap).
+_LAYOUTS = ((24, True, "  "), (14, True, "  "), (14, False, "  "), (12, False, " "))
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def terminal_width() -> int:
+    return max(MIN_WIDTH, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
+
+
+def render(records: Sequence[Mapping[str, Any]], width: int | None = None, *, header: bool = True) -> str:
+    """The status table of ``records`` (``TieringStatus.to_json()``), no line longer than ``width`` (at least 80)."""
+    width = terminal_width() if width is None else width
+    errors = any(error_cell(r) for r in records)
+    layouts = []
+    for name_width, full_time, gap in _LAYOUTS:
+        columns = [
+            (("TIERED AGO", _tiered_ago, True) if name == "LAST TIERED" and not full_time else (name, cell, right))
+            for name, cell, right in COLUMNS
+        ]
+        cells = [[cell(r) for _, cell, _ in columns] for r in records]
+        widths = [max([len(name), *(len(row[i]) for row in cells)]) for i, (name, _, _) in enumerate(columns)]
+        widths[0] = min(widths[0], name_width)  # a long table name is cut rather than pushing the rest off the line
+        layouts.append((columns, cells, widths, sum(widths) + len(gap) * (len(widths) - 1), gap))
+
+    # The roomiest layout with a good error column, else with a narrow one, else one that fits (or the most compact).
+    def room(layout: tuple[Any, ...]) -> int:
+        return width - layout[3] - len(layout[4])
+
+    wanted = (GOOD_ERROR_WIDTH, MIN_ERROR_WIDTH) if errors else ()
+    columns, cells, widths, fixed, gap = next(
+        (layout for need in wanted for layout in layouts if room(layout) >= need),
+        next((layout for layout in layouts if layout[3] <= width), layouts[-1]),
+    )
+    error_width = width - fixed - len(gap)
+    with_errors = errors and error_width >= MIN_ERROR_WIDTH
+
+    def line(values: Sequence[str], errors: str | None) -> str:
+        parts = [
+            _fit(v, w).rjust(w) if right else _fit(v, w).ljust(w)
+            for v, w, (_, _, right) in zip(values, widths, columns, strict=True)
+        ]
+        if errors is not None:
+            parts.append(_fit(errors, error_width))
+        return gap.join(parts).rstrip()
+
+    lines = []
+    if header:
+        lines.append(line([name for name, _, _ in columns], ERROR_HEADER if with_errors else None))
+    for record, row in zip(records, cells, strict=True):
+        lines.append(line(row, error_cell(record) if with_errors else None))
+    return "\n".join(lines)
+
+
+def render_one(record: Mapping[str, Any]) -> str:
+    """One table, field by field: what the list shows, plus its offsets, retry, blockers, note and whole error."""
+    fields: list[tuple[str, str]] = [
+        ("table", str(record["table"])),
+        ("lake table", f"{record['namespace']}.{record['lake_table']}"),
+        ("dag / task", f"{record.get('dag_id') or '-'} / {record.get('task_id') or '-'}"),
+        ("status", status_cell(record)),
+        ("epoch", str(record["epoch"])),
+        ("last tiered", timestamp(_time(record.get("last_tiered_time")))),
+        ("last checked", timestamp(_time(record.get("last_checked_time")))),
+        ("rows (last round)", count(record.get("last_round_rows"))),
+        ("backlog", backlog_cell(record)),
+        ("data age", duration(record.get("newest_data_age_seconds"))),
+        ("committed offsets", str(record.get("committed_offsets") or "-")),
+        ("snapshot", str(record.get("snapshot_id") or "-")),
+        ("consecutive failures", str(record.get("consecutive_failures", 0))),
+        ("next retry", timestamp(_time(record.get("next_retry_at")))),
+        ("quarantined since", timestamp(_time(record.get("quarantined_since")))),
+        ("maintenance", maintenance_text(record)),
+    ]
+    if record.get("watermark_blockers"):
+        fields.append(("held back by", "; ".join(str(b) for b in record["watermark_blockers"])))
+    if record.get("note"):
+        fields.append(("note", str(record["note"])))
+    if record.get("last_error"):
+        when = timestamp(_time(record.get("last_error_time")))
+        fields.append(("last error", f"{'(past) ' if error_is_past(record) else ''}{when}"))
+    label = max(len(name) for name, _ in fields)
+    text = "\n".join(f"{name.ljust(label)}  {value}" for name, value in fields)
+    if record.get("last_error"):
+        text += "\n\n" + str(record["last_error"])
+    return text
