@@ -14,8 +14,12 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+from airflow_provider_tiering.core.units import count, duration
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = Path(os.environ.get("TIERING_DEMO_HOME", REPO / ".demo")).resolve()
@@ -92,10 +96,56 @@ def create_hot_store() -> None:
     insert_rows(1, 20_000, datetime(2026, 11, 1, tzinfo=UTC), 5_000, customers=500)
 
 
-def airflow(env: dict[str, str], *args: str) -> None:
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env, cwd=DEMO)
+class Progress:
+    """One line per step: what it did, and how long it took."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.step, self.started = steps, 0, time.monotonic()
+
+    def run(self, what: str, action: Callable[[], str | None]) -> None:
+        self.step += 1
+        print(f"[{self.step}/{self.steps}] {what} ...", end="", flush=True)
+        began = time.monotonic()
+        outcome = action()
+        print(f" {outcome + ' ' if outcome else ''}({duration(time.monotonic() - began)})", flush=True)
+
+    def total(self) -> str:
+        return duration(time.monotonic() - self.started)
+
+
+def airflow(env: dict[str, str], *args: str) -> str:
+    """Run ``airflow ARGS``; its output is shown only if it fails (Airflow's own warnings are not the demo's)."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), *args], env=env, cwd=DEMO, capture_output=True, text=True
+    )
     if result.returncode != 0:
-        raise SystemExit(f"`airflow {' '.join(args)}` failed with exit code {result.returncode}")
+        print(f"\n`airflow {' '.join(args)}` failed with exit code {result.returncode}:", file=sys.stderr)
+        print(result.stdout + result.stderr, file=sys.stderr)
+        raise SystemExit(result.returncode)
+    return result.stdout
+
+
+def table_states() -> dict[str, Any]:
+    from airflow_provider_tiering.status import list_tiering_statuses
+
+    return {s.table: s.state for s in list_tiering_statuses()}
+
+
+def tier_round(env: dict[str, str]) -> str:
+    """One run of the demo DAG; what each table's round did."""
+    before = table_states()
+    airflow(env, "dags", "test", "tiering_demo")
+    parts = []
+    for table, state in sorted(table_states().items()):
+        previous = before.get(table)
+        if state.status.value == "FAILED":
+            parts.append(f"{table} FAILED ({(state.last_error or '').splitlines()[0][:80]})")
+        elif previous is None or state.epoch > previous.epoch:
+            rows = state.last_round.rows if state.last_round else 0
+            parts.append(f"{table} {count(rows)} rows")
+        else:
+            parts.append(f"{table} nothing new")
+    return ", ".join(parts)
 
 
 def print_statuses() -> bool:
@@ -106,24 +156,20 @@ def print_statuses() -> bool:
     properties = dict(CATALOG)
     catalog = load_catalog(properties.pop("name"), **properties)
     statuses = list_tiering_statuses()
-    print("\n== the lake, read back with pyiceberg, next to the hot store")
-    header = (
-        f"{'table':<12} {'status':<8} {'epoch':>5} {'last rows':>9} {'lake rows':>9} {'hot rows':>9}  "
-        f"{'snapshot':<20} offsets"
-    )
-    print("\n" + header + "\n" + "-" * len(header))
+    print("\nThe lake, read back with pyiceberg, next to the hot store:\n")
+    header = f"{'table':<12} {'status':<8} {'epoch':>5} {'last rows':>9} {'lake rows':>9} {'hot rows':>9}  offsets"
+    print(header + "\n" + "-" * 78)
     all_ok = True
     with sqlite3.connect(HOT_DB) as conn:
         for status in statuses:
             state = status.state
             lake_rows = catalog.load_table((status.namespace, status.lake_table)).scan().count()
             hot_rows = conn.execute(f'SELECT count(*) FROM "{status.lake_table}"').fetchone()[0]
-            snapshot = state.committed.snapshot_id if state.committed else "-"
             offsets = json.dumps(state.committed.end_offsets) if state.committed else "-"
             rows = state.last_round.rows if state.last_round else 0
             print(
-                f"{state.table:<12} {state.status.value:<8} {state.epoch:>5} {rows:>9} {lake_rows:>9} {hot_rows:>9}  "
-                f"{snapshot!s:<20} {offsets}"
+                f"{state.table:<12} {state.status.value:<8} {state.epoch:>5} {count(rows):>9} {count(lake_rows):>9} "
+                f"{count(hot_rows):>9}  {offsets}"
             )
             all_ok &= state.status.value == "TIERED" and lake_rows == hot_rows
     return all_ok and len(statuses) == 3
@@ -142,26 +188,31 @@ def main() -> int:
     DEMO.mkdir(parents=True)
     env = demo_environment()
     os.environ.update(env)  # Airflow is imported here too (the DAG's tables, the statuses): same home and DB
+    print(f"Tiering three SQLite tables into Iceberg with Airflow, Spark (local) and pyiceberg; state in {DEMO}")
+    progress = Progress(steps=4)
     create_hot_store()
-    print("== setting up Airflow (SQLite metadata DB) under", DEMO)
-    airflow(env, "db", "migrate")
-    print("== round 1: tiering orders, customers, page_views")
-    airflow(env, "dags", "test", "tiering_demo")
+    progress.run("Airflow metadata database (SQLite)", lambda: airflow(env, "db", "migrate") and None)
+    progress.run("round 1", lambda: tier_round(env))
     round_1_done = time.monotonic()
-    print("== new rows arrive in orders and page_views")
-    insert_rows(20_001, 2_500, datetime(2026, 11, 2, tzinfo=UTC), 1_000)
-    # A table is due again only once its freshness interval has passed since its last round; on a fast machine
-    # round 2 would otherwise start early enough to find some tables not due.
-    wait = freshness_seconds() - (time.monotonic() - round_1_done)
-    if wait > 0:
-        print(f"== waiting {wait:.0f} s until the tables are due again (freshness_seconds)")
-        time.sleep(wait)
-    print("== round 2")
-    airflow(env, "dags", "test", "tiering_demo")
+
+    def new_rows() -> str:
+        insert_rows(20_001, 2_500, datetime(2026, 11, 2, tzinfo=UTC), 1_000)
+        # A table is due again only once its freshness interval has passed since its last round; on a fast machine
+        # round 2 would otherwise start early enough to find some tables not due.
+        wait = freshness_seconds() - (time.monotonic() - round_1_done)
+        if wait > 0:
+            time.sleep(wait)
+        return "2,500 orders and 1,000 page views, then a wait until the tables are due again"
+
+    progress.run("new rows arrive", new_rows)
+    progress.run("round 2", lambda: tier_round(env))
     ok = print_statuses()
-    print("\nall tables TIERED and the lake matches the hot store" if ok else "\nSOME TABLES ARE NOT TIERED")
-    print("\n== the statuses, as `airflow tiering status` shows them")
-    airflow(env, "tiering", "status")
+    print(
+        f"\nAll tables TIERED and the lake matches the hot store ({progress.total()} in all)."
+        if ok
+        else "\nSOME TABLES ARE NOT TIERED"
+    )
+    print("\n$ airflow tiering status\n" + airflow(env, "tiering", "status"), end="")
     return 0 if ok else 1
 
 

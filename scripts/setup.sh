@@ -2,6 +2,9 @@
 # Set up a fresh machine for `make demo` / `make test`: system packages, then the pinned virtualenv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# pip's and apt's chatter (index URLs, retries of unreachable mirrors) is shown only when they fail
+# shellcheck source=scripts/quietly.sh
+source scripts/quietly.sh
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 
@@ -23,16 +26,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
   echo "== apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  quietly apt-get update -qq
+  quietly apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV"
-  "$PYTHON" -m venv "$VENV"
+  quietly "$PYTHON" -m venv "$VENV"
 fi
 echo "== installing pinned dependencies (requirements.lock; pyspark builds from source the first time, ~1 min)"
-"$VENV/bin/python" -m pip install -q --upgrade pip wheel
-"$VENV/bin/python" -m pip install -q -r requirements.lock
-"$VENV/bin/python" -m pip install -q --no-deps -e .
+quietly "$VENV/bin/python" -m pip install --upgrade pip wheel
+quietly "$VENV/bin/python" -m pip install -r requirements.lock
+quietly "$VENV/bin/python" -m pip install --no-deps -e .
 "$VENV/bin/python" -c "import airflow_provider_tiering, pyspark, pyiceberg, airflow; print('setup ok: airflow', airflow.__version__, '| pyspark', pyspark.__version__, '| pyiceberg', pyiceberg.__version__)"
