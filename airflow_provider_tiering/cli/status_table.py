@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_tiering.core.units import count, duration, timestamp
+from airflow_provider_tiering.core.units import count, duration, size, timestamp
 
 MIN_WIDTH, MAX_WIDTH = 80, 120
 #: The error column is left out below this width (``status <table>`` shows it whole); a layout is made more compact
@@ -154,6 +154,33 @@ def render(records: Sequence[Mapping[str, Any]], width: int | None = None, *, he
     return "\n".join(lines)
 
 
+def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A merge or change-stream table's mode and key, what its last round did to the lake's rows, and its
+    replication slot (with the WAL it holds back on the hot server)."""
+    mode = record.get("mode")
+    if mode in (None, "append"):
+        return [("mode", "append")] if mode else []
+    found = [("mode", f"{mode.replace('_', ' ')}, key {', '.join(record.get('merge_key') or [])}")]
+    if record.get("last_round_inserted_rows") is not None:
+        found.append(
+            (
+                "rows changed (last round)",
+                f"{count(record['last_round_inserted_rows'])} inserted, "
+                f"{count(record.get('last_round_updated_rows'))} updated, "
+                f"{count(record.get('last_round_deleted_rows'))} deleted",
+            )
+        )
+    stream = record.get("change_stream")
+    if stream:
+        held, bound = stream.get("retained_wal_bytes"), stream.get("max_retained_wal_bytes")
+        state = "" if stream.get("exists", True) else " (missing)"
+        found.append(("replication slot", f"{stream.get('slot')}{state} at {stream.get('confirmed_flush_lsn') or '-'}"))
+        if held is not None:
+            over = " — over the bound" if bound is not None and held > bound else ""
+            found.append(("retained WAL", f"{size(held)} (bound {size(bound) if bound else '-'}){over}"))
+    return found
+
+
 def render_one(record: Mapping[str, Any]) -> str:
     """One table, field by field: what the list shows, plus its offsets, retry, blockers, note and whole error."""
     fields: list[tuple[str, str]] = [
@@ -174,6 +201,7 @@ def render_one(record: Mapping[str, Any]) -> str:
         ("quarantined since", timestamp(_time(record.get("quarantined_since")))),
         ("maintenance", maintenance_text(record)),
     ]
+    fields += changes_fields(record)
     if record.get("watermark_blockers"):
         fields.append(("held back by", "; ".join(str(b) for b in record["watermark_blockers"])))
     if record.get("note"):

@@ -106,6 +106,16 @@ class TableStatusResponse(BaseModel):
     evicted_rows_total: int = Field(description="Tiered rows deleted from the hot store so far (eviction)")
     eviction_note: str | None = Field(description="Why the last round's eviction did not run or stopped")
     maintenance: MaintenanceResponse | None = Field(description="None before the table's first maintenance run")
+    mode: str | None = Field(default=None, description="append, merge (by cursor) or change_stream (CDC)")
+    merge_key: list[str] | None = Field(default=None, description="The key a merge or change-stream table merges by")
+    last_round_inserted_rows: int | None = Field(default=None, description="Keys the last merge added to the lake")
+    last_round_updated_rows: int | None = Field(default=None, description="Keys whose lake row the last merge replaced")
+    last_round_deleted_rows: int | None = Field(default=None, description="Keys the last merge removed from the lake")
+    change_stream: dict[str, Any] | None = Field(
+        default=None,
+        description="A change-stream table's replication slot as its last round saw it: slot, position, "
+        "retained_wal_bytes, max_retained_wal_bytes",
+    )
 
 
 class TableListResponse(BaseModel):

@@ -342,6 +342,19 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
     healed["last_round"]["backlog_rows"] = 1_000_000
     healed["committed"]["end_offsets"] = {"cursor": (now - timedelta(minutes=90)).isoformat()}
     healed.update(last_error=HOSTILE_ERROR, last_error_time=(now - timedelta(hours=2)).isoformat())
+    # As a change-stream table's round leaves it: mode, key, row changes and its slot holding WAL over the bound.
+    healed["last_round"].update(inserted_rows=3, updated_rows=4, deleted_rows=5)
+    healed.update(
+        mode="change_stream",
+        merge_key=["id"],
+        change_stream={
+            "slot": "tiering_ui_other_ui_hostile",
+            "exists": True,
+            "confirmed_flush_lsn": "0/1A2B3C",
+            "retained_wal_bytes": 3 * 1024**3,
+            "max_retained_wal_bytes": 1024**3,
+        },
+    )
     write_in_cluster(af, [healed], ui.work_dir)
     broken = af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]
     assert broken["quarantined_since"] is not None  # failed again in the admin's run: quarantined once more
@@ -381,6 +394,16 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         broken_error = driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_broken] td.error")
         assert "past-error" not in (broken_error.get_attribute("class") or "")
         driver.save_screenshot(str(ARTIFACTS / "tiering_list_past_error.png"))
+
+        # A change-stream table's detail: its mode and key, its last round's row changes, its slot's retained WAL.
+        driver.get(f"{af.base_url}/tiering/#table=ui_other.ui_hostile")
+        wait_for(driver, lambda d: d.find_elements(By.ID, "retained-wal"), 60, "no retained WAL")
+        detail = driver.find_element(By.ID, "detail-view").text
+        assert "change stream, key id" in detail and "3 inserted, 4 updated, 5 deleted" in detail
+        assert "tiering_ui_other_ui_hostile at 0/1A2B3C" in detail
+        retained = driver.find_element(By.ID, "retained-wal")
+        assert retained.text == "3.0 GiB (bound 1.0 GiB) — over the bound"
+        assert "error" in (retained.get_attribute("class") or "")
 
         # A table without rounds: its detail says so, and nothing reads "null".
         driver.get(f"{af.base_url}/tiering/#table=ui.ui_broken")

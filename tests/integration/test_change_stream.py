@@ -327,11 +327,11 @@ def test_a_dropped_slot_fails_the_table_asking_for_a_new_load(changing, tmp_path
         )
 
 
-def test_wal_held_by_a_failing_table_shows_in_its_status_and_alerts(
+def test_wal_held_by_a_quarantined_table_shows_in_its_status_and_alerts(
     changing, tmp_path, catalog_properties, local_writer
 ):
     name = changing.table
-    spec = TableSpec.parse(cdc_spec(name, max_retained_wal_mb=1))
+    spec = TableSpec.parse({**cdc_spec(name, max_retained_wal_mb=1), "max_consecutive_failures": 1})
     store = JsonFileStateStore(tmp_path / "state.json")
     changing.insert(5)
 
@@ -355,6 +355,10 @@ def test_wal_held_by_a_failing_table_shows_in_its_status_and_alerts(
     with pytest.raises(SchemaConflict):
         tier()
     state = store.load()
+    assert state.quarantined_since is not None
     assert state.change_stream["retained_wal_bytes"] > MB
     alert = retained_wal_alert(spec, state)
     assert alert is not None and f"tiering_public_{name}" in alert and "holds back" in alert
+    assert "quarantined since" in alert  # and why the slot is not advanced
+    # The quarantined table keeps its slot (a fix and a reset resume the stream without a new load).
+    assert slot_lsn(changing.dsn, f"tiering_public_{name}") is not None

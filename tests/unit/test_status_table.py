@@ -116,3 +116,27 @@ def test_one_table_field_by_field_with_its_whole_error() -> None:
     assert "lake table            ns.orders" in text
     assert "last tiered           2026-11-24T07:28:36Z" in text
     assert text.endswith("first line\nsecond line")
+
+
+def test_one_change_stream_table_shows_its_mode_key_changes_and_slot() -> None:
+    state = TableState(table="orders", status=TableStatus.TIERED, mode="change_stream", merge_key=["id"])
+    state.last_round = RoundMetrics(
+        rows=12, bytes=1, files=1, splits=1, duration_seconds=1.0, inserted_rows=5, updated_rows=4, deleted_rows=3
+    )
+    state.change_stream = {
+        "slot": "tiering_public_orders",
+        "exists": True,
+        "confirmed_flush_lsn": "0/1A2B3C",
+        "retained_wal_bytes": 3 * 1024**3,
+        "max_retained_wal_bytes": 1024**3,
+    }
+    record = TieringStatus(1, "tiering/shop/orders", "tiering://shop/orders", "shop", "orders", "d", "orders", state)
+    text = status_table.render_one(record.to_json(NOW))
+    assert "change stream, key id" in text
+    assert "5 inserted, 4 updated, 3 deleted" in text
+    assert "tiering_public_orders at 0/1A2B3C" in text
+    assert "3.0 GiB (bound 1.0 GiB) — over the bound" in text
+    state.mode, state.change_stream, state.last_round = "append", None, None
+    assert "mode" in status_table.render_one(record.to_json(NOW)) and "slot" not in status_table.render_one(
+        record.to_json(NOW)
+    )

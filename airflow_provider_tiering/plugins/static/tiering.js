@@ -64,6 +64,18 @@
 
   const fmtInt = (n) => (n === null || n === undefined ? DASH : Number(n).toLocaleString("en-US"));
 
+  function fmtBytes(n) {
+    if (n === null || n === undefined) return DASH;
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let value = Number(n);
+    let unit = 0;
+    while (Math.abs(value) >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+  }
+
   function ageSeconds(iso) {
     return iso ? (Date.now() - new Date(iso).getTime()) / 1000 : null;
   }
@@ -423,6 +435,38 @@
     );
   }
 
+  // A merge or change-stream table: its mode and key, what its last round did to the lake's rows, its slot.
+  function changeFacts(t) {
+    if (!t.mode || t.mode === "append") return [fact("Mode", "append")];
+    const found = [fact("Mode", `${t.mode.replace("_", " ")}, key ${(t.merge_key || []).join(", ")}`)];
+    if (t.last_round_inserted_rows !== null && t.last_round_inserted_rows !== undefined) {
+      found.push(
+        fact(
+          "Rows changed (last round)",
+          `${fmtInt(t.last_round_inserted_rows)} inserted, ${fmtInt(t.last_round_updated_rows)} updated, ${fmtInt(t.last_round_deleted_rows)} deleted`,
+        ),
+      );
+    }
+    const s = t.change_stream;
+    if (s) {
+      found.push(fact("Replication slot", `${s.slot}${s.exists === false ? " (missing)" : ""} at ${s.confirmed_flush_lsn || DASH}`));
+      if (s.retained_wal_bytes !== null && s.retained_wal_bytes !== undefined) {
+        const over = s.max_retained_wal_bytes && s.retained_wal_bytes > s.max_retained_wal_bytes;
+        found.push(
+          fact(
+            "Retained WAL",
+            el(
+              "span",
+              { id: "retained-wal", className: over ? "error" : null },
+              `${fmtBytes(s.retained_wal_bytes)} (bound ${fmtBytes(s.max_retained_wal_bytes)})${over ? " — over the bound" : ""}`,
+            ),
+          ),
+        );
+      }
+    }
+    return found;
+  }
+
   function renderDetail(t, rounds) {
     const section = document.getElementById("detail-view");
     const task = t.dag_id && t.task_id ? airflowLink(taskPath(t.dag_id, t.task_id), `${t.dag_id} / ${t.task_id}`) : DASH;
@@ -459,6 +503,7 @@
         fact("Watermark blockers", t.watermark_blockers.length ? el("pre", {}, JSON.stringify(t.watermark_blockers, null, 2)) : DASH),
         fact("Note", t.note || DASH),
         fact("Evicted from the hot store", `${fmtInt(t.evicted_rows_total)} rows${t.eviction_note ? ` (${t.eviction_note})` : ""}`),
+        ...changeFacts(t),
       ),
       el("h2", {}, "Lake maintenance"),
       maintenanceFacts(t.maintenance),
