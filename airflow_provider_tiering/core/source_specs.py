@@ -52,7 +52,22 @@ class SourceSpecBase(StrictModel):
         return self.kind
 
 
-class SqlSourceSpec(SourceSpecBase):
+class DatabaseTableSpec(SourceSpecBase):
+    """A table of a database whose tiered columns a spec may list (``columns``; every column when unset)."""
+
+    columns: tuple[Identifier, ...] | None
+
+    @field_validator("columns", check_fields=False)
+    @classmethod
+    def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return check_column_list(value, "columns", "leave it unset to tier every column")
+
+    def column_names(self) -> tuple[str, ...] | None:
+        """The tiered columns when declared; None means every column of the hot table."""
+        return self.columns
+
+
+class SqlSourceSpec(DatabaseTableSpec):
     """A table in a SQL hot store (PostgreSQL, SQLite, MariaDB/MySQL: the connection's type says which), read
     incrementally by a cursor column."""
 
@@ -83,15 +98,6 @@ class SqlSourceSpec(SourceSpecBase):
         "SQLite, MariaDB: the round is read as one split); turn off only for a table whose tiered rows never change",
     )
 
-    @field_validator("columns")
-    @classmethod
-    def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return check_column_list(value, "columns", "leave it unset to tier every column")
-
-    def column_names(self) -> tuple[str, ...] | None:
-        """The tiered columns when declared; None means every column of the hot table."""
-        return self.columns
-
     def cursor(self) -> str | None:
         return self.cursor_column
 
@@ -105,7 +111,7 @@ class SqlSourceSpec(SourceSpecBase):
         return self
 
 
-class PostgresCdcSourceSpec(SourceSpecBase):
+class PostgresCdcSourceSpec(DatabaseTableSpec):
     """A PostgreSQL table tiered from its change stream (logical replication, ``pgoutput``): every committed
     insert, update and delete reaches the lake in commit order. The first round loads the table under the snapshot
     its replication slot was created with, later rounds apply the changes since the lake's LSN.
@@ -135,14 +141,6 @@ class PostgresCdcSourceSpec(SourceSpecBase):
         gt=0,
         description="WAL the slot may hold back on the hot server before the table's status and metrics alert",
     )
-
-    @field_validator("columns")
-    @classmethod
-    def _columns_not_empty_nor_repeated(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return check_column_list(value, "columns", "leave it unset to tier every column")
-
-    def column_names(self) -> tuple[str, ...] | None:
-        return self.columns
 
     def describe(self) -> str:
         return f"table {self.db_schema or 'public'}.{self.table} (change stream)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -16,7 +17,7 @@ from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SchemaConflict, TableTruncated
 from airflow_provider_tiering.core.maintenance import CompactionResult
-from airflow_provider_tiering.core.round import RoundOutcome, run_round
+from airflow_provider_tiering.core.round import RoundOutcome, RoundResult, run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import retained_wal_alert
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
@@ -64,6 +65,16 @@ def changing(pg_server, request):
         )
 
 
+def rounds_of(spec: TableSpec, hot: ChangingTable, catalog_properties, writer, store) -> Callable[[], RoundResult]:
+    """A round of ``spec`` each time it is called, as a task runs it (a source built from the connection)."""
+
+    def tier() -> RoundResult:
+        source = build_source(spec.source, hot.connection())
+        return run_round(spec, source, lake_of(spec, catalog_properties), writer, store)
+
+    return tier
+
+
 def slot_lsn(dsn: str, slot: str) -> int | None:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
@@ -89,14 +100,7 @@ def test_random_changes_while_rounds_run_leave_the_lake_equal_to_the_table(
     store = JsonFileStateStore(tmp_path / "state.json")
     changing.insert(300)
 
-    def tier():
-        return run_round(
-            spec,
-            build_source(spec.source, changing.connection()),
-            lake_of(spec, catalog_properties),
-            local_writer,
-            store,
-        )
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
 
     first = tier()
     assert first.outcome is RoundOutcome.TIERED and first.metrics.rows == 300
@@ -159,14 +163,7 @@ def test_each_kind_of_change_is_applied_and_counted(changing, tmp_path, catalog_
     table = f'"{name}"'
     changing.conn.execute(f"UPDATE {table} SET doc = %s WHERE id = 3", (big,))
 
-    def tier():
-        return run_round(
-            spec,
-            build_source(spec.source, changing.connection()),
-            lake_of(spec, catalog_properties),
-            local_writer,
-            store,
-        )
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
 
     tier()
     conn = changing.conn
@@ -212,14 +209,7 @@ def test_rounds_killed_at_every_phase_and_a_server_restart_lose_nothing_and_appl
     slot = f"tiering_public_{name}"
     changing.insert(200)
 
-    def tier():
-        return run_round(
-            spec,
-            build_source(spec.source, changing.connection()),
-            lake_of(spec, catalog_properties),
-            local_writer,
-            store,
-        )
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
 
     def killed(phase: str) -> None:
         done = crash_round(tmp_path, catalog_properties, phase, spec_json, hot_uri=changing.dsn, local_writer=True)
@@ -260,14 +250,15 @@ def test_a_truncate_fails_the_table_without_touching_the_lake(changing, tmp_path
     name = changing.table
     spec = TableSpec.parse(cdc_spec(name))
     store = JsonFileStateStore(tmp_path / "state.json")
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
     changing.insert(20)
+    tier()
     lake = lake_of(spec, catalog_properties)
-    run_round(spec, build_source(spec.source, changing.connection()), lake, local_writer, store)
     before = lake.committed()
     changing.conn.execute(f'TRUNCATE "{name}"')
     changing.insert(3)
     with pytest.raises(TableTruncated, match="was truncated"):
-        run_round(spec, build_source(spec.source, changing.connection()), lake, local_writer, store)
+        tier()
     assert lake.committed().snapshot_id == before.snapshot_id
     state = store.load()
     assert state.quarantined_since is not None and "drop the lake table" in state.last_error
@@ -311,20 +302,13 @@ def test_a_dropped_slot_fails_the_table_asking_for_a_new_load(changing, tmp_path
     name = changing.table
     spec = TableSpec.parse(cdc_spec(name))
     store = JsonFileStateStore(tmp_path / "state.json")
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
     changing.insert(5)
-    run_round(
-        spec, build_source(spec.source, changing.connection()), lake_of(spec, catalog_properties), local_writer, store
-    )
+    tier()
     changing.conn.execute("SELECT pg_drop_replication_slot(%s)", (f"tiering_public_{name}",))
     changing.insert(2)
     with pytest.raises(ChangeStreamUnavailable, match="is gone"):
-        run_round(
-            spec,
-            build_source(spec.source, changing.connection()),
-            lake_of(spec, catalog_properties),
-            local_writer,
-            store,
-        )
+        tier()
 
 
 def test_wal_held_by_a_quarantined_table_shows_in_its_status_and_alerts(
@@ -335,14 +319,7 @@ def test_wal_held_by_a_quarantined_table_shows_in_its_status_and_alerts(
     store = JsonFileStateStore(tmp_path / "state.json")
     changing.insert(5)
 
-    def tier():
-        return run_round(
-            spec,
-            build_source(spec.source, changing.connection()),
-            lake_of(spec, catalog_properties),
-            local_writer,
-            store,
-        )
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
 
     tier()
     assert retained_wal_alert(spec, store.load()) is None
