@@ -275,6 +275,57 @@ class EvictionSource(Protocol):
         ...
 
 
+class HeldRows(Protocol):
+    def __call__(self, rows: pa.Table, /) -> Sequence[bool]:
+        """For each of ``rows``, whether the lake holds it exactly as it is: only those are deleted, the others stay
+        in the hot store (raise to roll the whole batch back)."""
+        ...
+
+
+@dataclass(frozen=True)
+class KeyBatch:
+    """One batch of an eviction walked in key order: ``read`` rows qualified (old enough, after the last key),
+    ``deleted`` of them were deleted, ``last`` is the key of the last one read (None: no row qualified)."""
+
+    read: int
+    deleted: int
+    last: tuple[Any, ...] | None
+
+
+class KeyedEvictionSource(Protocol):
+    """A hot table without a cursor (a change stream's) that can delete the rows the lake holds, walked in key order
+    (see ``core/eviction.py``, ``evict_by_key``). Its deletes must never reach the lake as deletes."""
+
+    def evicting(self) -> AbstractContextManager[None]:
+        """Around the batches of one eviction: checks that the hot store lets this role delete without the deletes
+        reaching the lake (a change stream: its replication origin), and may keep one connection open.
+
+        Raises:
+            SourceError: this role may not evict (the message names the grant); nothing was deleted.
+        """
+        ...
+
+    def evict_key_batch(
+        self,
+        key: Sequence[str],
+        after: tuple[Any, ...] | None,
+        cutoff: datetime,
+        age_column: str,
+        limit: int,
+        held: HeldRows,
+    ) -> KeyBatch:
+        """In one transaction: read and lock up to ``limit`` rows with ``age_column`` before ``cutoff`` and a key
+        (the ``key`` columns) greater than ``after`` (None: from the first), in key order; hand them (as tiered) to
+        ``held`` and delete exactly the rows it marks, by physical row id, so that the lake's change stream skips
+        the deletes.
+
+        Raises:
+            SourceError: the rows could not be read, locked or deleted (nothing of the batch was deleted).
+            LakeError: raised by ``held``: the lake's rows cannot be compared (nothing was deleted).
+        """
+        ...
+
+
 class TiersReader(Protocol):
     """A hot store that can fix a snapshot of its table and read the rows beyond some offsets in it (reading
     across tiers, ``across_tiers.py``)."""
@@ -400,6 +451,10 @@ class Source(ABC, Generic[PlanT, SplitT]):
 
     def evictor(self) -> EvictionSource | None:
         """This source's eviction of tiered rows, or None when it cannot delete rows (a landing zone)."""
+        return None
+
+    def keyed_evictor(self) -> KeyedEvictionSource | None:
+        """This source's eviction walked in key order, for a table without a cursor (a change stream's), or None."""
         return None
 
     def tiers_reader(self) -> TiersReader | None:
@@ -561,11 +616,28 @@ class Lake(Protocol):
         """
         ...
 
+    def rows_with_keys(self, key: Sequence[str], like: pa.Table) -> pa.Table:
+        """The current snapshot's rows whose ``key`` columns equal those of one of ``like``'s rows, shaped ``like``
+        (for eviction of a table without a cursor).
+
+        Raises:
+            LakeError: the lake's rows cannot be compared with the hot store's.
+        """
+        ...
+
 
 class EvictionLake(Protocol):
-    """What eviction reads from the lake: its latest commit and the rows of a cursor range."""
+    """What eviction reads from the lake: its latest commit, and the rows of a cursor range or of a batch's keys."""
 
     def committed(self) -> LakeCommit | None: ...
+
+    def rows_with_keys(self, key: Sequence[str], like: pa.Table) -> pa.Table:
+        """The current snapshot's rows whose ``key`` columns equal those of one of ``like``'s rows, shaped ``like``.
+
+        Raises:
+            LakeError: the lake's rows cannot be compared with the hot store's.
+        """
+        ...
 
     def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
         """The current snapshot's rows with ``lower <= column <= upper``, shaped ``like`` (its columns and types).

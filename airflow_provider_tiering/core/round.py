@@ -32,6 +32,7 @@ from airflow_provider_tiering.core.ports import (
     FileKind,
     Lake,
     LakeCommit,
+    MergeKey,
     MergeResult,
     Offsets,
     PlanT,
@@ -138,16 +139,24 @@ def _evict(
     epoch: int,
     now: datetime,
     secrets: Sequence[str],
+    merge_key: MergeKey | None,
 ) -> None:
-    """Evict tiered rows after the commit (see ``core/eviction.py``). Its failure leaves the round tiered: the rows
-    stay in the hot store, the reason is recorded (``eviction_note``) and the next round tries again."""
-    from airflow_provider_tiering.core.eviction import evict_tiered_rows
+    """Evict tiered rows after the commit (see ``core/eviction.py``): walked by the cursor, or by the key for a
+    table without one (a change stream's). Its failure leaves the round tiered: the rows stay in the hot store, the
+    reason is recorded (``eviction_note``) and the next round tries again."""
+    from airflow_provider_tiering.core.eviction import evict_by_key, evict_tiered_rows
 
     try:
-        evictor, cursor = source.evictor(), spec.source.cursor()
-        if evictor is None or cursor is None:
-            raise SourceError(f"{source.display_name} cannot evict rows (eviction needs a SQL table with a cursor)")
-        result = evict_tiered_rows(spec.eviction, cursor, evictor, lake, epoch=epoch, now=now)
+        evictor, keyed, cursor = source.evictor(), source.keyed_evictor(), spec.source.cursor()
+        if cursor is not None and evictor is not None:
+            result = evict_tiered_rows(spec.eviction, cursor, evictor, lake, epoch=epoch, now=now)
+        elif cursor is None and merge_key is not None and keyed is not None:
+            result = evict_by_key(spec.eviction, merge_key.columns, keyed, lake, epoch=epoch, now=now)
+        else:
+            raise SourceError(
+                f"{source.display_name} cannot evict rows (eviction needs a SQL table with a cursor, or a change "
+                "stream's table with a key)"
+            )
         metrics.evicted_rows, state.eviction_note = result.rows, result.note
         if result.rows:
             log.info("%s: evicted %d tiered rows in %d batches", spec.name, result.rows, result.batches)
@@ -552,7 +561,7 @@ def run_round(
     state_store.save(state)
     notify(RoundPhase.CLEANED)
     if spec.eviction.enabled:
-        _evict(spec, source, lake, state, state_store, metrics, epoch, clock(), secrets)
+        _evict(spec, source, lake, state, state_store, metrics, epoch, clock(), secrets, merge_key)
         notify(RoundPhase.EVICTED)
     return RoundResult(
         spec.name,

@@ -119,6 +119,7 @@ class PostgresCdcSourceSpec(DatabaseTableSpec):
     Needs ``wal_level = logical`` on the server, a role with the REPLICATION attribute that owns the table (to
     create its publication), and a replica identity that holds the key (the primary key, the default)."""
 
+    supports_eviction: ClassVar[bool] = True
     supports_merge: ClassVar[bool] = True
     streams_changes: ClassVar[bool] = True
 

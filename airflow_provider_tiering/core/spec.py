@@ -114,14 +114,16 @@ class MaintenanceSpec(StrictModel):
 
 class EvictionSpec(StrictModel):
     """Deleting tiered rows from the hot store (SQL tables only): after a round's commit, rows the lake holds (cursor
-    within the lake's committed offsets, each one checked in the lake) and older than ``retention_seconds``."""
+    within the lake's committed offsets, or for a change stream's table the lake's row of the same key, each one
+    checked in the lake) and older than ``retention_seconds``."""
 
     enabled: bool = Field(default=False, description="delete tiered rows from the hot store after each round")
     retention_seconds: float = Field(
         default=86400.0, ge=0, allow_inf_nan=False, description="rows younger than this stay in the hot store"
     )
     age_column: Identifier | None = Field(
-        default=None, description="timestamp column that dates a row; by default the cursor column"
+        default=None,
+        description="timestamp column that dates a row; by default the cursor column (required without one)",
     )
     batch_rows: int = Field(default=5000, gt=0, le=100_000, description="rows deleted per hot-store transaction")
     max_rows_per_round: int = Field(default=1_000_000, gt=0, description="rows evicted by one round at most")
@@ -243,6 +245,11 @@ class TableSpec(StrictModel):
             )
         columns = self.source.column_names()
         age = self.eviction.age_column
+        if self.eviction.enabled and age is None and self.source.cursor() is None:
+            raise ValueError(
+                "eviction.age_column is required for a table without a cursor (a change stream's): name the date "
+                "or timestamp column that dates a row"
+            )
         if self.eviction.enabled and age is not None and columns is not None and age not in columns:
             raise ValueError(f"eviction.age_column {age!r} is not in source.columns")
         return self
@@ -270,10 +277,10 @@ class TableSpec(StrictModel):
                 raise ValueError(f"merge.primary_key {missing} are not in source.columns")
             if merge.soft_delete_column is not None and merge.soft_delete_column not in columns:
                 raise ValueError(f"merge.soft_delete_column {merge.soft_delete_column!r} is not in source.columns")
-        if self.eviction.enabled:
+        if self.eviction.enabled and not self.source.streams_changes:
             raise ValueError(
-                "eviction is not supported with merge yet: a row evicted from the hot store and updated in the lake "
-                "afterwards cannot be told apart; disable one of them"
+                "eviction is not supported with merge by cursor yet: a row evicted from the hot store and updated in "
+                "the lake afterwards cannot be told apart; disable one of them"
             )
         return self
 

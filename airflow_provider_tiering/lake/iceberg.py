@@ -245,6 +245,9 @@ class IcebergLake:
     def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
         return self._ranges.rows(self.load_table(), column, lower, upper, like)
 
+    def rows_with_keys(self, key: Sequence[str], like: pa.Table) -> pa.Table:
+        return self._ranges.rows_with_keys(self.load_table(), key, like)
+
     # -- cleanup -------------------------------------------------------------------------------
     def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:
         return clean_epochs(self.table, committed_epoch, since_epoch)

@@ -121,7 +121,17 @@ def reduce_round(
             else lake_part
         )
     sizes = [p.num_rows for p in parts]
-    rows = pa.concat_tables(parts) if parts else schema.empty_table()
+    if parts:
+        rows = pa.concat_tables(parts)
+    else:  # a round of nothing but skipped transactions (eviction's) moves the offsets only
+        empty = read_schema.empty_table()
+        rows = (
+            empty.append_column(CHANGE_DELETED, pa.array([], pa.bool_())).append_column(
+                CHANGE_FILL, pa.array([], pa.string())
+            )
+            if extra
+            else empty
+        )
     positions = pa.array(range(rows.num_rows), pa.int64())
     order = [] if key.cursor is None else [key.cursor]
     ordering = rows.select([*key.columns, *order]).append_column(_POSITION, positions)

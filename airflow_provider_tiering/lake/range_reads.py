@@ -1,7 +1,9 @@
-"""Read the rows of a cursor range from a lake table's current snapshot, for eviction's check of each batch."""
+"""Read the rows of a cursor range, or of a batch's keys, from a lake table's current snapshot, for eviction's
+check of each batch."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,20 +36,48 @@ class CursorRangeReader:
         Raises:
             LakeError: the lake's rows cannot be compared with the hot store's.
         """
+        if table is None or table.current_snapshot() is None:
+            return like.schema.empty_table()
+        field_type = table.schema().find_field(column).field_type
+        bounds = [_iceberg_literal(v, field_type) for v in (lower, upper)]
+        return self._in_range(table, column, bounds[0], bounds[1], lower, upper, like)
+
+    def rows_with_keys(self, table: Table | None, key: Sequence[str], like: pa.Table) -> pa.Table:
+        """The current snapshot's rows whose ``key`` columns equal those of one of ``like``'s rows, with the columns
+        and types of ``like``: the files holding the range of the first key column's values are read (pruned by
+        their statistics, decoded files kept as for cursor ranges), then matched on the whole key.
+
+        Raises:
+            LakeError: the lake's rows cannot be compared with the hot store's.
+        """
+        if table is None or table.current_snapshot() is None or like.num_rows == 0:
+            return like.schema.empty_table()
+        first = key[0]
+        bounds = pc.min_max(like.column(first))
+        lower, upper = bounds["min"].as_py(), bounds["max"].as_py()
+        # Key values are compared as they are (a text key is no time, unlike a SQLite cursor kept as text).
+        found = self._in_range(table, first, lower, upper, lower, upper, like)
+        try:
+            matched = found.join(like.select(list(key)), keys=list(key), join_type="left semi")
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise LakeError(f"the lake's rows cannot be matched by key {list(key)}: {exc}") from exc
+        return matched.select(like.schema.names).cast(like.schema)
+
+    def _in_range(
+        self, table: Table, column: str, low_literal: Any, high_literal: Any, lower: Any, upper: Any, like: pa.Table
+    ) -> pa.Table:
         from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThanOrEqual
         from pyiceberg.io.pyarrow import ArrowScan
 
-        snapshot = None if table is None else table.current_snapshot()
-        if table is None or snapshot is None:
+        snapshot = table.current_snapshot()
+        if snapshot is None:
             return like.schema.empty_table()
         names = tuple(like.schema.names)
         key = (snapshot.snapshot_id, names)
         if self._key != key:
             self._key, self._cache = key, {}
-        field_type = table.schema().find_field(column).field_type
-        bounds = [_iceberg_literal(v, field_type) for v in (lower, upper)]
         row_filter = And(
-            GreaterThanOrEqual(term=column, value=bounds[0]), LessThanOrEqual(term=column, value=bounds[1])
+            GreaterThanOrEqual(term=column, value=low_literal), LessThanOrEqual(term=column, value=high_literal)
         )
         projected = table.schema().select(*names)
         parts = []

@@ -47,9 +47,11 @@ class ChangeSet:
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
-    #: The commit end of the last transaction applied (None: none).
+    #: The commit end of the last transaction applied or skipped (None: none).
     last_end_lsn: int | None = None
     transactions: int = 0
+    #: Transactions skipped whole for their origin (eviction's): nothing to apply, but the lake's LSN may pass them.
+    skipped: int = 0
 
     @property
     def changes(self) -> int:
@@ -87,10 +89,14 @@ def apply_changes(
             pending.append(message)
         elif isinstance(message, Commit):
             commit_end = message.end_lsn
-            if commit_end <= start_lsn or origin in skip_origins:
+            if commit_end <= start_lsn:
                 continue
             if end_lsn is not None and commit_end > end_lsn:
                 break
+            if origin in skip_origins:
+                result.skipped += 1
+                result.last_end_lsn = commit_end
+                continue
             for change in pending:
                 if isinstance(change, Truncate):
                     raise TableTruncated(

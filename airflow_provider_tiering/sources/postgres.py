@@ -373,38 +373,66 @@ class PostgresSource(SqlSource):
     def _evict_in_transaction(
         self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
     ) -> int:
+        def every_row(rows: pa.Table) -> None:
+            verify(rows)  # raises to keep the whole batch
+
+        return self.delete_locked_rows(select_sql, params, schema, every_row)[1]
+
+    @contextmanager
+    def _deleting_session(self, cur: Any) -> Iterator[None]:
+        """Around one eviction transaction, on its session (a change stream's table tags it with its origin)."""
+        yield
+
+    def delete_locked_rows(
+        self,
+        select_sql: str,
+        params: Sequence[Any],
+        schema: pa.Schema,
+        choose: Callable[[pa.Table], Sequence[bool] | None],
+    ) -> tuple[pa.Table, int]:
+        """In one transaction: read the rows of ``select_sql`` (its first column the row id, ``__row_id``) locked
+        against change, hand them (without the row id, as ``schema``) to ``choose``, which raises to roll back or
+        returns which rows to delete (None: all), then delete exactly those by row id. Returns the rows read and how
+        many were deleted."""
         from airflow_provider_tiering.sources.conform import conform_batch
 
         conn = self._evict_conn or self._connect()
         try:
             cur = conn.cursor()
-            try:
-                cur.execute("BEGIN")
-                # A batch is the next LIMIT rows in cursor order: walk the cursor's index. Without fresh statistics
-                # the planner picks a bitmap scan of the whole remaining range plus a sort, once per batch.
-                cur.execute("SET LOCAL enable_sort = off")
-                cur.execute(f"{select_sql} FOR UPDATE", parameters=tuple(params))  # what is verified is deleted
-                found = cur.fetch_arrow_table()
-            except Exception as exc:
-                cur.execute("ROLLBACK")
-                raise self._read_failed("reading rows to evict", exc) from exc
-            if found.num_rows == 0:
-                cur.execute("ROLLBACK")
-                verify(schema.empty_table())
-                return 0
-            rows = pa.Table.from_batches(
-                [conform_batch(b, schema) for b in found.drop_columns(["__row_id"]).to_batches()], schema=schema
-            )
-            try:
-                verify(rows)
-                # The row ids as one bound array literal ("{"(0,1)","(0,2)"}"), cast to tid[] by the server.
-                row_ids = "{" + ",".join(f'"{v}"' for v in found.column("__row_id").to_pylist()) + "}"
-                cur.execute(f"DELETE FROM {self.table_ref} WHERE ctid = ANY(CAST($1 AS tid[]))", parameters=(row_ids,))
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            cur.execute("COMMIT")
-            return rows.num_rows
+            with self._deleting_session(cur):
+                try:
+                    cur.execute("BEGIN")
+                    # A batch is the next LIMIT rows in cursor (or key) order: walk the index. Without fresh
+                    # statistics the planner picks a bitmap scan of the whole remaining range plus a sort, per batch.
+                    cur.execute("SET LOCAL enable_sort = off")
+                    cur.execute(f"{select_sql} FOR UPDATE", parameters=tuple(params))  # what is verified is deleted
+                    found = cur.fetch_arrow_table()
+                except Exception as exc:
+                    cur.execute("ROLLBACK")
+                    raise self._read_failed("reading rows to evict", exc) from exc
+                rows = pa.Table.from_batches(
+                    [conform_batch(b, schema) for b in found.drop_columns(["__row_id"]).to_batches()], schema=schema
+                )
+                if found.num_rows == 0:
+                    cur.execute("ROLLBACK")
+                    choose(rows)
+                    return rows, 0
+                try:
+                    chosen = choose(rows)
+                    row_ids = found.column("__row_id").to_pylist()
+                    if chosen is not None:
+                        row_ids = [row_id for row_id, take in zip(row_ids, chosen, strict=True) if take]
+                    if row_ids:
+                        # The row ids as one bound array literal ("{"(0,1)","(0,2)"}"), cast to tid[] by the server.
+                        literal = "{" + ",".join(f'"{v}"' for v in row_ids) + "}"
+                        cur.execute(
+                            f"DELETE FROM {self.table_ref} WHERE ctid = ANY(CAST($1 AS tid[]))", parameters=(literal,)
+                        )
+                except BaseException:
+                    cur.execute("ROLLBACK")
+                    raise
+                cur.execute("COMMIT" if row_ids else "ROLLBACK")
+                return rows, len(row_ids)
         finally:
             if conn is not self._evict_conn:
                 conn.close()

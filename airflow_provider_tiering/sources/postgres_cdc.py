@@ -22,6 +22,8 @@ import logging
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from datetime import date, datetime
+from datetime import time as dt_time
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +33,9 @@ from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, Source
 from airflow_provider_tiering.core.ports import (
     CHANGE_DELETED,
     CHANGE_FILL,
+    HeldRows,
+    KeyBatch,
+    KeyedEvictionSource,
     LineageDataset,
     MergeKey,
     Offsets,
@@ -40,14 +45,18 @@ from airflow_provider_tiering.core.ports import (
 from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
 from airflow_provider_tiering.sources.change_stream import ChangeSet, apply_changes
 from airflow_provider_tiering.sources.conform import conform_batch
-from airflow_provider_tiering.sources.pgoutput import UNCHANGED_TOAST, decode, format_lsn, parse_lsn
+from airflow_provider_tiering.sources.pgoutput import UNCHANGED_TOAST, Message, decode, format_lsn, parse_lsn
 from airflow_provider_tiering.sources.postgres import APPLICATION_NAME, PostgresSource
 from airflow_provider_tiering.sources.sql import quote_string
 
 log = logging.getLogger(__name__)
 
-#: The replication origin eviction sessions set, so their deletes never reach the lake as deletes.
+#: The replication origins eviction sessions set (this, ``_`` and the table's slot name: one per table, since a
+#: PostgreSQL 15 origin serves one session at a time), so their deletes never reach the lake as deletes.
 EVICTION_ORIGIN = "airflow_provider_tiering_eviction"
+#: What eviction's session calls, restricted to superusers unless granted (PostgreSQL 14 and later).
+ORIGIN_SESSION_FUNCTIONS = ("pg_replication_origin_session_setup(text)", "pg_replication_origin_session_reset()")
+ORIGIN_CREATE_FUNCTION = "pg_replication_origin_create(text)"
 #: Changes typed by the server per query.
 TYPING_BATCH_ROWS = 20_000
 
@@ -60,6 +69,9 @@ class ChangePlan:
     end_lsn: int
     start_lsn: int | None = None
     changes: int = 0
+    #: Transactions in the window the stream skips (eviction's): a round of none but these still moves the lake's
+    #: LSN past them, so the slot can follow it (it is never ahead of the lake).
+    skipped: int = 0
     #: The slot's exported snapshot the first load reads (None: a round of changes).
     snapshot: str | None = None
     #: More changes were waiting than a round takes.
@@ -67,7 +79,7 @@ class ChangePlan:
 
     @property
     def is_empty(self) -> bool:
-        return self.snapshot is None and self.changes == 0
+        return self.snapshot is None and self.changes == 0 and self.skipped == 0
 
     @property
     def backlog(self) -> int:
@@ -107,7 +119,11 @@ class SlotStatus:
 
 
 class StreamedTable(PostgresSource):
-    """The streamed table's columns, types and bulk reads, as the cursor-read source has them, without a cursor."""
+    """The streamed table's columns, types and bulk reads, as the cursor-read source has them, without a cursor; and
+    its eviction, walked in key order, in sessions tagged with the table's eviction origin."""
+
+    #: The replication origin eviction's deleting sessions set (None: not evicting; nothing is deleted then).
+    eviction_origin: str | None = None
 
     def schema(self) -> pa.Schema:
         if self._schema is None:
@@ -117,6 +133,75 @@ class StreamedTable(PostgresSource):
                 raise SourceError(f"{self.display_name}: column(s) {', '.join(missing)} not found")
             self._schema = found
         return self._schema
+
+    @contextmanager
+    def _deleting_session(self, cur: Any) -> Iterator[None]:
+        """The eviction transaction's session carries the table's origin (pgoutput then tags the transaction with it
+        and the change stream skips it whole); reset right after, so nothing else the session runs carries it."""
+        origin = self.eviction_origin
+        if origin is None:
+            raise SourceError(f"{self.display_name}: eviction without its replication origin would reach the lake")
+        try:
+            cur.execute("SELECT count(*) FROM pg_replication_origin_session_setup($1)", parameters=(origin,))
+            cur.fetchall()
+            # Flushed at commit, whatever the server's default: the stream reads flushed WAL only, and the next
+            # round moves the lake's LSN past eviction's transactions.
+            cur.execute("SET synchronous_commit = on")
+        except Exception as exc:
+            raise SourceError(
+                f"{self.display_name}: cannot set replication origin {origin} on eviction's session: {exc}; nothing "
+                "was evicted"
+            ) from exc
+        try:
+            yield
+        finally:
+            try:
+                cur.execute("SELECT count(*) FROM pg_replication_origin_session_reset()")
+                cur.fetchall()
+            except Exception as exc:  # the session runs nothing but eviction's transactions and closes with it
+                log.warning("%s: resetting the eviction origin failed: %s", self.display_name, exc)
+
+    def evict_key_batch(
+        self,
+        key: Sequence[str],
+        after: tuple[Any, ...] | None,
+        cutoff: datetime,
+        age_column: str,
+        limit: int,
+        held: HeldRows,
+    ) -> KeyBatch:
+        field = self._age_field(age_column)
+        schema = self.schema()
+        columns = ", ".join(self.select_expression(f) for f in schema)
+        bindings = self.bindings()
+        conditions = [self._age_before(self.quote(field.name), field, cutoff, bindings)]
+        key_list = ", ".join(self.quote(column) for column in key)
+        if after is not None:
+            values = ", ".join(
+                f"CAST({bindings.bind(_key_text(value))} AS {self.declared_type(column)})"
+                for column, value in zip(key, after, strict=True)
+            )
+            conditions.append(f"({key_list}) > ({values})")
+        select = (
+            f"SELECT {self._row_id_sql()}, {columns} FROM {self.table_ref} WHERE {' AND '.join(conditions)} "
+            f"ORDER BY {key_list} LIMIT {bindings.bind(int(limit))}"
+        )
+        rows, deleted = self.delete_locked_rows(select, bindings.values, schema, held)
+        if rows.num_rows == 0:
+            return KeyBatch(0, 0, None)
+        last = tuple(rows.column(column)[rows.num_rows - 1].as_py() for column in key)
+        return KeyBatch(rows.num_rows, deleted, last)
+
+
+def _key_text(value: Any) -> str:
+    """A key value as PostgreSQL's input text of its type (cast on the server)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (datetime, date, dt_time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    return str(value)
 
 
 def _table_reader_spec(spec: PostgresCdcSourceSpec) -> SqlSourceSpec:
@@ -279,16 +364,33 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             raise SourceError(f"{self.display_name}: reading replication slot {self.slot} failed: {exc}") from exc
 
     def _changes(self, conn: Any, start: int, end: int | None, upto_changes: int | None = None) -> ChangeSet:
-        # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
-        with closing(self._peek(conn, end, upto_changes)) as messages:
-            return apply_changes(
-                messages,
-                key=self.key or self.primary_key(),
-                start_lsn=start,
-                end_lsn=end,
-                skip_origins=frozenset({EVICTION_ORIGIN}),
-                table=self.display_name,
-            )
+        """The changes of transactions committed in ``(start, end]``; with ``upto_changes``, those of the first
+        transactions holding at least that many applied changes (or all there are). The server counts the messages
+        it sends, skipped transactions' too (eviction's, already in the lake, are thousands of deletes), so a read
+        that sent as many messages as it was allowed without finding enough changes is repeated over more."""
+        budget = upto_changes
+        while True:
+            sent = 0
+
+            def counted(messages: Iterator[Message]) -> Iterator[Message]:
+                nonlocal sent
+                for message in messages:
+                    sent += 1
+                    yield message
+
+            # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
+            with closing(self._peek(conn, end, budget)) as messages:
+                found = apply_changes(
+                    counted(messages),
+                    key=self.key or self.primary_key(),
+                    start_lsn=start,
+                    end_lsn=end,
+                    skip_origins=frozenset({self.eviction_origin}),
+                    table=self.display_name,
+                )
+            if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
+                return found
+            budget *= 8
 
     def _advance(self, conn: Any, lsn: int) -> None:
         position = self._slot_position(conn)
@@ -328,7 +430,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
             start = self._stream_position(conn, committed)
             found = self._changes(conn, start, parse_lsn(flushed), upto_changes=1)
-            if found.changes == 0:
+            if found.changes == 0 and found.skipped == 0:
                 self._advance(conn, parse_lsn(flushed))
                 return SafeWatermark(end=dict(committed), observed={"lsn": flushed})
         return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
@@ -338,7 +440,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             return True
         with self._psycopg() as conn:
             start = parse_lsn(str(committed["lsn"]))
-            return self._changes(conn, start, None, upto_changes=1).changes > 0
+            found = self._changes(conn, start, None, upto_changes=1)
+            return found.changes > 0 or found.skipped > 0
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> ChangePlan:
@@ -349,7 +452,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             found = self._changes(conn, start_lsn, upto, upto_changes=max_rows)
         capped = found.changes >= max_rows
         last = found.last_end_lsn or upto
-        return ChangePlan(last if capped else max(upto, last), start_lsn, found.changes, capped=capped)
+        return ChangePlan(last if capped else max(upto, last), start_lsn, found.changes, found.skipped, capped=capped)
 
     def _plan_first_load(self) -> ChangePlan:
         """Create the slot (dropping one left by a first load that never committed: no lake data depends on it)
@@ -488,6 +591,61 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         if table.num_rows == 0:
             return pa.RecordBatch.from_pylist([], schema=nullable)
         return conform_batch(table.combine_chunks().to_batches()[0], nullable)
+
+    # -- eviction ------------------------------------------------------------------------------
+    @property
+    def eviction_origin(self) -> str:
+        return f"{EVICTION_ORIGIN}_{self.slot}"
+
+    def keyed_evictor(self) -> KeyedEvictionSource:
+        return self
+
+    @contextmanager
+    def evicting(self) -> Iterator[None]:
+        self._ensure_eviction_origin()
+        self.table.eviction_origin = self.eviction_origin
+        try:
+            with self.table.evicting():
+                yield
+        finally:
+            self.table.eviction_origin = None
+
+    def evict_key_batch(
+        self,
+        key: Sequence[str],
+        after: tuple[Any, ...] | None,
+        cutoff: datetime,
+        age_column: str,
+        limit: int,
+        held: HeldRows,
+    ) -> KeyBatch:
+        return self.table.evict_key_batch(key, after, cutoff, age_column, limit, held)
+
+    def _ensure_eviction_origin(self) -> None:
+        """Create the table's eviction origin once; fail naming the grants when this role may not use it."""
+        import psycopg
+
+        origin = self.eviction_origin
+        with self._psycopg() as conn:
+            exists = conn.execute("SELECT 1 FROM pg_replication_origin WHERE roname = %s", (origin,)).fetchone()
+            needed = [*ORIGIN_SESSION_FUNCTIONS, *(() if exists else (ORIGIN_CREATE_FUNCTION,))]
+            missing = [
+                function
+                for function in needed
+                if not conn.execute("SELECT has_function_privilege(%s, 'EXECUTE')", (function,)).fetchone()[0]
+            ]
+            if missing:
+                raise SourceError(
+                    f"{self.display_name}: eviction deletes in sessions tagged with replication origin {origin}, "
+                    "which the change stream skips (so the lake keeps the evicted rows); this role may not use "
+                    f"replication origins: GRANT EXECUTE ON FUNCTION {', '.join(missing)} TO <the connection's "
+                    "role> (superusers may by default). Nothing was evicted"
+                )
+            if not exists:
+                try:
+                    conn.execute("SELECT pg_replication_origin_create(%s)", (origin,))
+                except psycopg.errors.UniqueViolation:
+                    pass  # created meanwhile by another eviction of this table
 
     def after_commit(self, committed: Offsets) -> int:
         """Move the slot to the lake's LSN: the server may now recycle the WAL before it."""

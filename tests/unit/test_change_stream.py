@@ -147,6 +147,7 @@ def test_the_evictions_own_transactions_are_skipped_whole():
         skip_origins=frozenset({"tiering_eviction"}),
     )
     assert set(found.rows) == {("2",)} and found.transactions == 1
+    assert found.skipped == 1 and found.last_end_lsn == 200
 
 
 def test_values_an_update_left_unchanged_come_from_the_round_or_are_left_to_the_lake():

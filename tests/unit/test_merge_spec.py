@@ -62,7 +62,7 @@ def test_bad_merge_declarations_fail_at_parse_time_naming_the_field(merge, sourc
 
 
 def test_merge_is_refused_with_eviction():
-    with pytest.raises(InvalidTableSpec, match="eviction is not supported with merge yet"):
+    with pytest.raises(InvalidTableSpec, match="eviction is not supported with merge by cursor yet"):
         TableSpec.parse(spec({"primary_key": ["id"]}, eviction={"enabled": True}))
 
 
@@ -98,3 +98,20 @@ def test_a_change_stream_table_names_its_slot_and_publication():
 def test_change_stream_declarations_refused_at_parse_time(source, extra, field):
     with pytest.raises(InvalidTableSpec, match=field):
         TableSpec.parse({**spec(None, source=source), **extra})
+
+
+def test_eviction_on_a_change_stream_table_needs_an_age_column():
+    with pytest.raises(InvalidTableSpec, match="eviction.age_column is required for a table without a cursor"):
+        TableSpec.parse(spec(None, source=CDC_SOURCE, eviction={"enabled": True}))
+    parsed = TableSpec.parse(
+        spec({"primary_key": ["id"]}, source=CDC_SOURCE, eviction={"enabled": True, "age_column": "created_at"})
+    )
+    assert parsed.eviction.enabled and parsed.eviction.age_column == "created_at"
+    with pytest.raises(InvalidTableSpec, match="eviction.age_column 'created_at' is not in source.columns"):
+        TableSpec.parse(
+            spec(
+                None,
+                source={**CDC_SOURCE, "columns": ["id", "name"]},
+                eviction={"enabled": True, "age_column": "created_at"},
+            )
+        )
