@@ -307,7 +307,14 @@ class PostgresServer:
         time.sleep(down_seconds)
         self._fixed_port = self._port
         try:
-            self.start()
+            for attempt in range(3):  # under heavy load a start right after a stop has been seen to fail once
+                try:
+                    self.start()
+                    break
+                except PostgresServerError:
+                    if attempt == 2:
+                        raise
+                    time.sleep(2.0)
         finally:
             self._fixed_port = fixed
 

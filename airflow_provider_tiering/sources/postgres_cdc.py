@@ -57,6 +57,9 @@ EVICTION_ORIGIN = "airflow_provider_tiering_eviction"
 #: What eviction's session calls, restricted to superusers unless granted (PostgreSQL 14 and later).
 ORIGIN_SESSION_FUNCTIONS = ("pg_replication_origin_session_setup(text)", "pg_replication_origin_session_reset()")
 ORIGIN_CREATE_FUNCTION = "pg_replication_origin_create(text)"
+#: An idle table's round moves the lake's LSN (and so the slot) once the WAL since it is this large (or a quarter
+#: of ``max_retained_wal_mb``, when smaller): an offsets-only snapshot now and then, not one per idle round.
+IDLE_ADVANCE_BYTES = 16 * 1024 * 1024
 #: Changes typed by the server per query.
 TYPING_BATCH_ROWS = 20_000
 
@@ -76,10 +79,13 @@ class ChangePlan:
     snapshot: str | None = None
     #: More changes were waiting than a round takes.
     capped: bool = False
+    #: No change of the table, but the WAL since the lake's LSN grew past ``IDLE_ADVANCE_BYTES``: the round commits
+    #: only the new LSN, so the slot can follow and release that WAL.
+    advance: bool = False
 
     @property
     def is_empty(self) -> bool:
-        return self.snapshot is None and self.changes == 0 and self.skipped == 0
+        return self.snapshot is None and self.changes == 0 and self.skipped == 0 and not self.advance
 
     @property
     def backlog(self) -> int:
@@ -418,8 +424,9 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
         """Every committed change is safe to tier (the stream is in commit order). With none for this table since
-        the lake's LSN, the slot is moved to the server's flushed WAL, so it holds no WAL back for other tables'
-        writes; nothing of this table lies in between."""
+        the lake's LSN, there is nothing to tier, unless other tables' writes since then make it worth a round that
+        only moves the lake's LSN (``_worth_advancing``): the slot follows the lake after its commit and is never
+        ahead of it, so a slot ahead of the lake always means something else moved it."""
         with self._psycopg() as conn:
             self._check_server(conn)
             try:
@@ -430,10 +437,15 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
             start = self._stream_position(conn, committed)
             found = self._changes(conn, start, parse_lsn(flushed), upto_changes=1)
-            if found.changes == 0 and found.skipped == 0:
-                self._advance(conn, parse_lsn(flushed))
+            if found.changes == 0 and found.skipped == 0 and not self._worth_advancing(start, parse_lsn(flushed)):
                 return SafeWatermark(end=dict(committed), observed={"lsn": flushed})
         return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
+
+    def _worth_advancing(self, start: int, flushed: int) -> bool:
+        """Whether the WAL other tables wrote since the lake's LSN is worth a round that only moves the LSN (and
+        then the slot): the slot is never moved past the lake, so an idle table holds back up to this much."""
+        bound = int(self.spec.max_retained_wal_mb * 1024 * 1024)
+        return flushed - start >= min(IDLE_ADVANCE_BYTES, bound // 4)
 
     def has_rows_after(self, committed: Offsets | None) -> bool:
         if committed is None:
@@ -452,7 +464,15 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             found = self._changes(conn, start_lsn, upto, upto_changes=max_rows)
         capped = found.changes >= max_rows
         last = found.last_end_lsn or upto
-        return ChangePlan(last if capped else max(upto, last), start_lsn, found.changes, found.skipped, capped=capped)
+        idle = found.changes == 0 and found.skipped == 0
+        return ChangePlan(
+            last if capped else max(upto, last),
+            start_lsn,
+            found.changes,
+            found.skipped,
+            capped=capped,
+            advance=idle and self._worth_advancing(start_lsn, upto),
+        )
 
     def _plan_first_load(self) -> ChangePlan:
         """Create the slot (dropping one left by a first load that never committed: no lake data depends on it)

@@ -22,7 +22,7 @@ from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import retained_wal_alert
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.compaction import compact
-from airflow_provider_tiering.sources.pgoutput import parse_lsn
+from airflow_provider_tiering.sources.pgoutput import format_lsn, parse_lsn
 from airflow_provider_tiering.sources.registry import build_source
 from airflow_provider_tiering.spark.session import SparkSettings
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
@@ -198,10 +198,19 @@ def test_each_kind_of_change_is_applied_and_counted(changing, tmp_path, catalog_
     assert_lake_equals_hot(changing, catalog_properties, ("it", name))
 
 
-@pytest.mark.parametrize("restart", [True])
+@pytest.fixture
+def own_server(tmp_path_factory):
+    """A server of this test's own, so restarting it leaves the session's server alone."""
+    with PostgresServer(tmp_path_factory.mktemp("pg-restarted") / "data") as server:
+        yield server
+
+
 def test_rounds_killed_at_every_phase_and_a_server_restart_lose_nothing_and_apply_nothing_twice(
-    changing, tmp_path, catalog_properties, local_writer, pg_server, restart
+    own_server, tmp_path, catalog_properties, local_writer
 ):
+    pg_server = own_server
+    changing = ChangingTable(pg_server.dsn, "killed_rounds")
+    changing.create()
     name = changing.table
     spec_json = cdc_spec(name)
     spec = TableSpec.parse(spec_json)
@@ -227,7 +236,7 @@ def test_rounds_killed_at_every_phase_and_a_server_restart_lose_nothing_and_appl
     for phase in ("planned", "writing", "written", "committed", "recorded"):
         changing.random_changes(30)
         killed(phase)
-        if restart and phase == "written":
+        if phase == "written":
             pg_server.restart()
             changing.conn = psycopg.connect(changing.dsn, autocommit=True)
             changing.conn.execute("SET synchronous_commit = on")
@@ -244,6 +253,7 @@ def test_rounds_killed_at_every_phase_and_a_server_restart_lose_nothing_and_appl
     assert tier().outcome is RoundOutcome.TIERED
     assert_lake_equals_hot(changing, catalog_properties, ("it", name))
     assert unreferenced_data_files(catalog_properties, ("it", name)) == []
+    changing.close()
 
 
 def test_a_truncate_fails_the_table_without_touching_the_lake(changing, tmp_path, catalog_properties, local_writer):
@@ -339,3 +349,38 @@ def test_wal_held_by_a_quarantined_table_shows_in_its_status_and_alerts(
     assert "quarantined since" in alert  # and why the slot is not advanced
     # The quarantined table keeps its slot (a fix and a reset resume the stream without a new load).
     assert slot_lsn(changing.dsn, f"tiering_public_{name}") is not None
+
+
+def test_an_idle_table_follows_other_tables_wal_without_the_slot_passing_the_lake(
+    changing, tmp_path, catalog_properties, local_writer
+):
+    name = changing.table
+    spec = TableSpec.parse(cdc_spec(name, max_retained_wal_mb=1))  # idle rounds move the LSN past 256 KiB of WAL
+    store = JsonFileStateStore(tmp_path / "state.json")
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
+    slot = f"tiering_public_{name}"
+    changing.insert(5)
+    tier()
+    conn = changing.conn
+    conn.execute("CREATE TABLE IF NOT EXISTS other_writes (v text)")
+    conn.execute("INSERT INTO other_writes VALUES ('a little')")
+    # A little WAL of another table: nothing to tier, and neither the lake's LSN nor the slot moves.
+    before = lake_lsn(catalog_properties, name)
+    assert tier().outcome is RoundOutcome.NOTHING_TO_TIER
+    assert lake_lsn(catalog_properties, name) == before and slot_lsn(changing.dsn, slot) <= before
+    changing.insert(1)  # the table's next change is tiered as usual after an idle round
+    assert tier().outcome is RoundOutcome.TIERED
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+    # Much WAL of another table: a round of no rows moves the lake's LSN, and the slot follows it.
+    conn.execute("INSERT INTO other_writes SELECT repeat(md5(g::text), 30) FROM generate_series(1, 2000) g")
+    before = lake_lsn(catalog_properties, name)
+    moved = tier()
+    assert moved.outcome is RoundOutcome.TIERED and moved.metrics.rows == 0
+    after = lake_lsn(catalog_properties, name)
+    assert after - before > 256 * 1024 and slot_lsn(changing.dsn, slot) == after
+    # (The WAL the server keeps follows the slot's restart point, which moves at the server's next running-
+    # transactions record, not at once.)
+    assert store.load().change_stream["confirmed_flush_lsn"] == format_lsn(after)
+    changing.insert(1)
+    tier()
+    assert_lake_equals_hot(changing, catalog_properties, ("it", name))
