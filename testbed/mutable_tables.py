@@ -1,20 +1,25 @@
-"""Hot tables whose rows change, for the merge tests: inserts, updates, soft deletes and un-deletes, each stamping
-the row with the next ``version`` (the cursor), in SQLite or a real PostgreSQL.
+"""Hot tables whose rows change, for the merge tests: inserts, updates, soft deletes and un-deletes, and (for key
+reconciliation) hard deletes, changes of the key itself and deletes followed by a re-insert of the same key, each
+stamping the row with the next ``version`` (the cursor), in SQLite or a real PostgreSQL.
 
 The expected lake is the table's rows whose ``deleted_at`` is NULL; ``lake_by_key`` reads the lake back with
-pyiceberg only (none of the code under test).
+pyiceberg and ``files_by_key`` with pyarrow's Parquet reader over the files pyiceberg's scan plans (none of the
+code under test).
 """
 
 from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow.parquet as pq
+from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.ports import Source
@@ -48,6 +53,9 @@ class MutableHot:
         self.version = 0
         self.rng = random.Random(seed)
         self.next_id = 1
+        #: One change at a time takes its version and commits (a writer thread and the test may both change rows).
+        self.lock = threading.RLock()
+        self.counts: dict[str, int] = {}
         self._p = "?" if kind == "sqlite" else "%s"
         quote = "`" if kind == "mariadb" else '"'
         self._t = f"{quote}{table}{quote}"
@@ -70,6 +78,10 @@ class MutableHot:
     def _next_version(self) -> int:
         self.version += 1
         return self.version
+
+    def insert_locked(self, count: int) -> list[tuple[int, int]]:
+        with self.lock:
+            return self.insert(count)
 
     def _where(self, key: tuple[int, int]) -> tuple[str, list[Any]]:
         return f"tenant = {self._p} AND id = {self._p}", [key[0], key[1]]
@@ -115,6 +127,68 @@ class MutableHot:
             (f"back {self.version}", self._next_version(), *params),
         )
 
+    def hard_delete(self, key: tuple[int, int]) -> None:
+        where, params = self._where(key)
+        self._execute(f"DELETE FROM {self._t} WHERE {where}", params)
+
+    def change_key(self, key: tuple[int, int]) -> tuple[int, int]:
+        """The row's ``id`` becomes a new one (an UPDATE of the key); returns its new key."""
+        with self.lock:
+            where, params = self._where(key)
+            new_id = self.next_id
+            self.next_id += 1
+            self._execute(
+                f"UPDATE {self._t} SET id = {self._p}, name = {self._p}, version = {self._p} WHERE {where}",
+                (new_id, f"moved from {key[1]}", self._next_version(), *params),
+            )
+            return (key[0], new_id)
+
+    def reinsert(self, key: tuple[int, int]) -> None:
+        """Delete the row and insert it again under the same key, with new values, in one transaction."""
+        with self.lock:
+            where, params = self._where(key)
+            row = [*key, f"again {key[1]}", f"{self.rng.randint(0, 10**6) / 100:.2f}", None, self._next_version()]
+            self._execute_all(
+                [
+                    (f"DELETE FROM {self._t} WHERE {where}", params),
+                    (f"INSERT INTO {self._t} VALUES ({', '.join([self._p] * 6)})", row),
+                ]
+            )
+
+    def _execute_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        for sql, params in statements:  # overridden per store to run in one transaction
+            self._execute(sql, params)
+
+    def random_workload(self, changes: int) -> None:
+        """``changes`` random changes of every kind: inserts, updates (several of one key in a row), updates of the
+        key itself, soft deletes, hard deletes, a delete then a re-insert of one key. Safe from a thread."""
+        with self.lock:
+            for _ in range(changes):
+                live = self.keys(deleted=False)
+                choice = self.rng.random()
+                kind = "insert" if choice < 0.25 or not live else None
+                if kind == "insert":
+                    self.insert(self.rng.randint(1, 3))
+                else:
+                    key = self.rng.choice(live)
+                    if choice < 0.5:
+                        kind = "update"
+                        for _ in range(self.rng.randint(1, 3)):
+                            self.update(key)
+                    elif choice < 0.62:
+                        kind = "key_change"
+                        self.change_key(key)
+                    elif choice < 0.72:
+                        kind = "soft_delete"
+                        self.soft_delete(key)
+                    elif choice < 0.88:
+                        kind = "hard_delete"
+                        self.hard_delete(key)
+                    else:
+                        kind = "reinsert"
+                        self.reinsert(key)
+                self.counts[kind] = self.counts.get(kind, 0) + 1
+
     def keys(self, *, deleted: bool | None = None) -> list[tuple[int, int]]:
         condition = "" if deleted is None else f" WHERE deleted_at IS {'NOT ' if deleted else ''}NULL"
         rows = self._execute(f"SELECT tenant, id FROM {self._t}{condition} ORDER BY tenant, id", ())
@@ -150,10 +224,18 @@ class MutableHot:
 
 def sqlite_mutable(path: Path, table: str, **options: Any) -> MutableHot:
     def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(path) as conn:
+        with sqlite3.connect(path, timeout=60) as conn:
             return conn.execute(sql, tuple(params)).fetchall()
 
-    return MutableHot("sqlite", execute, ConnectionInfo("sqlite", host=str(path)), table, **options)
+    hot = MutableHot("sqlite", execute, ConnectionInfo("sqlite", host=str(path)), table, **options)
+
+    def execute_all(statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        with sqlite3.connect(path, timeout=60) as conn:  # commits once, at the end
+            for sql, params in statements:
+                conn.execute(sql, tuple(params))
+
+    hot._execute_all = execute_all  # type: ignore[method-assign]
+    return hot
 
 
 def postgres_mutable(dsn: str, table: str, **options: Any) -> MutableHot:
@@ -162,7 +244,15 @@ def postgres_mutable(dsn: str, table: str, **options: Any) -> MutableHot:
             cur = conn.execute(sql, tuple(params))  # type: ignore[arg-type]  # test SQL built from constants
             return list(cur.fetchall()) if cur.description else []
 
-    return MutableHot("postgres", execute, ConnectionInfo.from_uri(dsn), table, **options)
+    hot = MutableHot("postgres", execute, ConnectionInfo.from_uri(dsn), table, **options)
+
+    def execute_all(statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        with psycopg.connect(dsn) as conn:  # one transaction, committed on leaving
+            for sql, params in statements:
+                conn.execute(sql, tuple(params))  # type: ignore[arg-type]  # test SQL built from constants
+
+    hot._execute_all = execute_all  # type: ignore[method-assign]
+    return hot
 
 
 def mariadb_mutable(url: str, table: str, **options: Any) -> MutableHot:
@@ -187,6 +277,37 @@ def lake_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str])
         assert key not in by_key, f"key {key} is in the lake twice: {by_key[key]} and {row}"
         by_key[key] = tuple(_normal(v) for v in row)
     return by_key
+
+
+def files_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[tuple[Any, ...], tuple]:
+    """The lake's rows by key, read with pyarrow's Parquet reader from the data files pyiceberg's scan plans for the
+    current snapshot (no delete files allowed); fails when a key is there twice."""
+    table = load_catalog("default", **catalog_properties).load_table(identifier)
+    by_key: dict[tuple[Any, ...], tuple] = {}
+    for task in table.scan().plan_files():
+        assert not task.delete_files, f"{task.file.file_path} has delete files"
+        rows = pq.read_table(task.file.file_path.removeprefix("file://"), columns=list(MUTABLE_COLUMNS))
+        for row in zip(*(rows.column(c).to_pylist() for c in MUTABLE_COLUMNS)):
+            key = (row[0], row[1])
+            assert key not in by_key, f"key {key} is in the data files twice: {by_key[key]} and {row}"
+            by_key[key] = tuple(_normal(v) for v in row)
+    return by_key
+
+
+def assert_lake_equals_live_rows_in_files(
+    hot: MutableHot, catalog_properties: dict[str, str], identifier: tuple[str, str]
+) -> None:
+    """As ``assert_lake_equals_live_rows`` (pyiceberg), and again through the Parquet files themselves."""
+    assert_lake_equals_live_rows(hot, catalog_properties, identifier)
+    expected = {(r[0], r[1]): tuple(_normal(v) for v in r) for r in hot.live_rows()}
+    found = files_by_key(catalog_properties, identifier)
+    assert set(found) == set(expected), (
+        f"keys only in the files: {sorted(set(found) - set(expected))[:10]}, "
+        f"only in the hot table: {sorted(set(expected) - set(found))[:10]}"
+    )
+    differing = [k for k in expected if found[k] != expected[k]]
+    assert not differing, f"{len(differing)} keys differ in the files, e.g. {differing[0]}"
+    assert digest(found.values()) == digest(hot.live_rows())
 
 
 def assert_lake_equals_live_rows(

@@ -135,6 +135,10 @@ def decide_task(
             f"(freshness {spec.freshness_seconds:g}s since the last tiered round)"
         )
         return TaskDecision(name, TaskAction.NOT_DUE, reason, due_at=when, committed=committed)
+    reconcile_every = None if spec.merge is None else spec.merge.reconcile_keys_every_seconds
+    if state is not None and state.committed is not None and state.keys_reconciliation_due(reconcile_every, now):
+        # Hard deletes leave no row beyond the offsets for a probe to find: a due reconciliation runs the round.
+        return TaskDecision(name, TaskAction.RUN, f"{name}: due, and its keys' reconciliation too", committed=committed)
     if _at_rest(state):
         return TaskDecision(name, TaskAction.PROBE, f"{name}: due; new rows?", committed=committed, emptied=emptied)
     return TaskDecision(name, TaskAction.RUN, f"{name}: due", committed=committed)

@@ -69,6 +69,9 @@ class MergeKey:
     soft_delete_column: str | None = None
     #: Rows come from a change stream: they carry ``CHANGE_DELETED`` and ``CHANGE_FILL``.
     from_change_stream: bool = False
+    #: This round also reads every key of the hot table in its snapshot (``Source.live_keys``), and the merge
+    #: removes the lake's keys that are not among them (hard deletes, the old key of a changed key).
+    reconcile: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ class MergeResult:
     deleted_keys: int
     #: Values an update left unchanged (TOAST) taken from the lake's stored rows.
     filled_rows: int = 0
-    #: What the merge did to the lake: keys it had no row for, keys whose row it replaced, keys it removed.
+    #: What the merge did to the lake: keys it had no row for, keys whose row it replaced, keys it removed
+    #: (soft-deleted, deleted in the change stream, or, reconciling, no longer in the hot table).
     inserted_rows: int = 0
     updated_rows: int = 0
     deleted_rows: int = 0
@@ -330,6 +334,10 @@ class TiersReader(Protocol):
     """A hot store that can fix a snapshot of its table and read the rows beyond some offsets in it (reading
     across tiers, ``across_tiers.py``)."""
 
+    #: The hot table holds every live row of the table (a change-stream table, never evicted): a read across
+    #: tiers takes all of it from one hot snapshot and nothing from the lake.
+    holds_every_row: bool
+
     def rows_after_reader(self) -> AbstractContextManager[Callable[[Offsets | None], pa.Table]]:
         """Fix a snapshot of the hot table on entry; inside the block, ``read(offsets)`` returns its rows beyond
         ``offsets`` as of that moment (``None``: every row).
@@ -404,11 +412,26 @@ class Source(ABC, Generic[PlanT, SplitT]):
     def read_split(self, split: SplitT, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """Read one split as record batches of exactly ``schema``. Runs inside a Spark task; re-runnable."""
 
-    def reading_one_snapshot(self, splits: Sequence[SplitT]) -> AbstractContextManager[None]:
+    def reading_one_snapshot(
+        self, splits: Sequence[SplitT], *, read_here: bool = False
+    ) -> AbstractContextManager[None]:
         """Held while the round reads ``splits`` (entered after the safe watermark, before the Spark job): every
         split, and every attempt of it, reads the same consistent snapshot of the source, so each row version is
-        read exactly once whatever commits meanwhile. Splits of immutable things (files) need nothing shared."""
+        read exactly once whatever commits meanwhile. Splits of immutable things (files) need nothing shared.
+        ``read_here``: the one split is read by this process, in this thread (the writer's local write)."""
         return nullcontext()
+
+    def live_keys(self) -> pa.Table:
+        """Inside :meth:`reading_one_snapshot`, for a round whose bound key reconciles (``MergeKey.reconcile``):
+        every key of the hot table, in the very snapshot the round's splits read (the key columns, typed as
+        :meth:`schema` types them).
+
+        Raises:
+            SourceError: this source cannot read its keys (only SQL tables merged by cursor can).
+        """
+        from airflow_provider_tiering.core.errors import SourceError
+
+        raise SourceError(f"{self.display_name} cannot read every key of its table (key reconciliation)")
 
     @abstractmethod
     def lineage_dataset(self) -> LineageDataset:
@@ -592,11 +615,18 @@ class Lake(Protocol):
         end: Mapping[str, Any],
         table_name: str,
         attempt: str,
+        hot_keys: pa.Table | None = None,
     ) -> MergeResult:
         """Merge a round's rows (``files``, every version it read) into a primary-key table, copy-on-write, in one
         snapshot carrying ``epoch`` and the offsets: the files holding any of the round's keys are rewritten
-        without them, the latest live version of each key is added. Fenced and atomic like :meth:`commit`, with
-        the same errors; the rewritten files are written under the attempt's directory."""
+        without them, the latest live version of each key is added. ``hot_keys`` (a reconciling round: every key
+        of the hot table, read in the round's snapshot) removes, in the same snapshot, each key the lake holds
+        that is neither among them nor among the round's rows. Fenced and atomic like :meth:`commit`, with the
+        same errors; the rewritten files are written under the attempt's directory."""
+        ...
+
+    def keys_not_in(self, hot_keys: pa.Table, key: MergeKey) -> int:
+        """How many keys the current snapshot holds that ``hot_keys`` lacks (what a reconciling merge removes)."""
         ...
 
     def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -380,6 +380,24 @@ def run_round(
         plan = None
         if watermark.end is not None and watermark.end != start:
             plan = source.plan(start, watermark.end, spec.max_rows_per_round)
+        # Key reconciliation (merge.reconcile_keys_every_seconds): this round also reads every hot key, in the
+        # snapshot it reads its rows in, and its merge removes the lake's keys that are gone.
+        reconcile_every = None if spec.merge is None else spec.merge.reconcile_keys_every_seconds
+        reconciling = (
+            merge_key is not None
+            and not merge_key.from_change_stream
+            and lake_commit is not None
+            and state.keys_reconciliation_due(reconcile_every, clock())
+        )
+        hot_keys = None
+        if reconciling and merge_key is not None:
+            merge_key = replace(merge_key, reconcile=True)
+            source.bind_key(merge_key)
+            if plan is None or plan.is_empty:  # no rows to read: the keys alone, in a snapshot of their own
+                with source.reading_one_snapshot([]):
+                    hot_keys = source.live_keys()
+                if not lake.keys_not_in(hot_keys, merge_key):
+                    reconciling, state.keys_reconciled_at = False, clock()
     except Exception as exc:
         _fail(state, spec, exc, secrets, clock(), retry_delay)
         _record_stream(state, source, secrets)
@@ -388,7 +406,8 @@ def run_round(
     notify(RoundPhase.PLANNED)
     lake_epoch = 0 if lake_commit is None else lake_commit.epoch
 
-    if plan is None or plan.is_empty:
+    keys_only = reconciling and (plan is None or plan.is_empty)
+    if (plan is None or plan.is_empty) and not keys_only:
         state.walk_to_idle()
         state.consecutive_failures = 0
         state.next_retry_at = None
@@ -423,13 +442,20 @@ def run_round(
     files: list[WrittenFile] = []
     committed_files: list[WrittenFile] = []
     merged: MergeResult | None = None
+    splits: list[Any] = []
+    written: list[WrittenFile] = []
     try:
-        end = source.end_offsets(plan)  # a landing zone writes its offsets log here: it can fail like a write
-        # A round of one split at one slot may be written without Spark (see SparkSplitWriter); else cut it
-        # for the Spark slots, which starts the session.
-        splits = source.cut_splits(plan, spec.target_rows_per_split, 1)
-        if len(splits) > 1 or not writer.writes_single_split_locally:
-            splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
+        if keys_only:  # a reconciliation with no new rows: the offsets stay
+            assert start is not None  # reconciling needs a lake commit
+            end = dict(start)
+        else:
+            assert plan is not None
+            end = source.end_offsets(plan)  # a landing zone writes its offsets log here: it can fail like a write
+            # A round of one split at one slot may be written without Spark (see SparkSplitWriter); else cut it
+            # for the Spark slots, which starts the session.
+            splits = source.cut_splits(plan, spec.target_rows_per_split, 1)
+            if len(splits) > 1 or not writer.writes_single_split_locally:
+                splits = source.cut_splits(plan, spec.target_rows_per_split, writer.parallelism)
         if rejects is not None:
             rejects.ensure()
         log.info(
@@ -439,23 +465,29 @@ def run_round(
             "the start" if start is None else start,
             end,
             "1 split" if len(splits) == 1 else f"{len(splits)} splits",
-            f"; {count(plan.backlog)} more left for later rounds (max_rows_per_round)" if plan.backlog else "",
+            f"; {count(plan.backlog)} more left for later rounds (max_rows_per_round)"
+            if plan is not None and plan.backlog
+            else "",
         )
         notify(RoundPhase.WRITING)
         writing_started = time.monotonic()
-        with source.reading_one_snapshot(splits):
-            written = writer.write(
-                source,
-                splits,
-                schema,
-                lake.write_target(
-                    epoch,
-                    attempt,
-                    spec.target_file_size_mb * 1024 * 1024,
-                    change_stream=merge_key is not None and merge_key.from_change_stream,
-                ),
-                rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
-            )
+        if not keys_only:
+            read_here = len(splits) == 1 and writer.writes_single_split_locally
+            with source.reading_one_snapshot(splits, read_here=read_here):
+                if reconciling:
+                    hot_keys = source.live_keys()  # read on entering, in the snapshot the splits read
+                written = writer.write(
+                    source,
+                    splits,
+                    schema,
+                    lake.write_target(
+                        epoch,
+                        attempt,
+                        spec.target_file_size_mb * 1024 * 1024,
+                        change_stream=merge_key is not None and merge_key.from_change_stream,
+                    ),
+                    rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
+                )
         files = [f for f in written if f.kind == FileKind.DATA]
         rejected = [f for f in written if f.kind == FileKind.REJECTS]
         in_process = len(splits) == 1 and writer.writes_single_split_locally
@@ -478,7 +510,14 @@ def run_round(
             committed_files = files
         else:
             merged = lake.merge(
-                files, merge_key, epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt
+                files,
+                merge_key,
+                epoch=epoch,
+                start=start,
+                end=end,
+                table_name=spec.name,
+                attempt=attempt,
+                hot_keys=hot_keys,
             )
             snapshot_id, committed_files = merged.snapshot_id, list(merged.added)
             log.info(
@@ -511,7 +550,7 @@ def run_round(
         splits=len(splits),
         duration_seconds=round(time.monotonic() - started, 3),
         lag_seconds=cursor_lag_seconds(end, now),
-        backlog_rows=plan.backlog,
+        backlog_rows=None if plan is None else plan.backlog,
         rejected_rows=sum(f.rows for f in rejected),
         inserted_rows=None if merged is None else merged.inserted_rows,
         updated_rows=None if merged is None else merged.updated_rows,
@@ -519,9 +558,11 @@ def run_round(
     )
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)
+    if reconciling:
+        state.keys_reconciled_at = now
     state.last_tiered_time = now
     state.last_checked_time = now
-    if not state.watermark_blockers and not plan.backlog:
+    if not state.watermark_blockers and (plan is None or not plan.backlog):
         state.caught_up_time = now
     state.last_round = metrics
     state.consecutive_failures = 0

@@ -148,6 +148,14 @@ class MergeSpec(StrictModel):
         description="a row whose value here is set (not NULL, and not false) is deleted: its key leaves the lake; "
         "unset: rows are never deleted from the lake",
     )
+    reconcile_keys_every_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="read every key of the hot table this often (in the round's own snapshot) and remove from the "
+        "lake the keys it no longer has: hard deletes and the old key of a row whose key changed (a reconciling "
+        "round reads every key: one index scan of the hot table); 0: every round; unset: never",
+    )
 
     @field_validator("primary_key")
     @classmethod
@@ -263,6 +271,11 @@ class TableSpec(StrictModel):
             raise ValueError(f"merge needs a SQL table read by a cursor; a {self.source.kind!r} source cannot merge")
         if self.source.streams_changes and merge.soft_delete_column is not None:
             raise ValueError("merge.soft_delete_column is for merge by cursor; a change stream delivers deletes itself")
+        if self.source.streams_changes and merge.reconcile_keys_every_seconds is not None:
+            raise ValueError(
+                "merge.reconcile_keys_every_seconds is for merge by cursor; a change stream delivers deletes and key "
+                "changes itself"
+            )
         cursor, columns = self.source.cursor(), self.source.column_names()
         if cursor is not None and cursor in (merge.primary_key or ()):
             raise ValueError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_provider_tiering.core.documents import DocumentTime, from_document, to_document
@@ -105,6 +105,14 @@ class TableState:
     mode: str | None = None
     #: The key a merge or change-stream table is merged by.
     merge_key: list[str] | None = None
+    #: When a merge table's round last removed the keys its hot table no longer has (``reconcile_keys_every_seconds``).
+    keys_reconciled_at: DocumentTime | None = None
+
+    def keys_reconciliation_due(self, every_seconds: float | None, now: datetime) -> bool:
+        """Whether this round of a merge table reads every hot key to find hard deletes and changed keys."""
+        if every_seconds is None:
+            return False
+        return self.keys_reconciled_at is None or now >= self.keys_reconciled_at + timedelta(seconds=every_seconds)
 
     def transition(self, target: TableStatus) -> None:
         """Move to ``target``; raises IllegalTransition for a move the state machine forbids."""

@@ -212,6 +212,7 @@ class IcebergLake:
         end: Mapping[str, Any],
         table_name: str,
         attempt: str,
+        hot_keys: pa.Table | None = None,
         target_file_bytes: int = 128 * 1024 * 1024,
         max_conflict_retries: int = 5,
     ) -> MergeResult:
@@ -237,9 +238,16 @@ class IcebergLake:
             table_properties=last_commit_property(epoch, end, attempt),
             fence=fence,
             max_conflict_retries=max_conflict_retries,
+            hot_keys=hot_keys,
         )
         self.load_table()
         return result
+
+    def keys_not_in(self, hot_keys: pa.Table, key: MergeKey) -> int:
+        from airflow_provider_tiering.lake.merge import keys_absent
+
+        table = self.load_table()
+        return 0 if table is None else keys_absent(table, hot_keys, None, key.columns).num_rows
 
     # -- eviction's reads ----------------------------------------------------------------------
     def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:

@@ -7,6 +7,9 @@ process that commits (the task process), this module:
    a kept version whose soft-delete column is set is dropped, its key still counts as changed;
 2. finds the live data files that may hold any changed key (scan planning prunes by partition and column
    statistics), reads them and rewrites each one that does without those keys;
+   A reconciling round (``MergeKey.reconcile``) also brought every key of the hot table, read in the snapshot
+   its rows were read in: the lake's keys that are neither among them nor among the round's rows are removed
+   the same way (hard deletes, the old key of a row whose key changed);
 3. commits one ``overwrite`` snapshot that removes the rewritten files and adds their rewrites and the kept
    versions, with the tiering properties of an append and its fence, plus a check that every file it removes is
    still live (a compaction may have replaced it meanwhile: then it plans again).
@@ -22,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -79,7 +82,7 @@ def _read_parquet(uri: str, storage: LakeStorage) -> pa.Table:
     return pq.read_table(path, filesystem=filesystem)
 
 
-def _is_deleted(column: pa.ChunkedArray[Any]) -> Any:
+def is_soft_deleted(column: pa.ChunkedArray[Any]) -> Any:
     """Soft-deleted: a value is set, and for a boolean column it is true."""
     if pa.types.is_boolean(column.type):
         return pc.fill_null(column, pa.scalar(False))
@@ -143,7 +146,7 @@ def reduce_round(
     deleted_rows = None
     marker = CHANGE_DELETED if key.from_change_stream else key.soft_delete_column
     if marker is not None:
-        deleted = _is_deleted(rows.column(marker))
+        deleted = is_soft_deleted(rows.column(marker))
         deleted_latest = pc.and_(keep, deleted)
         deleted_keys = _count(deleted_latest)
         deleted_rows = rows.select(list(key.columns)).filter(deleted_latest)
@@ -175,6 +178,30 @@ def reduce_round(
         pa.concat_tables(to_fill) if to_fill else None,
         deleted_rows,
     )
+
+
+def keys_absent(table: Table, hot_keys: pa.Table, round_keys: pa.Table | None, columns: Sequence[str]) -> pa.Table:
+    """The keys the table's current snapshot holds that are neither in ``hot_keys`` (every key of the hot table,
+    in the round's snapshot) nor in ``round_keys`` (the round's own rows: never removed by a reconciliation, even
+    if a hot read at another moment had missed them), typed as ``round_keys`` (or the lake)."""
+    if table.current_snapshot() is None:
+        return hot_keys.schema.empty_table()
+    stored = table.scan(selected_fields=tuple(columns)).to_arrow().select(list(columns))
+    target = round_keys.schema if round_keys is not None else stored.schema
+    stored = stored.cast(target)
+    present = [hot_keys.select(list(columns)).cast(target)]
+    if round_keys is not None:
+        present.append(round_keys.select(list(columns)).cast(target))
+    return stored.join(pa.concat_tables(present), keys=list(columns), join_type="left anti").cast(target)
+
+
+def with_keys_removed(changes: RoundChanges, gone: pa.Table) -> RoundChanges:
+    """``changes`` plus the removal of ``gone`` (keys the round has no row of)."""
+    if gone.num_rows == 0:
+        return changes
+    gone = gone.cast(changes.keys.schema)
+    deleted = gone if changes.deleted is None else pa.concat_tables([changes.deleted.cast(gone.schema), gone])
+    return replace(changes, keys=pa.concat_tables([changes.keys, gone]), deleted=deleted)
 
 
 def _pruning_filter(keys: pa.Table, columns: Sequence[str]) -> BooleanExpression:
@@ -316,8 +343,10 @@ def merge_files(
     table_properties: dict[str, str],
     fence: Callable[[Table], None],
     max_conflict_retries: int = 5,
+    hot_keys: pa.Table | None = None,
 ) -> MergeResult:
-    """Merge the round's ``files`` (see the module's docstring) and commit one snapshot.
+    """Merge the round's ``files`` (see the module's docstring) and commit one snapshot; with ``hot_keys``, also
+    remove the lake's keys absent from them and from the round's rows.
 
     Raises:
         FencedError: from ``fence``: nothing was committed.
@@ -357,7 +386,10 @@ def merge_files(
                 f"Iceberg table {'.'.join(table.name())} has delete files (another engine's merge-on-read deletes); "
                 "a copy-on-write merge would not apply them. Compact the table with that engine first"
             )
-        plan = plan_rewrites(table, changes, key, schema, write)
+        merging = changes
+        if hot_keys is not None:  # against the snapshot this try commits onto
+            merging = with_keys_removed(changes, keys_absent(table, hot_keys, changes.keys, key.columns))
+        plan = plan_rewrites(table, merging, key, schema, write)
         removed_paths = {f.file_path for f in plan.removed}
 
         def fenced(refreshed: Table, removed: set[str] = removed_paths) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from airflow_provider_tiering.sources.sql import (
     Bindings,
     OpenTransaction,
     Rows,
+    RunInTransaction,
     SqlSource,
     cursor_to_json,
     quote_string,
@@ -467,8 +468,10 @@ class PostgresSource(SqlSource):
         finally:
             conn.close()
 
+    _split_reads_in_round_transaction = False  # split readers import the exported snapshot, wherever they run
+
     @contextmanager
-    def reading_one_snapshot(self, splits: Sequence[RangeSplit]) -> Iterator[None]:
+    def _shared_snapshot(self, splits: Sequence[RangeSplit]) -> Iterator[None]:
         """Export a snapshot that every split reader imports (``SET TRANSACTION SNAPSHOT``), from a transaction
         held open until the splits are read. Taken after the safe watermark, it sees every row up to it.
 
@@ -477,6 +480,13 @@ class PostgresSource(SqlSource):
         if len(splits) < 2 or not self.spec.consistent_snapshot:
             yield
             return
+        with self._exported_snapshot():
+            yield
+
+    @contextmanager
+    def _exported_snapshot(self) -> Iterator[RunInTransaction]:
+        """A repeatable-read transaction whose snapshot split readers import while it is open; yields a function
+        that runs a query in it."""
         conn = self._connect()
         try:
             cur = conn.cursor()
@@ -486,12 +496,26 @@ class PostgresSource(SqlSource):
                 (self._snapshot_id,) = cur.fetchone()
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: cannot export the round's snapshot: {exc}") from exc
+
+            def run(sql: str, params: Sequence[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+                try:
+                    cur.execute(sql, parameters=tuple(params) or None)
+                    reader = cur.fetch_record_batch()
+                except Exception as exc:
+                    raise self._read_failed("reading", exc) from exc
+                yield from self._batches(reader, "reading")
+
             try:
-                yield
+                yield run
             finally:
                 self._snapshot_id = None
         finally:
             conn.close()
+
+    def _round_transaction(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[RunInTransaction]:
+        # A reconciling round exports its snapshot even for one split: its keys are read in the exporting
+        # transaction, and every split reader imports that very snapshot.
+        return self._exported_snapshot()
 
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         conn = self._connect()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -41,6 +41,7 @@ from airflow_provider_tiering.core.ports import (
     Offsets,
     SafeWatermark,
     Source,
+    TiersReader,
 )
 from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
 from airflow_provider_tiering.sources.change_stream import ChangeSet, apply_changes
@@ -210,6 +211,20 @@ def _key_text(value: Any) -> str:
     return str(value)
 
 
+class WholeTableReader:
+    """Reads every row of a streamed table in one repeatable-read snapshot (``TiersReader``)."""
+
+    holds_every_row = True
+
+    def __init__(self, table: StreamedTable) -> None:
+        self._table = table
+
+    @contextmanager
+    def rows_after_reader(self) -> Iterator[Callable[[Offsets | None], pa.Table]]:
+        with self._table.rows_after_reader() as read:
+            yield lambda offsets: read(None)  # every row: the offsets (an LSN) bound no column
+
+
 def _table_reader_spec(spec: PostgresCdcSourceSpec) -> SqlSourceSpec:
     # The bulk reader's spec: its cursor column is never read here (a change stream has no cursor), but the model
     # needs one among the declared columns.
@@ -246,6 +261,11 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     def bind_key(self, key: MergeKey) -> None:
         self.key = key.columns
+
+    def tiers_reader(self) -> TiersReader:
+        """The whole hot table in one snapshot: a change-stream table holds every live row (never evicted), so a
+        read across tiers needs nothing from the lake, and sees deletes and key changes the lake has yet to get."""
+        return WholeTableReader(self.table)
 
     def secrets(self) -> list[str]:
         return self.connection.secrets()
@@ -508,7 +528,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         return {"lsn": format_lsn(plan.end_lsn)}
 
     @contextmanager
-    def reading_one_snapshot(self, splits: Sequence[ChangeSplit]) -> Iterator[None]:
+    def reading_one_snapshot(self, splits: Sequence[ChangeSplit], *, read_here: bool = False) -> Iterator[None]:
         """The first load reads the slot's exported snapshot: its session is closed once the load is written."""
         try:
             yield

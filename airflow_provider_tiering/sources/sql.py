@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,6 +23,7 @@ from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan,
 from airflow_provider_tiering.core.ports import (
     BehindLook,
     EvictionSource,
+    MergeKey,
     Offsets,
     SafeWatermark,
     Source,
@@ -37,6 +38,8 @@ if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs 
 
 #: A query's rows, or a statement's placeholders' values.
 Rows = list[tuple[Any, ...]]
+#: Runs a query (with bound parameters) in an open transaction, as Arrow batches of the given schema.
+RunInTransaction = Callable[[str, Sequence[Any], "pa.Schema"], Iterator["pa.RecordBatch"]]
 
 
 def quote_identifier(name: str, quote: str = '"') -> str:
@@ -106,10 +109,24 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     #: Whether separate connections (one per split, in Spark tasks) can read one snapshot; see ``cut_splits``.
     shares_snapshot_across_connections: ClassVar[bool] = False
 
+    #: The hot table holds rows the lake has too, or has evicted: a read across tiers needs both.
+    holds_every_row = False
+
     def __init__(self, spec: SqlSourceSpec) -> None:
         self.spec = spec
         self._schema: pa.Schema | None = None
         self._evict_conn: Any = None
+        self._key: MergeKey | None = None
+        #: A reconciling round's keys, read in its snapshot (``live_keys``).
+        self._live_keys: pa.Table | None = None
+        #: A reconciling round's transaction, where a split read in this process runs (see ``reading_one_snapshot``).
+        self._round_read: RunInTransaction | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        # The round's open transaction and eviction connection stay in the round's process (not pickled to Spark).
+        state.update(_round_read=None, _live_keys=None, _evict_conn=None)
+        return state
 
     # -- dialect hooks -------------------------------------------------------------------------
     @abstractmethod
@@ -280,12 +297,81 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         from airflow_provider_tiering.sources.conform import conform_batch
 
-        for batch in self._execute_arrow(self.select_split_sql(split, schema), schema):
+        sql = self.select_split_sql(split, schema)
+        batches = self._execute_arrow(sql, schema) if self._round_read is None else self._round_read(sql, (), schema)
+        for batch in batches:
             try:
                 conformed = conform_batch(batch, schema)
             except UnsupportedColumnType as exc:
                 raise UnsupportedColumnType(f"{self.display_name}: {exc}") from exc
             yield conformed
+
+    # -- the round's one snapshot, and its keys when it reconciles -------------------------------
+    def bind_key(self, key: MergeKey) -> None:
+        self._key = key
+
+    def _shared_snapshot(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[None]:
+        """What lets separate connections read ``splits`` in one snapshot (see ``cut_splits``); nothing here."""
+        return nullcontext()
+
+    def _round_transaction(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[RunInTransaction]:
+        """A reconciling round's transaction, open while its splits are read: its keys are read in it, and so
+        is its split when read in this process (the dialect's consistent read, ``_snapshot``)."""
+        return self._snapshot()
+
+    #: Whether a reconciling round's split, read in this process, runs in the round's transaction (dialects
+    #: whose split readers cannot import it).
+    _split_reads_in_round_transaction: ClassVar[bool] = True
+
+    @contextmanager
+    def reading_one_snapshot(self, splits: Sequence[RangeSplit], *, read_here: bool = False) -> Iterator[None]:
+        """One snapshot for the round's splits; a reconciling round (``MergeKey.reconcile``) also reads every key
+        of the table in it, before any split (``live_keys``).
+
+        PostgreSQL exports the transaction's snapshot and every split reader imports it, wherever it runs. SQLite
+        and MariaDB read a round as one split: read ``read_here`` (in this process, the local writer), it runs in
+        the very transaction the keys were read in. Read in a Spark task, on a connection of its own, it reads a
+        later moment: the keys' transaction ends first (a SQLite shared lock held across another connection's read
+        would deadlock with a waiting writer). That is safe: every commit after the safe watermark that changes a
+        row gives it a cursor beyond the round, so the rows the split reads at or below the watermark were there,
+        with those keys, when the keys were read; a key deleted in between stays in the lake until the next
+        reconciliation; and the merge never removes a key among the round's own rows."""
+        if self._key is None or not self._key.reconcile:
+            with self._shared_snapshot(splits):
+                yield
+            return
+        holds = not self._split_reads_in_round_transaction or read_here
+        with self._round_transaction(splits) as run:
+            self._live_keys = self._read_keys(run)
+            if holds:
+                if self._split_reads_in_round_transaction:
+                    self._round_read = run
+                try:
+                    yield
+                finally:
+                    self._live_keys = self._round_read = None
+                return
+        try:
+            yield
+        finally:
+            self._live_keys = None
+
+    def _read_keys(self, run: RunInTransaction) -> pa.Table:
+        import pyarrow as pa
+
+        from airflow_provider_tiering.sources.conform import conform_batch
+
+        assert self._key is not None
+        schema = self.schema()
+        key_schema = pa.schema([schema.field(c) for c in self._key.columns])
+        columns = ", ".join(self.select_expression(f) for f in key_schema)
+        batches = [conform_batch(b, key_schema) for b in run(f"SELECT {columns} FROM {self.table_ref}", (), key_schema)]
+        return pa.Table.from_batches(batches, schema=key_schema)
+
+    def live_keys(self) -> pa.Table:
+        if self._live_keys is None:
+            raise SourceError(f"{self.display_name}: keys are read only inside a reconciling round's snapshot")
+        return self._live_keys
 
     # -- safe watermark, for dialects with a view of open transactions -------------------------
     def _watermark_waiting_for_transactions(

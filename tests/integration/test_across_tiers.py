@@ -152,3 +152,131 @@ def test_the_view_as_a_spark_dataframe_and_on_sqlite(tmp_path: Path, catalog_pro
     frame = view.to_spark(spark_writer.spark)
     spark_rows = [tuple(r[c] for c in COLUMNS) for r in frame.select(*COLUMNS).collect()]
     assert digest(spark_rows) == digest(view_rows(view, COLUMNS)) == digest(hot.rows("across"))
+
+
+def _by_key(rows, key_columns, columns):
+    from testbed.lake_check import _normal
+
+    found = {}
+    for row in rows:
+        values = tuple(_normal(row[c]) for c in columns)
+        key = tuple(row[c] for c in key_columns)
+        assert key not in found, f"key {key} is in the view twice"
+        found[key] = values
+    return found
+
+
+def test_a_merge_table_reads_the_latest_version_per_key(pg_server, tmp_path: Path, catalog_properties, spark_writer):
+    """Lake rows whose key the hot tail has are replaced by the hot version; a soft-deleted hot row hides its key.
+    Hard deletes and changed keys since the lake's round still show their lake row, until a reconciling round."""
+    from testbed.mutable_tables import MUTABLE_COLUMNS, postgres_mutable
+
+    name = "across_merge"
+    spec = TableSpec.parse(
+        {
+            "name": name,
+            "source": {"conn_id": "unused", "table": name, "cursor_column": "version"},
+            "lake": {"namespace": "it", "table": name},
+            "merge": {"soft_delete_column": "deleted_at", "reconcile_keys_every_seconds": 0},
+        }
+    )
+    hot = postgres_mutable(pg_server.dsn, name, composite_key=True, seed=17)
+    hot.create()
+    hot.insert(200)
+    source = hot.source(spec.source)
+    lake = lake_of(spec, catalog_properties)
+    state = JsonFileStateStore(tmp_path / "state.json")
+    writer = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+    run_round(spec, source, lake, writer, state)
+    stored = {(r[0], r[1]): r for r in hot.live_rows()}
+
+    keys = hot.keys(deleted=False)
+    for key in keys[:20]:
+        hot.update(key)
+    for key in keys[20:25]:
+        hot.soft_delete(key)
+    hot.insert(7)
+    hot.hard_delete(keys[30])
+    moved = hot.change_key(keys[31])
+    hot.reinsert(keys[32])
+    key_columns = ("tenant", "id")
+
+    def expected_now():
+        live = {(r[0], r[1]): r for r in hot.live_rows()}
+        # Not known to the view: the hard-deleted key and the changed key's old key, from the lake.
+        live[keys[30]] = stored[keys[30]]
+        live[keys[31]] = stored[keys[31]]
+        return _by_key([dict(zip(MUTABLE_COLUMNS, r)) for r in live.values()], key_columns, MUTABLE_COLUMNS)
+
+    view = read_across_tiers(source, lake, soft_delete_column="deleted_at")
+    assert view.merge_key == key_columns and view.hot.num_rows == 20 + 5 + 7 + 2
+    arrow = _by_key(view.to_arrow().to_pylist(), key_columns, MUTABLE_COLUMNS)
+    assert arrow == expected_now()
+    assert moved in arrow and not set(keys[20:25]) & set(arrow)
+    frame = view.to_spark(spark_writer.spark)
+    spark_rows = _by_key([r.asDict() for r in frame.select(*MUTABLE_COLUMNS).collect()], key_columns, MUTABLE_COLUMNS)
+    assert spark_rows == arrow
+
+    # A reconciling round: the view is the hot table's live rows exactly.
+    run_round(spec, source, lake, writer, state)
+    view = read_across_tiers(source, lake, soft_delete_column="deleted_at")
+    live = _by_key([dict(zip(MUTABLE_COLUMNS, r)) for r in hot.live_rows()], key_columns, MUTABLE_COLUMNS)
+    assert _by_key(view.to_arrow().to_pylist(), key_columns, MUTABLE_COLUMNS) == live
+    assert view.hot.num_rows == 0
+
+
+def test_a_change_stream_table_reads_its_whole_hot_table_through_its_connections(
+    pg_server, tmp_path: Path, catalog_properties, monkeypatch
+) -> None:
+    """``read_table_across_tiers`` of a ``postgres_cdc`` spec: the hot table in one snapshot (it holds every live
+    row), nothing from the lake, with the changes the lake has yet to get (deletes, changed keys)."""
+    import json
+
+    from airflow_provider_tiering.across_tiers import read_table_across_tiers
+    from airflow_provider_tiering.sources.registry import build_source
+    from testbed.changing_table import COLUMNS as CDC_COLUMNS
+    from testbed.changing_table import ChangingTable
+    from testbed.tiering_env import pg_conn
+
+    name = "across_cdc"
+    data = {
+        "name": name,
+        "source": {"kind": "postgres_cdc", "conn_id": "hot_across_cdc", "table": name},
+        "lake": {"namespace": "it", "table": name, "catalog_conn_id": "iceberg_across_cdc"},
+    }
+    spec = TableSpec.parse(data)
+    monkeypatch.setenv("AIRFLOW_CONN_HOT_ACROSS_CDC", pg_conn(pg_server, pg_server.password))
+    catalog_conn = json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog_properties}})
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_ACROSS_CDC", catalog_conn)
+    hot = ChangingTable(pg_server.dsn, name, seed=3)
+    try:
+        hot.create()
+        hot.insert(150)
+        writer = build_writer(SparkSettings(master="spark://127.0.0.1:9"), local_single_split=True)
+        run_round(
+            spec,
+            build_source(spec.source, hot.connection()),
+            lake_of(spec, catalog_properties),
+            writer,
+            JsonFileStateStore(tmp_path / "state.json"),
+        )
+        hot.random_changes(60)  # updates, key updates, deletes, re-inserts: not tiered yet
+        assert hot.counts["delete"] and hot.counts["key_update"], hot.counts
+        view = read_table_across_tiers(data)
+        assert view.snapshot_id is not None and view.lake_files == () and view.lake().num_rows == 0
+        rows = view.to_arrow()
+        found = {r["id"]: tuple(r[c] for c in CDC_COLUMNS) for r in rows.to_pylist()}
+        assert len(found) == rows.num_rows  # one row per key
+        expected = hot.hot_by_key()
+        from testbed.changing_table import _normal_value
+
+        normal = {k: tuple(_normal_value(v) for v in row) for k, row in found.items()}
+        assert normal == expected
+        assert digest(normal.values()) == digest(expected.values())
+    finally:
+        hot.close()
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                (f"tiering_public_{name}",),
+            )

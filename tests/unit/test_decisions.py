@@ -144,3 +144,27 @@ def test_a_quarantined_table_is_refused_even_when_named():
         decision = decide_task(SPEC, state, now=T0 + timedelta(days=1), selected=selected)
         assert decision.action is TaskAction.QUARANTINED
         assert "is quarantined since" in decision.reason and "boom" in decision.reason
+
+
+def test_a_due_key_reconciliation_runs_the_round_without_a_probe():
+    """Hard deletes leave no row beyond the offsets for a probe to find: once the reconciliation period has passed,
+    a due table at rest runs; within it, it probes; never before its freshness interval."""
+    spec = TableSpec.parse(
+        {
+            "name": "t",
+            "source": {"conn_id": "hot", "table": "t", "cursor_column": "version"},
+            "lake": {"namespace": "n", "table": "t"},
+            "freshness_seconds": 300,
+            "merge": {"primary_key": ["id"], "reconcile_keys_every_seconds": 3600},
+        }
+    )
+    state = tiered_at(T0)
+    assert decide_task(spec, state, now=T0 + timedelta(seconds=301), selected=None).action is TaskAction.RUN
+    state.keys_reconciled_at = T0
+    assert decide_task(spec, state, now=T0 + timedelta(seconds=100), selected=None).action is TaskAction.NOT_DUE
+    assert decide_task(spec, state, now=T0 + timedelta(seconds=1800), selected=None).action is TaskAction.PROBE
+    decision = decide_task(spec, state, now=T0 + timedelta(seconds=3600), selected=None)
+    assert decision.action is TaskAction.RUN and "reconciliation" in decision.reason
+    assert decide_task(SPEC, tiered_at(T0), now=T0 + timedelta(seconds=3600), selected=None).action is TaskAction.PROBE
+    restored = TableState.from_json(state.to_json())
+    assert restored.keys_reconciled_at == T0

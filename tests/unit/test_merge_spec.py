@@ -32,6 +32,12 @@ def test_merge_with_a_declared_key_and_soft_delete_column():
     assert parsed.merge.soft_delete_column == "deleted_at"
 
 
+def test_key_reconciliation_is_off_unless_a_period_is_declared():
+    assert TableSpec.parse(spec({})).merge.reconcile_keys_every_seconds is None
+    assert TableSpec.parse(spec({"reconcile_keys_every_seconds": 0})).merge.reconcile_keys_every_seconds == 0
+    assert TableSpec.parse(spec({"reconcile_keys_every_seconds": 3600})).merge.reconcile_keys_every_seconds == 3600
+
+
 def test_merge_without_a_key_takes_the_hot_tables_own_later():
     parsed = TableSpec.parse(spec({}))
     assert parsed.merge is not None and parsed.merge.primary_key is None and parsed.merge.soft_delete_column is None
@@ -53,6 +59,8 @@ def test_merge_without_a_key_takes_the_hot_tables_own_later():
             "merge.soft_delete_column 'gone' is not in source.columns",
         ),
         ({"key": ["id"]}, {}, "field 'merge.key': Extra inputs are not permitted"),
+        ({"reconcile_keys_every_seconds": -1}, {}, "field 'merge.reconcile_keys_every_seconds': .*greater than or"),
+        ({"reconcile_keys_every_seconds": "often"}, {}, "field 'merge.reconcile_keys_every_seconds': .*valid number"),
     ],
 )
 def test_bad_merge_declarations_fail_at_parse_time_naming_the_field(merge, source_extra, message):
@@ -91,6 +99,7 @@ def test_a_change_stream_table_names_its_slot_and_publication():
     [
         ({**CDC_SOURCE, "slot_name": "Has-Dash"}, {}, "slot_name"),
         (CDC_SOURCE, {"merge": {"soft_delete_column": "gone"}}, "soft_delete_column"),
+        (CDC_SOURCE, {"merge": {"reconcile_keys_every_seconds": 60}}, "reconcile_keys_every_seconds is for merge"),
         (CDC_SOURCE, {"eviction": {"enabled": True, "min_age_seconds": 60}}, "eviction"),
         ({**CDC_SOURCE, "max_retained_wal_mb": 0}, {}, "max_retained_wal_mb"),
     ],
