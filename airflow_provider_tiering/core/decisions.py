@@ -53,6 +53,8 @@ class TaskDecision:
     committed: Offsets | None = None
     #: The stretch below them that the hot store emptied, as the state knows it (or the probe found it).
     emptied: dict[str, Any] | None = None
+    #: When a merge table's key reconciliation falls due: from then on the table runs without new rows.
+    reconcile_at: datetime | None = None
 
     @property
     def runs(self) -> bool:
@@ -128,19 +130,27 @@ def decide_task(
         return TaskDecision(name, TaskAction.QUARANTINED, quarantine_reason(name, state))
     if selected is not None:
         return TaskDecision(name, TaskAction.RUN, f"{name}: named in the run's conf", committed=committed)
+    reconcile_every = None if spec.merge is None else spec.merge.reconcile_keys_every_seconds
+    reconcile_at = None
+    if state is not None and state.keys_reconciled_at is not None and reconcile_every is not None:
+        reconcile_at = state.keys_reconciled_at + timedelta(seconds=reconcile_every)
     when = due_at(state, spec.freshness_seconds)
     if when is not None and now < when:
         reason = (
             f"{name}: not due until {when.isoformat()} "
             f"(freshness {spec.freshness_seconds:g}s since the last tiered round)"
         )
-        return TaskDecision(name, TaskAction.NOT_DUE, reason, due_at=when, committed=committed)
-    reconcile_every = None if spec.merge is None else spec.merge.reconcile_keys_every_seconds
+        return TaskDecision(
+            name, TaskAction.NOT_DUE, reason, due_at=when, committed=committed, reconcile_at=reconcile_at
+        )
     if state is not None and state.committed is not None and state.keys_reconciliation_due(reconcile_every, now):
         # Hard deletes leave no row beyond the offsets for a probe to find: a due reconciliation runs the round.
         return TaskDecision(name, TaskAction.RUN, f"{name}: due, and its keys' reconciliation too", committed=committed)
     if _at_rest(state):
-        return TaskDecision(name, TaskAction.PROBE, f"{name}: due; new rows?", committed=committed, emptied=emptied)
+        reason = f"{name}: due; new rows?"
+        return TaskDecision(
+            name, TaskAction.PROBE, reason, committed=committed, emptied=emptied, reconcile_at=reconcile_at
+        )
     return TaskDecision(name, TaskAction.RUN, f"{name}: due", committed=committed)
 
 

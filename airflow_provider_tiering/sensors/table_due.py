@@ -110,6 +110,7 @@ class TableDueSensor(BaseSensorOperator):
                 due_at=None if waiting_until is None else waiting_until.isoformat(),
                 committed=decision.committed,
                 emptied=decision.emptied,
+                reconcile_at=None if decision.reconcile_at is None else decision.reconcile_at.isoformat(),
                 poke_interval=self.poke_interval,
                 deadline=deadline.isoformat(),
             ),

@@ -23,7 +23,8 @@ async def sleep_until(moment: datetime | None) -> None:
 class TableDueTrigger(BaseTrigger):
     """Sleeps until ``due_at``, then probes the hot store every ``poke_interval`` seconds for rows beyond
     ``committed`` (or arrived behind it, in the ``emptied`` stretch; see ``Source.look_behind``) until there are
-    some or ``deadline`` passes.
+    some, ``reconcile_at`` passes (a merge table's key reconciliation: it runs without new rows) or ``deadline``
+    passes.
 
     Triggers have no access to the metadata database (so none to the table's state document): the
     sensor reads the state on the worker and hands over what the wait needs, the due time and the
@@ -41,12 +42,14 @@ class TableDueTrigger(BaseTrigger):
         poke_interval: float,
         deadline: str | None,
         emptied: dict[str, Any] | None = None,
+        reconcile_at: str | None = None,
     ) -> None:
         super().__init__()
         self.table = table
         self.due_at = due_at
         self.committed = committed
         self.emptied = emptied
+        self.reconcile_at = reconcile_at
         self.poke_interval = poke_interval
         self.deadline = deadline
 
@@ -58,6 +61,7 @@ class TableDueTrigger(BaseTrigger):
                 "due_at": self.due_at,
                 "committed": self.committed,
                 "emptied": self.emptied,
+                "reconcile_at": self.reconcile_at,
                 "poke_interval": self.poke_interval,
                 "deadline": self.deadline,
             },
@@ -74,6 +78,7 @@ class TableDueTrigger(BaseTrigger):
             yield TriggerEvent({"status": "deadline", "table": spec.name})
             return
         await sleep_until(due_at)
+        reconcile_at = datetime.fromisoformat(self.reconcile_at) if self.reconcile_at else None
         probes, secrets, emptied = 0, [], self.emptied
         try:
             source = await hooks.TieringSourceHook(spec.source, spec.lake).aget_source()
@@ -85,6 +90,8 @@ class TableDueTrigger(BaseTrigger):
                     break
                 probes += 1
                 now = utcnow()
+                if reconcile_at is not None and now >= reconcile_at:
+                    break  # the keys' reconciliation is due: the round runs without new rows
                 if deadline is not None and now >= deadline:
                     yield TriggerEvent(
                         {"status": "deadline", "table": spec.name, "probes": probes, "emptied_range": emptied}
@@ -97,8 +104,9 @@ class TableDueTrigger(BaseTrigger):
                     self.poke_interval,
                 )
                 pause = self.poke_interval
-                if deadline is not None:
-                    pause = min(pause, (deadline - now).total_seconds())
+                for until in (deadline, reconcile_at):
+                    if until is not None:
+                        pause = min(pause, (until - now).total_seconds())
                 await asyncio.sleep(max(0.0, pause))
         except Exception as exc:  # the round itself records and retries source errors: hand over, don't hide
             yield TriggerEvent(

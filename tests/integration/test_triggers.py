@@ -71,6 +71,15 @@ def test_due_trigger_waits_for_the_due_time_then_fires_on_new_rows(hot: SqliteHo
     assert event["status"] == "due" and time.monotonic() - started >= 1.4
 
 
+def test_due_trigger_fires_without_new_rows_once_the_keys_reconciliation_is_due(hot: SqliteHot) -> None:
+    """A merge table's reconciliation finds hard deletes, which no probe sees: due at its time, rows or not."""
+    started = time.monotonic()
+    event = first_event(due_trigger(reconcile_at=(utcnow() + timedelta(seconds=1.5)).isoformat()), 30)
+    elapsed = time.monotonic() - started
+    assert event["status"] == "due" and 1.4 <= elapsed < 10, (event, elapsed)
+    assert event["probes"] >= 2  # it probed (no rows beyond 100) until the reconciliation was due
+
+
 def test_due_trigger_probes_until_rows_arrive(hot: SqliteHot) -> None:
     async def insert_later() -> None:
         await asyncio.sleep(1.0)

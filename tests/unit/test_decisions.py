@@ -162,7 +162,10 @@ def test_a_due_key_reconciliation_runs_the_round_without_a_probe():
     assert decide_task(spec, state, now=T0 + timedelta(seconds=301), selected=None).action is TaskAction.RUN
     state.keys_reconciled_at = T0
     assert decide_task(spec, state, now=T0 + timedelta(seconds=100), selected=None).action is TaskAction.NOT_DUE
-    assert decide_task(spec, state, now=T0 + timedelta(seconds=1800), selected=None).action is TaskAction.PROBE
+    probing = decide_task(spec, state, now=T0 + timedelta(seconds=1800), selected=None)
+    assert probing.action is TaskAction.PROBE and probing.reconcile_at == T0 + timedelta(seconds=3600)
+    waiting = decide_task(spec, state, now=T0 + timedelta(seconds=100), selected=None)
+    assert waiting.reconcile_at == T0 + timedelta(seconds=3600)  # handed to the trigger with the due time
     decision = decide_task(spec, state, now=T0 + timedelta(seconds=3600), selected=None)
     assert decision.action is TaskAction.RUN and "reconciliation" in decision.reason
     assert decide_task(SPEC, tiered_at(T0), now=T0 + timedelta(seconds=3600), selected=None).action is TaskAction.PROBE
