@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -28,3 +29,19 @@ def postgres_scratch(workdir: str | None, dsn: str | None, prefix: str) -> Itera
             server.stop()
         if not workdir:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def drop_change_stream(dsn: str, spec: dict[str, Any]) -> None:
+    """Drop the replication slot and publication a ``postgres_cdc`` table spec's rounds made: a slot left behind
+    keeps WAL on the server for ever (a benchmark run against a shared ``--dsn`` must not leave one)."""
+    import psycopg
+
+    from airflow_provider_tiering.core.spec import TableSpec
+
+    source: Any = TableSpec.parse(spec).source
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
+            (source.slot(),),
+        )
+        conn.execute(f'DROP PUBLICATION IF EXISTS "{source.publication()}"')

@@ -11,6 +11,8 @@ PYTHON=${PYTHON:-python3}
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
+# the wal2json logical decoding plugin, which benchmarks/bench_cdc_decoding.py (and its smoke test) compares with pgoutput
+ls /usr/lib/postgresql/*/lib/wal2json.so >/dev/null 2>&1 || need_apt+=(postgresql-15-wal2json)
 # MariaDB hot tables: the tests start their own server (testbed/mariadb_server.py), never the system service
 command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server)
 command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)

@@ -86,3 +86,20 @@ def test_mariadb_round_benchmark_runs_every_variant_at_small_size(tmp_path, caps
     assert rows["drain"] == rows["round"] == rows["round-splits"] and rows["round"][0] > 50_000
     assert [run["splits"] for run in report["results"]["round"]] == [1]  # one snapshot: one statement
     assert "round / drain" in capsys.readouterr().out
+
+
+def test_cdc_decoding_benchmark_decodes_both_plugins_alike_at_small_size(pg_server, tmp_path, capsys):
+    from benchmarks.bench_cdc_decoding import main as decoding_main
+
+    output = tmp_path / "decoding.json"
+    argv = ["--dsn", pg_server.dsn, "--sf", "0.01", "--changes", "2000", "--repeat", "1", "--output", str(output)]
+    assert decoding_main([*argv, "--workdir", str(tmp_path / "w")]) == 0
+    report = json.loads(output.read_text())
+    # 800 inserts (new keys), 800 updates and 400 deletes of distinct loaded keys: one result row per changed key
+    assert report["made"] == {"inserts": 800, "updates": 800, "deletes": 400} and report["result_keys"] == 2000
+    assert report["ratio_wal2json_to_pgoutput"] > 0
+    with pg_server.connect() as conn:  # the benchmark's slots must not outlive it (they would hold WAL back)
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'bench_%'").fetchone() == (
+            0,
+        )
+    assert "wal2json / pgoutput" in capsys.readouterr().out

@@ -1,0 +1,519 @@
+"""Benchmark: rounds of tables whose rows change, merged into the lake copy-on-write.
+
+TPC-H ``orders`` at ``--sf`` (SF 1: 1.5M rows) is loaded into PostgreSQL twice, each with two extra columns:
+``o_ver`` (a version every change sets from a sequence; 0 for the loaded rows) and ``o_deleted``:
+
+* ``orders_m``  merge by cursor: cursor ``o_ver``, key ``o_id`` (the table's primary key), soft-delete column
+                ``o_deleted`` (a delete is ``o_deleted = true`` with a new version);
+* ``orders_c``  change data capture (source kind ``postgres_cdc``): a delete is a ``DELETE``.
+
+Both are tiered once (their first rounds, timed too). Then, for each scenario (``--scenarios``: 1% and 10% of the
+rows updated, 0.1% deleted; keys scattered over the whole table, so every data file holds some), the same changes
+are made to both tables and, alternating, timed:
+
+* ``merge``       the next round of ``orders_m``;
+* ``cdc``         the next round of ``orders_c``;
+* ``full-load``   a first round of ``orders_m`` into a new lake table: re-tiering the whole table instead;
+* ``dlt``         dlt's ``merge`` write disposition into Iceberg on the same table (``benchmarks/alt_dlt_merge.py``,
+                  in the bench virtualenv, with its own lake, fully loaded by the first call), unless
+                  ``--dlt-scenarios`` leaves the scenario out: by default dlt merges the 1% round only, as it
+                  commits 1,000 rows at a time, each commit rewriting the files that hold them (at 10% that is
+                  some 150 commits, longer than ``--dlt-timeout``'s 10 minutes here).
+
+Each round runs as the operator builds it, in this process (``testbed/rounds.round_parts``): a round of one split is
+read and written without Spark (``target_rows_per_split`` is 2M, so a full load of SF 1 is one split too), and the
+merge (read back the round's rows, find the live files holding changed keys, rewrite them, one commit) runs in
+the task process (``lake/merge.py``). Bytes written and files added or removed come from the summaries of the
+snapshots the round committed. After each scenario the lake is checked against PostgreSQL independently (pyarrow
+over a pyiceberg scan: rows, distinct keys, the sum of versions and of prices).
+
+Position deletes are not measured: pyiceberg 0.12 writes data files only (``Transaction.delete`` with
+``write.delete.mode=merge-on-read`` warns and falls back to copy-on-write; apache/iceberg-python#1808 and #1078,
+open), so copy-on-write is the only merge this product can commit.
+
+Then ``--small-rounds`` (50) small merge rounds of ``orders_m``, each inserting ``--small-inserts`` new rows and
+updating ``--small-updates`` rows among those the earlier small rounds inserted (hot rows are recent), and the
+time to read the whole table with pyiceberg (``scan().to_arrow()``, median of 3), before and after compaction
+(``lake/compaction.compact``).
+
+    python -m benchmarks.bench_merge                                    # SF 1 (about 6 minutes here)
+    python -m benchmarks.bench_merge --sf 0.01 --small-rounds 3 --dlt-scenarios ''   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+DEFAULT_OUTPUT = REPO / "benchmarks" / "results" / "merge.json"
+BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
+NAMESPACE = "bench"
+MERGE_TABLE = "orders_m"
+CDC_TABLE = "orders_c"
+KEY = "o_id"
+CURSOR = "o_ver"
+DELETED = "o_deleted"
+SEQUENCE = "orders_ver"
+SPLIT_ROWS = 2_000_000
+MB = 1024 * 1024
+#: Scenario -> (percent of rows updated, per mille deleted).
+SCENARIOS = {"1%": (1, 1), "10%": (10, 1)}
+
+
+def merge_spec(lake_table: str) -> dict[str, Any]:
+    return {
+        "name": lake_table,
+        "source": {"conn_id": "bench", "table": MERGE_TABLE, "cursor_column": CURSOR},
+        "lake": {"namespace": NAMESPACE, "table": lake_table},
+        "merge": {"soft_delete_column": DELETED},
+        "target_rows_per_split": SPLIT_ROWS,
+    }
+
+
+def cdc_spec() -> dict[str, Any]:
+    return {
+        "name": CDC_TABLE,
+        "source": {"kind": "postgres_cdc", "conn_id": "bench", "table": CDC_TABLE},
+        "lake": {"namespace": NAMESPACE, "table": CDC_TABLE},
+        "target_rows_per_split": SPLIT_ROWS,
+    }
+
+
+# -- hot tables --------------------------------------------------------------------------------------------
+def prepare_tables(dsn: str, sf: float, workdir: Path) -> int:
+    import psycopg
+
+    from benchmarks.tpch_data import load_lineitem_timed
+
+    rows = load_lineitem_timed(dsn, sf, workdir, table=MERGE_TABLE, tpch_table="orders", force=True).rows
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"ALTER TABLE {MERGE_TABLE} ADD COLUMN {CURSOR} bigint NOT NULL DEFAULT 0, "
+            f"ADD COLUMN {DELETED} boolean NOT NULL DEFAULT false"
+        )
+        conn.execute(f"DROP SEQUENCE IF EXISTS {SEQUENCE}")
+        conn.execute(f"CREATE SEQUENCE {SEQUENCE}")
+        conn.execute(f"CREATE INDEX ON {MERGE_TABLE} ({CURSOR})")
+        conn.execute(f"DROP TABLE IF EXISTS {CDC_TABLE}")
+        conn.execute(f"CREATE TABLE {CDC_TABLE} (LIKE {MERGE_TABLE} INCLUDING ALL)")
+        conn.execute(f"INSERT INTO {CDC_TABLE} OVERRIDING SYSTEM VALUE SELECT * FROM {MERGE_TABLE}")
+        conn.execute(f"ANALYZE {MERGE_TABLE}")
+        conn.execute(f"ANALYZE {CDC_TABLE}")
+    return rows
+
+
+def make_changes(dsn: str, percent_updated: int, per_mille_deleted: int, seed: int) -> dict[str, int]:
+    """The same changes to both tables: scattered keys, chosen by a hash of the key and ``seed``."""
+    import psycopg
+
+    updated = f"(({KEY} * 7919 + {seed}) % 100) < {percent_updated}"
+    deleted = f"(({KEY} * 104729 + {seed} * 31) % 1000) < {per_mille_deleted}"
+    counts: dict[str, int] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")  # a change stream reads flushed WAL only
+        for table in (MERGE_TABLE, CDC_TABLE):
+            alive = f"NOT {DELETED}" if table == MERGE_TABLE else "true"
+            counts[f"{table}_updated"] = conn.execute(
+                f"UPDATE {table} SET o_totalprice = o_totalprice + 1, o_orderstatus = 'U', "
+                f"{CURSOR} = nextval('{SEQUENCE}') WHERE {updated} AND {alive}"
+            ).rowcount
+            if table == MERGE_TABLE:
+                statement = (
+                    f"UPDATE {table} SET {DELETED} = true, {CURSOR} = nextval('{SEQUENCE}') WHERE {deleted} AND {alive}"
+                )
+            else:
+                statement = f"DELETE FROM {table} WHERE {deleted}"
+            counts[f"{table}_deleted"] = conn.execute(statement).rowcount
+    if counts[f"{MERGE_TABLE}_updated"] != counts[f"{CDC_TABLE}_updated"]:
+        raise AssertionError(f"the two tables got different changes: {counts}")
+    return counts
+
+
+def insert_and_update_recent(dsn: str, inserts: int, updates: int, base_max_id: int) -> None:
+    """A small round's changes on ``orders_m``: new rows (copies of old ones, new keys) and updates of rows added
+    since ``base_max_id``."""
+    import psycopg
+
+    columns = (
+        "o_orderkey, o_custkey, o_orderstatus, o_totalprice, o_orderdate, o_orderpriority, o_clerk, "
+        "o_shippriority, o_comment"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {MERGE_TABLE} ({columns}, {CURSOR}) SELECT {columns}, nextval('{SEQUENCE}') "
+            f"FROM {MERGE_TABLE} WHERE {KEY} <= %s",
+            (inserts,),
+        )
+        conn.execute(
+            f"UPDATE {MERGE_TABLE} SET o_totalprice = o_totalprice + 1, {CURSOR} = nextval('{SEQUENCE}') "
+            f"WHERE {KEY} IN (SELECT {KEY} FROM {MERGE_TABLE} WHERE {KEY} > %s ORDER BY random() LIMIT %s)",
+            (base_max_id, updates),
+        )
+
+
+def hot_summary(dsn: str, table: str) -> dict[str, Any]:
+    import psycopg
+
+    alive = f"WHERE NOT {DELETED}" if table == MERGE_TABLE else ""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            f"SELECT count(*), count(DISTINCT {KEY}), coalesce(sum({CURSOR}), 0), sum(o_totalprice) "
+            f"FROM {table} {alive}"
+        ).fetchone()
+    assert row is not None
+    return {"rows": int(row[0]), "keys": int(row[1]), "version_sum": int(row[2]), "price_sum": str(row[3])}
+
+
+# -- the lake ------------------------------------------------------------------------------------------------
+def catalog_properties(workdir: Path) -> dict[str, str]:
+    root = workdir / "lake"
+    root.mkdir(parents=True, exist_ok=True)
+    return {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
+
+
+def _load(catalog: dict[str, str], table: str) -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("default", **catalog).load_table((NAMESPACE, table))
+
+
+def lake_summary(catalog: dict[str, str], table: str) -> dict[str, Any]:
+    import pyarrow.compute as pc
+
+    rows = _load(catalog, table).scan(selected_fields=(KEY, CURSOR, "o_totalprice")).to_arrow()
+    return {
+        "rows": rows.num_rows,
+        "keys": pc.count_distinct(rows[KEY]).as_py(),
+        "version_sum": int(pc.sum(rows[CURSOR]).as_py() or 0),
+        "price_sum": str(pc.sum(rows["o_totalprice"]).as_py()),
+    }
+
+
+def check(dsn: str, catalog: dict[str, str], table: str, lake_table: str | None = None) -> dict[str, Any]:
+    hot, lake = hot_summary(dsn, table), lake_summary(catalog, lake_table or table)
+    # numeric read as text or decimal: compare the sums as numbers
+    same = {k: hot[k] == lake[k] for k in ("rows", "keys", "version_sum")}
+    same["price_sum"] = abs(float(hot["price_sum"]) - float(lake["price_sum"])) < 0.01
+    if not all(same.values()):
+        raise AssertionError(f"lake table {lake_table or table} differs from {table}: hot {hot}, lake {lake}")
+    return {"hot": hot, "lake": lake}
+
+
+def snapshot_ids(catalog: dict[str, str], table: str) -> set[int]:
+    try:
+        return {s.snapshot_id for s in _load(catalog, table).snapshots()}
+    except Exception:  # no such table yet
+        return set()
+
+
+def written_since(catalog: dict[str, str], table: str, before: set[int]) -> dict[str, int]:
+    """Files and bytes the snapshots committed after ``before`` added and removed."""
+    new = [s for s in _load(catalog, table).snapshots() if s.snapshot_id not in before]
+
+    def total(name: str) -> int:
+        return sum(int((s.summary or {}).get(name, 0) or 0) for s in new)
+
+    return {
+        "snapshots": len(new),
+        "added_files": total("added-data-files"),
+        "added_bytes": total("added-files-size"),
+        "removed_files": total("deleted-data-files"),
+        "removed_bytes": total("removed-files-size"),
+    }
+
+
+def live_files(catalog: dict[str, str], table: str) -> int:
+    return len(list(_load(catalog, table).scan().plan_files()))
+
+
+# -- rounds ----------------------------------------------------------------------------------------------------
+def tier(spec_dict: dict[str, Any], dsn: str, catalog: dict[str, str], state: Path) -> dict[str, Any]:
+    """One round, built as the operator builds it, timed from before its parts exist to its end."""
+    from airflow_provider_tiering.core.connections import ConnectionInfo
+    from airflow_provider_tiering.core.round import RoundOutcome
+    from airflow_provider_tiering.core.spec import TableSpec
+    from airflow_provider_tiering.core.state_store import JsonFileStateStore
+    from testbed.rounds import round_parts
+
+    spec = TableSpec.parse(spec_dict)
+    lake_table = spec.lake.table
+    before = snapshot_ids(catalog, lake_table)
+    started = time.perf_counter()
+    parts = round_parts(spec, ConnectionInfo.from_uri(dsn), catalog)
+    with parts:
+        result = parts.run(JsonFileStateStore(state))
+        seconds = time.perf_counter() - started
+        spark = parts.writer._spark is not None  # whether the round started a Spark session
+    metrics = result.metrics
+    if result.outcome is not RoundOutcome.TIERED:
+        raise AssertionError(f"round of {spec.name}: {result.outcome} {result}")
+    return {
+        "seconds": seconds,
+        "rows_read": metrics.rows if metrics else 0,
+        "inserted": metrics.inserted_rows if metrics else None,
+        "updated": metrics.updated_rows if metrics else None,
+        "deleted": metrics.deleted_rows if metrics else None,
+        "spark": spark,
+        **written_since(catalog, lake_table, before),
+    }
+
+
+def dlt_run(
+    bench_python: Path, dsn: str, workdir: Path, initial: bool = False, timeout: float | None = None
+) -> dict[str, Any]:
+    """One call of ``alt_dlt_merge.py``; past ``timeout`` seconds it is killed and reported as ``timed_out``."""
+    command = [
+        str(bench_python),
+        str(REPO / "benchmarks" / "alt_dlt_merge.py"),
+        "--dsn",
+        dsn,
+        "--table",
+        MERGE_TABLE,
+        "--key",
+        KEY,
+        "--cursor",
+        CURSOR,
+        "--workdir",
+        str(workdir / "dlt"),
+    ]
+    if initial:
+        command.append("--initial")
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {
+            "seconds": time.perf_counter() - started,
+            "timed_out": True,
+            "added_bytes": 0,
+            "added_files": 0,
+            "removed_files": 0,
+            "snapshots": 0,
+            "rows_extracted": 0,
+        }
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"dlt failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def read_time(catalog: dict[str, str], table: str, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        rows = _load(catalog, table).scan().to_arrow().num_rows
+        times.append(time.perf_counter() - started)
+        assert rows > 0
+    return statistics.median(times)
+
+
+def compact_table(catalog: dict[str, str]) -> dict[str, Any]:
+    from airflow_provider_tiering.build import build_writer
+    from airflow_provider_tiering.core.spec import TableSpec
+    from airflow_provider_tiering.lake.compaction import compact
+    from airflow_provider_tiering.spark.session import SparkSettings
+    from testbed.rounds import lake_of
+
+    spec = TableSpec.parse(merge_spec(MERGE_TABLE))
+    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
+    try:
+        started = time.perf_counter()
+        outcome = compact(
+            lake_of(spec, catalog),
+            writer,
+            target_file_bytes=128 * MB,
+            small_file_bytes=32 * MB,
+            max_small_files=1,
+            table_name=MERGE_TABLE,
+        )
+        seconds = time.perf_counter() - started
+    finally:
+        writer.stop()
+    return {
+        "seconds": seconds,
+        "outcome": str(outcome.outcome),
+        "files_before": outcome.files_before,
+        "files_after": outcome.files_after,
+        "rewritten_files": outcome.rewritten_files,
+    }
+
+
+def _fmt_bytes(value: int) -> str:
+    return f"{value / MB:,.1f} MiB"
+
+
+def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
+    print()
+    print(
+        f"{'scenario':<10}{'variant':<12}{'seconds':>9}{'rows read':>11}{'written':>13}{'files +/-':>11}"
+        f"{'snapshots':>10}"
+    )
+    for scenario, variants in results.items():
+        for name, r in variants.items():
+            files = f"+{r.get('added_files', 0)}/-{r.get('removed_files', 0)}"
+            rows = r.get("rows_read", r.get("rows_extracted", 0))
+            print(
+                f"{scenario:<10}{name:<12}{r['seconds']:>9.2f}{rows:>11,}{_fmt_bytes(r['added_bytes']):>13}"
+                f"{files:>11}{r.get('snapshots', 1):>10}"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor of orders (1 = 1.5M rows)")
+    parser.add_argument("--scenarios", default="1%,10%")
+    parser.add_argument("--dlt-scenarios", default="1%", help="scenarios dlt merges too ('' for none)")
+    parser.add_argument("--dlt-timeout", type=float, default=600.0, help="seconds a dlt merge may take")
+    parser.add_argument("--small-rounds", type=int, default=50)
+    parser.add_argument("--small-inserts", type=int, default=1000)
+    parser.add_argument("--small-updates", type=int, default=300)
+    parser.add_argument("--dsn", help="PostgreSQL DSN (wal_level = logical); default: a throw-away server")
+    parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
+    parser.add_argument("--bench-python", type=Path, default=BENCH_PYTHON)
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    dlt_scenarios = [s for s in args.dlt_scenarios.split(",") if s]
+    if dlt_scenarios and not args.bench_python.exists():
+        raise SystemExit(f"{args.bench_python} is missing: run scripts/setup_bench_venv.sh, or --dlt-scenarios ''")
+
+    from benchmarks.scratch import drop_change_stream, postgres_scratch
+
+    document: dict[str, Any] = {"sf": args.sf}
+    with postgres_scratch(args.workdir, args.dsn, "tiering-bench-merge-") as (workdir, dsn):
+        try:
+            began = time.perf_counter()
+            table_rows = prepare_tables(dsn, args.sf, workdir)
+            document["table_rows"] = table_rows
+            print(
+                f"{MERGE_TABLE}, {CDC_TABLE}: {table_rows:,} rows each ({time.perf_counter() - began:.1f}s)", flush=True
+            )
+            catalog = catalog_properties(workdir)
+            states = workdir / "state"
+            states.mkdir(exist_ok=True)
+            first = {
+                "merge": tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json"),
+                "cdc": tier(cdc_spec(), dsn, catalog, states / "c.json"),
+            }
+            for name, r in first.items():
+                print(
+                    f"  first round {name:<6} {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} in "
+                    f"{r['added_files']} files",
+                    flush=True,
+                )
+            if dlt_scenarios:
+                r = first["dlt (replace)"] = dlt_run(args.bench_python, dsn, workdir, initial=True)
+                print(
+                    f"  first load dlt (replace) {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} in "
+                    f"{r['added_files']} files",
+                    flush=True,
+                )
+            check(dsn, catalog, MERGE_TABLE)
+            check(dsn, catalog, CDC_TABLE)
+            document["first_rounds"] = first
+
+            results: dict[str, dict[str, dict[str, Any]]] = {}
+            checks: dict[str, Any] = {}
+            for number, scenario in enumerate(scenarios):
+                percent, per_mille = SCENARIOS[scenario]
+                made = make_changes(dsn, percent, per_mille, seed=number + 1)
+                print(f"scenario {scenario}: {made}", flush=True)
+                order = ["merge", "cdc", "full-load"] if number % 2 == 0 else ["full-load", "cdc", "merge"]
+                if scenario in dlt_scenarios:
+                    order.append("dlt")
+                found: dict[str, dict[str, Any]] = {}
+                for name in order:
+                    if name == "merge":
+                        found[name] = tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json")
+                    elif name == "cdc":
+                        found[name] = tier(cdc_spec(), dsn, catalog, states / "c.json")
+                    elif name == "full-load":
+                        lake_table = f"orders_full_{number}"
+                        found[name] = tier(merge_spec(lake_table), dsn, catalog, states / f"full{number}.json")
+                        checks[f"{scenario}/full-load"] = check(dsn, catalog, MERGE_TABLE, lake_table)
+                    else:
+                        found[name] = dlt_run(args.bench_python, dsn, workdir, timeout=args.dlt_timeout)
+                    r = found[name]
+                    print(
+                        f"  {name:<10} {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} added, "
+                        f"+{r['added_files']}/-{r['removed_files']} files",
+                        flush=True,
+                    )
+                checks[f"{scenario}/merge"] = check(dsn, catalog, MERGE_TABLE)
+                checks[f"{scenario}/cdc"] = check(dsn, catalog, CDC_TABLE)
+                if "dlt" in found and found["dlt"].get("timed_out"):
+                    print(f"  dlt killed after {args.dlt_timeout:.0f}s; no more dlt rounds", flush=True)
+                    dlt_scenarios = []
+                elif "dlt" in found:
+                    # dlt keeps soft-deleted rows (flagged): its lake must hold every row of the hot table.
+                    with __import__("psycopg").connect(dsn) as conn:
+                        row = conn.execute(f"SELECT count(*), sum({CURSOR}) FROM {MERGE_TABLE}").fetchone()
+                    expected = (int(row[0]), int(row[1]))
+                    got = (found["dlt"]["lake_rows"], found["dlt"]["lake_cursor_sum"])
+                    if got != expected:
+                        raise AssertionError(f"dlt's lake holds (rows, version sum) {got}, PostgreSQL {expected}")
+                found["changes"] = {"seconds": 0.0, "added_bytes": 0, **made}  # for the JSON only
+                results[scenario] = found
+            document["scenarios"] = {s: {k: v for k, v in r.items() if k != "changes"} for s, r in results.items()}
+            document["changes"] = {s: r["changes"] for s, r in results.items()}
+            document["checks"] = checks
+            print_table({s: {k: v for k, v in r.items() if k != "changes"} for s, r in results.items()})
+
+            if args.small_rounds:
+                with __import__("psycopg").connect(dsn) as conn:
+                    (base_max,) = conn.execute(f"SELECT max({KEY}) FROM {MERGE_TABLE}").fetchone() or (0,)
+                small: list[dict[str, Any]] = []
+                for number in range(args.small_rounds):
+                    insert_and_update_recent(
+                        dsn, args.small_inserts, 0 if number == 0 else args.small_updates, base_max
+                    )
+                    small.append(tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json"))
+                check(dsn, catalog, MERGE_TABLE)
+                files_before = live_files(catalog, MERGE_TABLE)
+                before = read_time(catalog, MERGE_TABLE)
+                compaction = compact_table(catalog)
+                check(dsn, catalog, MERGE_TABLE)
+                files_after = live_files(catalog, MERGE_TABLE)
+                after = read_time(catalog, MERGE_TABLE)
+                seconds = [r["seconds"] for r in small]
+                document["small_rounds"] = {
+                    "rounds": args.small_rounds,
+                    "inserts": args.small_inserts,
+                    "updates": args.small_updates,
+                    "median_seconds": statistics.median(seconds),
+                    "max_seconds": max(seconds),
+                    "added_bytes": sum(r["added_bytes"] for r in small),
+                    "live_files_before_compaction": files_before,
+                    "live_files_after_compaction": files_after,
+                    "read_seconds_before_compaction": before,
+                    "read_seconds_after_compaction": after,
+                    "compaction": compaction,
+                    "rounds_detail": small,
+                }
+                print(
+                    f"\n{args.small_rounds} small merge rounds (+{args.small_inserts} rows, "
+                    f"{args.small_updates} updates of recent rows each): "
+                    f"median {statistics.median(seconds):.2f}s, max {max(seconds):.2f}s; "
+                    f"live files {files_before} -> {files_after} after compaction ({compaction['seconds']:.1f}s); "
+                    f"pyiceberg read of the whole table {before:.2f}s -> {after:.2f}s",
+                    flush=True,
+                )
+        finally:
+            drop_change_stream(dsn, cdc_spec())
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(document, indent=2, default=str))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
