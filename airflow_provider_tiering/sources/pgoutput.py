@@ -94,6 +94,11 @@ class Other:
 Message = Relation | Begin | Commit | Origin | Change | Truncate | Other
 
 
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+_TEXT, _NULL, _UNCHANGED = ord("t"), ord("n"), ord("u")
+
+
 @dataclass
 class _Reader:
     data: bytes
@@ -131,19 +136,28 @@ class _Reader:
         return value
 
     def tuple_data(self) -> tuple[Value, ...]:
+        # The hot loop of decoding (a profile of 150k updates spent half its time here): locals, precompiled
+        # structs, byte values compared as integers.
+        data, pos = self.data, self.pos
+        (count,) = _INT16.unpack_from(data, pos)
+        pos += 2
         values: list[Value] = []
-        for _ in range(self.int16()):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED_TOAST)
-            elif kind == "t":
-                length = self.int32()
-                values.append(self.data[self.pos : self.pos + length].decode("utf-8"))
-                self.pos += length
+        append = values.append
+        for _ in range(count):
+            kind = data[pos]
+            pos += 1
+            if kind == _TEXT:
+                (length,) = _INT32.unpack_from(data, pos)
+                pos += 4
+                append(data[pos : pos + length].decode("utf-8"))
+                pos += length
+            elif kind == _NULL:
+                append(None)
+            elif kind == _UNCHANGED:
+                append(UNCHANGED_TOAST)
             else:  # "b" (binary) only comes when the slot is read with binary 'true', which tiering never asks for
-                raise ValueError(f"unexpected tuple column kind {kind!r}")
+                raise ValueError(f"unexpected tuple column kind {chr(kind)!r}")
+        self.pos = pos
         return tuple(values)
 
 

@@ -246,10 +246,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         self.publication = spec.publication()
         self.key: tuple[str, ...] | None = None
         self._export_conn: Any = None
+        #: The changes ``plan`` read (start LSN, end LSN, what they leave), for ``read_split`` in this process.
+        self._planned: tuple[int | None, int, ChangeSet] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_export_conn"] = None  # the exporting session stays with the round's process
+        state["_planned"] = None  # a Spark task reads its split's changes itself rather than receive them
         return state
 
     # -- what the kernel asks of every source ----------------------------------------------------
@@ -455,10 +458,10 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 raise SourceError(f"{self.display_name}: reading the WAL position failed: {exc}") from exc
             if committed is None:
                 return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
-            start = self._stream_position(conn, committed)
-            found = self._changes(conn, start, parse_lsn(flushed), upto_changes=1)
-            if found.changes == 0 and found.skipped == 0 and not self._worth_advancing(start, parse_lsn(flushed)):
+            if self._stream_position(conn, committed) >= parse_lsn(flushed):
                 return SafeWatermark(end=dict(committed), observed={"lsn": flushed})
+        # Whether the stretch holds any change of the table is for ``plan`` to find: it reads the slot once, and a
+        # round written by this process applies what it read (``read_split``).
         return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
 
     def _worth_advancing(self, start: int, flushed: int) -> bool:
@@ -485,7 +488,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         capped = found.changes >= max_rows
         last = found.last_end_lsn or upto
         idle = found.changes == 0 and found.skipped == 0
-        return ChangePlan(
+        plan = ChangePlan(
             last if capped else max(upto, last),
             start_lsn,
             found.changes,
@@ -493,6 +496,9 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             capped=capped,
             advance=idle and self._worth_advancing(start_lsn, upto),
         )
+        # Exactly the transactions ending in (start, plan end]: what read_split would read again.
+        self._planned = (plan.start_lsn, plan.end_lsn, found)
+        return plan
 
     def _plan_first_load(self) -> ChangePlan:
         """Create the slot (dropping one left by a first load that never committed: no lake data depends on it)
@@ -543,8 +549,12 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             yield from self._read_snapshot(split.snapshot, schema)
             return
         assert split.start_lsn is not None
-        with self._psycopg() as conn:
-            found = self._changes(conn, split.start_lsn, split.end_lsn)
+        planned = self._planned
+        if planned is not None and planned[:2] == (split.start_lsn, split.end_lsn):
+            found = planned[2]  # written by the process that planned it: the slot is not read a second time
+        else:
+            with self._psycopg() as conn:
+                found = self._changes(conn, split.start_lsn, split.end_lsn)
         log.info(
             "%s: %d transactions: %d inserts, %d updates, %d deletes -> %d keys",
             self.display_name,
