@@ -427,7 +427,9 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             conn.execute("SELECT pg_replication_slot_advance(%s, CAST(%s AS pg_lsn))", (self.slot, format_lsn(lsn)))
 
     def _stream_position(self, conn: Any, committed: Offsets) -> int:
-        """The lake's LSN, after checking the slot still holds every change since it."""
+        """The lake's LSN, after checking the slot still holds every change since it. A slot behind it (a round
+        died between the lake's commit and ``after_commit``) is moved up to it first: a peek for what is new reads
+        from the slot's position, and would otherwise see only changes the lake holds."""
         lsn = parse_lsn(str(committed["lsn"]))
         position = self._slot_position(conn)
         if position is None or position == -1:
@@ -443,6 +445,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 f"lake's LSN {format_lsn(lsn)}: changes in between may be missing from the lake (was the slot "
                 "advanced by something else?). Load the table again: drop the lake table, then reset the table"
             )
+        if position < lsn:
+            self._advance(conn, lsn)
         return lsn
 
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
@@ -474,9 +478,12 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         if committed is None:
             return True
         with self._psycopg() as conn:
-            start = parse_lsn(str(committed["lsn"]))
+            start = self._stream_position(conn, committed)
             found = self._changes(conn, start, None, upto_changes=1)
-            return found.changes > 0 or found.skipped > 0
+            if found.changes > 0 or found.skipped > 0:
+                return True
+            (flushed,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+            return self._worth_advancing(start, parse_lsn(flushed))  # a round that only moves the LSN is due
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> ChangePlan:
