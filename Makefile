@@ -36,9 +36,11 @@ bench: setup spark-cds
 	bash scripts/setup_bench_venv.sh
 	$(BIN)/python -m benchmarks.suite --sf $${SF:-1}
 
-## Chaos soak (MINUTES, default 20): writers committing out of cursor order while rounds run and faults strike
-## (SIGKILL of the round, PostgreSQL restarts, catalog outages, competing lake commits, full disk); then every
-## lake table is checked against its hot table. Prints rounds, faults by kind, rows checked, lost and duplicated.
+## Chaos soak (MINUTES, default 20): writers committing out of cursor order, and one updating and deleting on a
+## change-stream table, while rounds run and faults strike (SIGKILL of the round, PostgreSQL restarts, catalog
+## outages, competing lake commits, full disk); then every lake table is checked against its hot table (a
+## change-stream table by key, and its slot against the lake's LSN). Prints rounds, faults by kind, rows checked,
+## lost, duplicated, extra and differing.
 soak: setup spark-cds
 	$(BIN)/python -m tests.chaos.soak --minutes $${MINUTES:-20} --json tests/artifacts/soak.json $${SOAK_ARGS:-}
 

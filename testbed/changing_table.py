@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import string
+import time
 from typing import Any
 
 import psycopg
@@ -31,9 +32,18 @@ class ChangingTable:
         self.table = table
         self.rng = random.Random(seed)
         self.next_id = 1
-        self.conn = psycopg.connect(dsn, autocommit=True)
-        self.conn.execute("SET synchronous_commit = on")
+        self.conn = self._connect()
         self.counts = {"insert": 0, "update": 0, "key_update": 0, "delete": 0, "reinsert": 0, "toast": 0}
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+        conn.execute("SET synchronous_commit = on")
+        return conn
+
+    def reconnect(self) -> None:
+        """A new session (after a server restart dropped the old one)."""
+        self.conn.close()
+        self.conn = self._connect()
 
     def close(self) -> None:
         self.conn.close()
@@ -78,6 +88,26 @@ class ChangingTable:
                     self._one_change()
                     done += 1
 
+    def transaction(self, changes: int, *, hold: float = 0.0, rollback: bool = False) -> bool:
+        """One transaction of ``changes`` random changes, held open ``hold`` seconds, then committed (or rolled
+        back); ``counts`` take its changes only once it has committed. True when it committed; a broken session
+        raises (its transaction may or may not have committed, and is not counted)."""
+        before = dict(self.counts)
+        try:
+            with self.conn.transaction():
+                for _ in range(changes):
+                    self._one_change()
+                if hold:
+                    time.sleep(hold)
+                if rollback:
+                    raise psycopg.Rollback()
+        except BaseException:
+            self.counts = before
+            raise
+        if rollback:
+            self.counts = before
+        return not rollback
+
     def _one_change(self) -> None:
         keys = self.keys()
         choice = self.rng.random()
@@ -112,6 +142,11 @@ class ChangingTable:
     def hot_by_key(self) -> dict[Any, tuple[Any, ...]]:
         rows = self.conn.execute(f'SELECT {", ".join(COLUMNS)} FROM "{self.table}"').fetchall()
         return {row[0]: tuple(_normal_value(v) for v in row) for row in rows}
+
+
+def normal_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row of ``COLUMNS`` as the hot store and the lake are compared (arrays as tuples, numbers and times as text)."""
+    return tuple(_normal_value(v) for v in row)
 
 
 def _normal_value(value: Any) -> Any:

@@ -50,7 +50,8 @@ class CatalogOutage:
 class LakeCommitRace:
     """Another writer of the same Iceberg table: small appends, one after another, while a round writes and commits.
 
-    Its rows are marked (``writer = 'external'``, negative ids) so the final check can tell them from tiered rows.
+    Its rows are marked (negative ids; ``writer`` or ``name`` is ``'external'``) so the final check can tell them
+    from tiered rows; they fit either kind of chaos table (a cursor table's columns or a change-stream table's).
     Each append moves the table's current snapshot, so a round committing meanwhile loses the catalog's swap and
     must re-validate (a property update would not do: pyiceberg re-applies it onto the newer metadata). The harness
     makes the first append land between the round's fence check and its swap (the worker's swap gate), then the
@@ -89,18 +90,9 @@ class LakeCommitRace:
         self.next_id -= 3
         try:
             table = self.catalog.load_table(identifier)
-            rows = [
-                {
-                    "id": i,
-                    "writer": "external",
-                    "seq": -i,
-                    "amount": Decimal("1.00"),
-                    "created_at": datetime.now(UTC),
-                    "note": "appended by another writer",
-                }
-                for i in ids
-            ]
-            table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+            schema = table.schema().as_arrow()
+            rows = [{name: marked_value(name, i) for name in schema.names} for i in ids]
+            table.append(pa.Table.from_pylist(rows, schema=schema))
             self.committed_ids.extend(ids)
         except CommitFailedException:
             self.lost += 1  # the round won this swap
@@ -111,6 +103,22 @@ class LakeCommitRace:
                 raise
             self.uncertain_ids.extend(ids)
         return True
+
+
+def marked_value(column: str, row_id: int) -> Any:
+    """The competing writer's value of ``column`` in its row ``row_id`` (negative)."""
+    values: dict[str, Any] = {
+        "id": row_id,
+        "writer": "external",  # a cursor table's columns (testbed.hot_writers)
+        "seq": -row_id,
+        "amount": Decimal("1.00"),
+        "created_at": datetime.now(UTC),
+        "note": "appended by another writer",
+        "name": "external",  # a change-stream table's (testbed.changing_table)
+        "doc": "appended by another writer",
+        "tags": ["external"],
+    }
+    return values[column]
 
 
 class WarehouseMount:

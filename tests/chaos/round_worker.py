@@ -1,8 +1,9 @@
 """The process that runs tiering rounds during a chaos run; the harness SIGKILLs its whole process group at will.
 
-``python -m tests.chaos.round_worker '<json config>'`` runs rounds of every table in turn, each one like a
-tiering task would (its own catalog, source and state store; the Spark session is kept between rounds, as a
-worker's would be); once the idle file exists, it stops after each table has had a round with nothing to tier.
+``python -m tests.chaos.round_worker '<json config>'`` runs rounds of every table in turn (cursor tables, and the
+change-stream tables the config lists under ``cdc_tables``), each one like a tiering task would (its own catalog,
+source and state store; the Spark session is kept between rounds, as a worker's would be); once the idle file
+exists, it stops after each table has had a round with nothing to tier.
 It reports on stdout, one JSON object per line::
 
     {"event": "phase", "table": "t1", "phase": "written", "epoch": 7}   (also "swapping": see GatedCatalog)
@@ -35,11 +36,18 @@ from testbed.rounds import catalog, round_parts
 NAMESPACE = "chaos"
 
 
-def table_spec(table: str) -> TableSpec:
+def table_spec(table: str, change_stream: bool = False) -> TableSpec:
+    """A cursor table's spec, or (``change_stream``) a table tiered from its PostgreSQL change stream, keyed by its
+    primary key."""
+    source: dict[str, Any] = (
+        {"kind": "postgres_cdc", "conn_id": "chaos_pg", "table": table}
+        if change_stream
+        else {"conn_id": "chaos_pg", "table": table, "cursor_column": "id", "max_watermark_wait_seconds": 2}
+    )
     return TableSpec.parse(
         {
             "name": table,
-            "source": {"conn_id": "chaos_pg", "table": table, "cursor_column": "id", "max_watermark_wait_seconds": 2},
+            "source": source,
             "lake": {"namespace": NAMESPACE, "table": table},
             "target_rows_per_split": 400,  # rounds of a few thousand rows run as several Spark tasks
             "max_rows_per_round": 20_000,
@@ -68,7 +76,8 @@ class CommitRetries(logging.Handler):
 
 
 class GatedCatalog(InterposedCatalog):
-    """A pyiceberg catalog whose first ``commit_table`` of a round stops at the swap gate while its file exists.
+    """A pyiceberg catalog whose first ``commit_table`` of a round stops at the swap gate while its file exists
+    (and is empty or names the round's table).
 
     The harness's handle on the instant between a round's fence check and its catalog swap: it creates the gate,
     and when a round reports phase ``swapping`` it commits to the same table as another writer and removes the
@@ -84,16 +93,23 @@ class GatedCatalog(InterposedCatalog):
         self._stopped = False
 
     def before_swap(self) -> None:
-        if not self._stopped and self._gate.exists():
+        if not self._stopped and self._gate_names_this_table():
             self._stopped = True
             emit(event="phase", table=self._table, phase="swapping", epoch=self._epoch.get("value"))
             deadline = time.monotonic() + 20  # the harness removes the gate within a second; never hang a round
             while self._gate.exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
 
+    def _gate_names_this_table(self) -> bool:
+        try:
+            named = self._gate.read_text().strip()
+        except FileNotFoundError:
+            return False
+        return named in ("", self._table)
+
 
 def run_one(table: str, config: dict[str, Any], writer: SplitWriter, retries: CommitRetries) -> str:
-    spec = table_spec(table)
+    spec = table_spec(table, change_stream=table in config.get("cdc_tables", ()))
     epoch: dict[str, int] = {}
     gate = Path(config["swap_gate"])
 
@@ -152,6 +168,15 @@ def run_one(table: str, config: dict[str, Any], writer: SplitWriter, retries: Co
     return result.outcome
 
 
+def round_order(tables: list[str], cdc_tables: list[str]) -> list[str]:
+    """One turn of rounds: a change-stream table's round before each cursor table's (its rounds are short, and
+    faults aimed at it need not wait for every other table's round)."""
+    cursor = [t for t in tables if t not in cdc_tables]
+    if not cdc_tables or not cursor:
+        return list(tables)
+    return [t for i, table in enumerate(cursor) for t in (cdc_tables[i % len(cdc_tables)], table)]
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -162,9 +187,10 @@ def main() -> None:
     idle_file = Path(config["idle_file"])
     idle: set[str] = set()
     rounds_until_idle = 0
+    order = round_order(config["tables"], config.get("cdc_tables", []))
     try:
         while idle != set(config["tables"]):
-            for table in config["tables"]:
+            for table in order:
                 until_idle = idle_file.exists()  # checked before each round: the harness may create it any time
                 if table in idle:
                     continue
