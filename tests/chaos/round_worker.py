@@ -184,6 +184,10 @@ def main() -> None:
     logging.getLogger("airflow_provider_tiering.lake.iceberg").addHandler(retries)
     logging.getLogger("pyiceberg.table").addHandler(retries)
     writer = build_writer(SparkSettings(master="local[2]"))
+    # A change-stream round is one split: written by this process, as a task would by default
+    # (spark.local_single_split), without waiting for the Spark session.
+    single_split_writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
+    cdc_tables = set(config.get("cdc_tables", ()))
     idle_file = Path(config["idle_file"])
     idle: set[str] = set()
     rounds_until_idle = 0
@@ -194,7 +198,7 @@ def main() -> None:
                 until_idle = idle_file.exists()  # checked before each round: the harness may create it any time
                 if table in idle:
                     continue
-                outcome = run_one(table, config, writer, retries)
+                outcome = run_one(table, config, single_split_writer if table in cdc_tables else writer, retries)
                 if until_idle:
                     rounds_until_idle += 1
                     if outcome == "nothing_to_tier":
@@ -208,6 +212,7 @@ def main() -> None:
         raise
     finally:
         writer.stop()
+        single_split_writer.stop()
 
 
 if __name__ == "__main__":
