@@ -264,16 +264,7 @@ def test_a_quiet_table_keeps_its_slot_at_the_lake_while_other_tables_write(
     store = JsonFileStateStore(tmp_path / "state.json")
     slot = f"tiering_public_{name}"
     changing.insert(10)
-
-    def tier():
-        return run_round(
-            spec,
-            build_source(spec.source, changing.connection()),
-            lake_of(spec, catalog_properties),
-            local_writer,
-            store,
-        )
-
+    tier = rounds_of(spec, changing, catalog_properties, local_writer, store)
     assert tier().outcome is RoundOutcome.TIERED
     changing.conn.execute("CREATE TABLE IF NOT EXISTS quiet_neighbour (v text)")
     # Rounds with nothing of this table to tier while another table's writes move the WAL on: the slot may not
