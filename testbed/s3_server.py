@@ -1,7 +1,8 @@
 """A real, throw-away S3-compatible server for tests: moto's server mode (``moto[server]`` from PyPI).
 
 ``S3Server`` runs ``python -m moto.server`` on a free port on 127.0.0.1 (never on another interface), creates one
-IAM user with an access key allowed ``s3:*``, the buckets asked for, and then turns moto's request authentication
+IAM user with an access key allowed ``s3:*`` (and whatever else ``actions`` names: ``glue:*`` for moto's AWS Glue
+Data Catalog, served on the same endpoint), the buckets asked for, and then turns moto's request authentication
 on: from then on every request must be signed with that user's key (a wrong key id or secret is refused, as S3
 would refuse it)::
 
@@ -50,6 +51,20 @@ AWS_VARIABLES = (
 )
 
 
+def wrong_aws_environment() -> dict[str, str]:
+    """Ambient AWS variables that point elsewhere: another key, secret, token, region and a dead endpoint."""
+    dead = f"http://127.0.0.1:{find_free_port()}"
+    return {
+        "AWS_ACCESS_KEY_ID": "AKIAAMBIENTWRONG0000",
+        "AWS_SECRET_ACCESS_KEY": "ambient-wrong-secret-0000000000000000000",
+        "AWS_SESSION_TOKEN": "ambient-wrong-session-token",
+        "AWS_ENDPOINT_URL": dead,
+        "AWS_ENDPOINT_URL_S3": dead,
+        "AWS_REGION": "eu-west-3",
+        "AWS_DEFAULT_REGION": "eu-west-3",
+    }
+
+
 class S3ServerError(RuntimeError):
     """moto's server did not start, or refused the setup requests."""
 
@@ -57,9 +72,17 @@ class S3ServerError(RuntimeError):
 class S3Server:
     """moto's S3 server on 127.0.0.1, with one IAM user's key and request authentication on."""
 
-    def __init__(self, directory: Path, *, buckets: Sequence[str] = ("lake",), start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        buckets: Sequence[str] = ("lake",),
+        actions: Sequence[str] = ("s3:*",),
+        start_timeout: float = 60.0,
+    ) -> None:
         self.directory = Path(directory)
         self.buckets = tuple(buckets)
+        self.actions = tuple(actions)
         self.start_timeout = start_timeout
         self._port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -80,6 +103,13 @@ class S3Server:
     @property
     def log_path(self) -> Path:
         return self.directory / LOG_FILE
+
+    @property
+    def pid(self) -> int:
+        """The server's process id (benchmarks measure its CPU time)."""
+        if self._process is None:
+            raise S3ServerError("server not started")
+        return self._process.pid
 
     def storage_properties(
         self, *, access_key_id: str | None = None, secret_access_key: str | None = None
@@ -155,7 +185,8 @@ class S3Server:
     def _set_up(self) -> None:
         iam = self.client("iam")
         iam.create_user(UserName=USER)
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        statement = {"Effect": "Allow", "Action": list(self.actions), "Resource": "*"}
+        policy = {"Version": "2012-10-17", "Statement": [statement]}
         iam.put_user_policy(UserName=USER, PolicyName="lake", PolicyDocument=json.dumps(policy))
         key = iam.create_access_key(UserName=USER)["AccessKey"]
         self.access_key_id, self.secret_access_key = key["AccessKeyId"], key["SecretAccessKey"]

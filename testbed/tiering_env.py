@@ -39,6 +39,20 @@ def tiering_setup(
     return dags, catalog, env
 
 
+def postgres_catalog(pg_server: Any, warehouse: str) -> dict[str, str]:
+    """pyiceberg properties of a SQL catalog in a fresh database of the test PostgreSQL server (through psycopg 3 and
+    SQLAlchemy's ``postgresql+psycopg`` dialect), its warehouse at ``warehouse``."""
+    import uuid
+
+    import psycopg
+
+    name = f"iceberg_catalog_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    uri = f"postgresql+psycopg://{pg_server.user}:{pg_server.password}@127.0.0.1:{pg_server.port}/{name}"
+    return {"type": "sql", "uri": uri, "warehouse": warehouse}
+
+
 def table_function(namespace: str, **defaults: Any) -> str:
     """Source code of ``table(name, conn_id="hot_pg", **options)`` for a test DAG file: the spec of the PostgreSQL
     table ``name`` (cursor ``id``) tiered into ``<namespace>.<name>``, with ``defaults`` under ``options``.

@@ -54,6 +54,7 @@ def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """One throw-away S3-compatible server (moto's, on 127.0.0.1, requests authenticated) with the bucket
-    ``LAKE_BUCKET``, for the whole test session (its log: ``<dir>/moto.log``)."""
-    with S3Server(tmp_path_factory.mktemp("s3"), buckets=(LAKE_BUCKET,)) as server:
+    ``LAKE_BUCKET``, for the whole test session (its log: ``<dir>/moto.log``). Its key may also use moto's AWS Glue
+    Data Catalog on the same endpoint (tests of a Glue catalog)."""
+    with S3Server(tmp_path_factory.mktemp("s3"), buckets=(LAKE_BUCKET,), actions=("s3:*", "glue:*")) as server:
         yield server

@@ -17,6 +17,13 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 _SECRET_KEY = re.compile(r"pass|secret|token|credential|key", re.IGNORECASE)
 
 
+def _uri_password(text: str) -> str | None:
+    try:
+        return urlsplit(text).password
+    except ValueError:  # not a URI after all (say, a port that is not a number)
+        return None
+
+
 @dataclass(frozen=True)
 class ConnectionInfo:
     """The fields of an Airflow connection (``schema`` is the database, as Airflow names it)."""
@@ -55,8 +62,18 @@ class ConnectionInfo:
         return self.conn_type.lower()
 
     def secrets(self) -> list[str]:
-        """The password and every extra value under a key that names a secret, for masking."""
-        found = [str(v) for k, v in self.extra.items() if _SECRET_KEY.search(k) and v]
+        """The password, every extra value under a key that names a secret, and the password inside an extra that is
+        a URI (a SQL catalog's ``uri``), for masking. An OAuth2 ``credential`` (``client_id:client_secret``) also
+        gives its secret alone: a token server that refuses it may quote the part it was sent."""
+        found: list[str] = []
+        for key, value in self.extra.items():
+            text = str(value) if value else ""
+            if _SECRET_KEY.search(key) and text:
+                found.append(text)
+                if key == "credential" and ":" in text:
+                    found.append(text.split(":", 1)[1])
+            elif "://" in text and (password := _uri_password(text)):
+                found.extend({password, unquote(password)})
         if self.password:
             found.append(self.password)
         return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,10 +48,17 @@ def check_catalog_dependencies(properties: Mapping[str, str]) -> None:
         )
 
 
+#: Loads of a SQL catalog on a database server, when siblings create its tables at the same moment.
+SQL_CATALOG_LOAD_ATTEMPTS = 4
+
+
 def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
-    """Load a pyiceberg catalog. A SQL catalog on a local SQLite file is created under a file lock: several tasks
-    creating its tables at once would race (pyiceberg creates them with check-then-create). MissingDependency
-    when a SQL catalog's database driver is not installed."""
+    """Load a pyiceberg catalog. MissingDependency when a SQL catalog's database driver is not installed.
+
+    pyiceberg's SQL catalog creates its tables on first load, check-then-create, so sibling tasks loading a new one
+    at once race. On a local SQLite file the load runs under a file lock. On a database server (PostgreSQL) no lock
+    reaches every worker, so the losers retry: a loser fails with a duplicate-table error once the winner's
+    transaction (it creates both tables in one) commits, and its next load finds the tables."""
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
     props = dict(properties)
@@ -60,6 +68,16 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
         database = Path(uri.removeprefix("sqlite:///"))
         with _local_lock(database.with_name(database.name + ".lock")):
             return pyiceberg_load_catalog(name, **props)
+    # (without a type, pyiceberg takes an http(s):// URI as a REST catalog's and a thrift:// one as Hive's)
+    if props.get("type", "sql") != "sql" or "://" not in uri or uri.startswith(("http", "thrift")):
+        return pyiceberg_load_catalog(name, **props)
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(1, SQL_CATALOG_LOAD_ATTEMPTS):
+        try:
+            return pyiceberg_load_catalog(name, **props)
+        except (IntegrityError, ProgrammingError):  # "relation already exists", or its pg_type twin
+            time.sleep(0.05 * attempt)
     return pyiceberg_load_catalog(name, **props)
 
 

@@ -1,21 +1,32 @@
-"""Under a real scheduler and LocalExecutor: one broken table fails alone, its state says why, and no surface
-(state, events, logs, Tiering page and REST API, CLI) shows a password;
-a run can tier a subset of the tables; a table that keeps failing is quarantined until it is reset."""
+"""Under a real scheduler and LocalExecutor, on a PostgreSQL metadata DB: one broken table fails alone, its state says
+why, and no surface (state, events, logs, Tiering page and REST API, CLI) shows a password; a run can tier a subset of
+the tables; a table that keeps failing is quarantined until it is reset. In the same deployment, four tables are tiered
+at once into a lake in production form: a SQL catalog on PostgreSQL (a database of its own), the warehouse on an
+S3-compatible server (moto's), reached with the catalog connection's properties while the workers' ambient AWS
+variables point elsewhere."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import textwrap
-from pathlib import Path
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
 
+import psycopg
 import pytest
+from pyiceberg.catalog import load_catalog
+from sqlalchemy.engine import make_url
 
 from testbed.airflow_cluster import AirflowCluster
 from testbed.hot_tables import COLUMNS, PostgresHot
-from testbed.lake_check import digest, lake_rows
-from testbed.tiering_env import metadata_db, table_function, tiering_setup
+from testbed.lake_check import digest, lake_rows, s3_objects
+from testbed.s3_server import wrong_aws_environment
+from testbed.tiering_env import metadata_db, postgres_catalog, table_function, tiering_setup
 from tests.e2e.test_cli import cli
+from tests.fixtures_servers import LAKE_BUCKET
 
 DAG_ID = "tiering_isolation"
 HEALTHY = ("alpha", "beta", "gamma")
@@ -35,6 +46,41 @@ DAG_FILE = table_function(
     )
     '''
 )
+
+PG_CATALOG_DAG_ID = "tiering_pg_catalog"
+PG_CATALOG_TABLES = tuple(f"pgcat_{n}" for n in ("one", "two", "three", "four"))
+PG_CATALOG_DAG_FILE = table_function(
+    "e2e_pgcat", retries=0, target_rows_per_split=100_000, freshness_seconds=1
+) + textwrap.dedent(
+    f'''
+    """Four PostgreSQL tables whose lake tables live behind a SQL catalog on PostgreSQL (connection iceberg_pg)."""
+    from airflow_provider_tiering.dag_factory import build_tiering_dag
+
+    dag = build_tiering_dag(
+        "{PG_CATALOG_DAG_ID}",
+        [table(name, lake={{"namespace": "e2e_pgcat", "table": name, "catalog_conn_id": "iceberg_pg"}})
+         for name in {PG_CATALOG_TABLES!r}],
+    )
+    '''
+)
+
+
+@pytest.fixture(scope="module")
+def deployment(pg_server, s3_server, tmp_path_factory) -> Iterator[tuple[AirflowCluster, PostgresHot, dict[str, Any]]]:
+    """One Airflow on a PostgreSQL metadata DB for the module: the isolation DAG (SQLite catalog ``iceberg_default``)
+    and the DAG whose catalog is ``iceberg_pg`` (a SQL catalog in a fresh database of the same server, its warehouse
+    on the S3 server). Every Airflow process has wrong AWS variables in its environment."""
+    tmp_path = tmp_path_factory.mktemp("isolation")
+    hot = PostgresHot(pg_server.dsn)
+    dags, catalog, env = tiering_setup(tmp_path, pg_server, DAG_FILE, WRONG_PASSWORD)
+    warehouse = f"s3://{LAKE_BUCKET}/{uuid.uuid4().hex[:12]}/warehouse"
+    pg_catalog = {**postgres_catalog(pg_server, warehouse), **s3_server.storage_properties()}
+    (dags / "tiering_pg_catalog.py").write_text(PG_CATALOG_DAG_FILE)
+    env["AIRFLOW_CONN_ICEBERG_PG"] = json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **pg_catalog}})
+    env.update(wrong_aws_environment())
+    overrides = metadata_db("postgres", pg_server)
+    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, config_overrides=overrides) as af:
+        yield af, hot, {"sqlite": catalog, "postgres": pg_catalog}
 
 
 def assert_no_secret_anywhere(af: AirflowCluster, run_id: str, secrets: tuple[str, ...]) -> None:
@@ -66,97 +112,144 @@ def assert_no_secret_anywhere(af: AirflowCluster, run_id: str, secrets: tuple[st
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, tmp_path: Path) -> None:
+def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, deployment) -> None:
     """On a PostgreSQL metadata DB (the same isolation on the embedded SQLite one: tests/e2e/test_scheduling.py)."""
-    hot = PostgresHot(pg_server.dsn)
+    af, hot, catalogs = deployment
+    catalog = catalogs["sqlite"]
     for offset, name in enumerate((*HEALTHY, "broken")):
         hot.create(name)
         hot.insert(name, 1, 3000 + 1000 * offset)
-    dags, catalog, env = tiering_setup(tmp_path, pg_server, DAG_FILE, WRONG_PASSWORD)
-    overrides = metadata_db("postgres", pg_server)
-    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, config_overrides=overrides) as af:
-        run_id = af.trigger_dag(DAG_ID)
-        assert af.wait_for_run(DAG_ID, run_id, timeout=480) == "failed"
-        states = af.task_instances(DAG_ID, run_id)
-        assert states == {
-            "alpha": "success",
-            "beta": "success",
-            "gamma": "success",
-            "broken": "failed",
-            "tiering_summary": "failed",
-        }
+    run_id = af.trigger_dag(DAG_ID)
+    assert af.wait_for_run(DAG_ID, run_id, timeout=480) == "failed"
+    states = af.task_instances(DAG_ID, run_id)
+    assert states == {
+        "alpha": "success",
+        "beta": "success",
+        "gamma": "success",
+        "broken": "failed",
+        "tiering_summary": "failed",
+    }
 
-        broken = af.asset_state_store("tiering/e2e/broken")["tiering_state"]
-        assert broken["status"] == "FAILED"
-        assert broken["consecutive_failures"] == 1 and broken["last_error_time"]
-        assert "password authentication failed" in broken["last_error"]
-        assert len(broken["last_error"].encode()) <= 2048
-        summary_log = af.task_log(DAG_ID, run_id, "tiering_summary", 1)
-        assert "1 of 4 table(s) failed: broken" in summary_log
-        assert_no_secret_anywhere(af, run_id, (WRONG_PASSWORD, pg_server.password))
+    broken = af.asset_state_store("tiering/e2e/broken")["tiering_state"]
+    assert broken["status"] == "FAILED"
+    assert broken["consecutive_failures"] == 1 and broken["last_error_time"]
+    assert "password authentication failed" in broken["last_error"]
+    assert len(broken["last_error"].encode()) <= 2048
+    summary_log = af.task_log(DAG_ID, run_id, "tiering_summary", 1)
+    assert "1 of 4 table(s) failed: broken" in summary_log
+    assert_no_secret_anywhere(af, run_id, (WRONG_PASSWORD, pg_server.password))
 
-        for name in HEALTHY:
-            state = af.asset_state_store(f"tiering/e2e/{name}")["tiering_state"]
-            assert state["status"] == "TIERED" and state["epoch"] == 1 and state["last_error"] is None
-            events = af.asset_events(f"tiering/e2e/{name}", source_run_id=run_id)
-            assert len(events) == 1 and events[0]["extra"]["rows"] == len(hot.rows(name))
-            assert events[0]["extra"]["snapshot_id"] == state["committed"]["snapshot_id"]
-            assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
+    for name in HEALTHY:
+        state = af.asset_state_store(f"tiering/e2e/{name}")["tiering_state"]
+        assert state["status"] == "TIERED" and state["epoch"] == 1 and state["last_error"] is None
+        events = af.asset_events(f"tiering/e2e/{name}", source_run_id=run_id)
+        assert len(events) == 1 and events[0]["extra"]["rows"] == len(hot.rows(name))
+        assert events[0]["extra"]["snapshot_id"] == state["committed"]["snapshot_id"]
+        assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
 
-        assert broken["quarantined_since"] is not None
+    assert broken["quarantined_since"] is not None
 
-        # A run for a subset of the tables tiers only those.
-        hot.insert("alpha", 10_001, 500)
-        hot.insert("beta", 10_001, 700)
-        run_id = af.trigger_dag(DAG_ID, conf={"tables": ["alpha"]})
-        assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "success"
-        assert af.task_instances(DAG_ID, run_id) == {
-            "alpha": "success",
-            "beta": "skipped",
-            "gamma": "skipped",
-            "broken": "skipped",
-            "tiering_summary": "success",
-        }
-        assert af.asset_state_store("tiering/e2e/alpha")["tiering_state"]["last_round"]["rows"] == 500
-        assert af.asset_state_store("tiering/e2e/beta")["tiering_state"]["epoch"] == 1
+    # A run for a subset of the tables tiers only those.
+    hot.insert("alpha", 10_001, 500)
+    hot.insert("beta", 10_001, 700)
+    run_id = af.trigger_dag(DAG_ID, conf={"tables": ["alpha"]})
+    assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "success"
+    assert af.task_instances(DAG_ID, run_id) == {
+        "alpha": "success",
+        "beta": "skipped",
+        "gamma": "skipped",
+        "broken": "skipped",
+        "tiering_summary": "success",
+    }
+    assert af.asset_state_store("tiering/e2e/alpha")["tiering_state"]["last_round"]["rows"] == 500
+    assert af.asset_state_store("tiering/e2e/beta")["tiering_state"]["epoch"] == 1
 
-        # A full run: beta catches up, idle tables skip, gamma is not due (rows wait for its freshness
-        # interval of an hour), the quarantined table skips with the reason.
-        hot.insert("gamma", 10_001, 300)
-        run_id = af.trigger_dag(DAG_ID)
-        assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "success"
-        assert af.task_instances(DAG_ID, run_id) == {
-            "alpha": "skipped",
-            "beta": "success",
-            "gamma": "skipped",
-            "broken": "skipped",
-            "tiering_summary": "success",
-        }
-        assert "is quarantined since" in af.task_log(DAG_ID, run_id, "broken", 1)
-        assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["status"] == "FAILED"
-        assert "not due until" in af.task_log(DAG_ID, run_id, "gamma", 1)
-        assert af.asset_state_store("tiering/e2e/gamma")["tiering_state"]["status"] == "SCHEDULED"
-        assert len(lake_rows(catalog, ("e2e", "gamma"), COLUMNS)) == len(hot.rows("gamma")) - 300
+    # A full run: beta catches up, idle tables skip, gamma is not due (rows wait for its freshness
+    # interval of an hour), the quarantined table skips with the reason.
+    hot.insert("gamma", 10_001, 300)
+    run_id = af.trigger_dag(DAG_ID)
+    assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "success"
+    assert af.task_instances(DAG_ID, run_id) == {
+        "alpha": "skipped",
+        "beta": "success",
+        "gamma": "skipped",
+        "broken": "skipped",
+        "tiering_summary": "success",
+    }
+    assert "is quarantined since" in af.task_log(DAG_ID, run_id, "broken", 1)
+    assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["status"] == "FAILED"
+    assert "not due until" in af.task_log(DAG_ID, run_id, "gamma", 1)
+    assert af.asset_state_store("tiering/e2e/gamma")["tiering_state"]["status"] == "SCHEDULED"
+    assert len(lake_rows(catalog, ("e2e", "gamma"), COLUMNS)) == len(hot.rows("gamma")) - 300
 
-        # A reset (from a process with database access, as the CLI will be) lets it run again.
-        reset = subprocess.run(
-            [
-                str(af.python_bin),
-                "-c",
-                "from airflow_provider_tiering.status import reset_table; print(reset_table('broken').note)",
-            ],
-            env=af.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        assert "reset at" in reset.stdout
-        assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["quarantined_since"] is None
-        run_id = af.trigger_dag(DAG_ID, conf={"tables": ["broken", "gamma"]})  # named tables run, due or not
-        assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "failed"
-        states = af.task_instances(DAG_ID, run_id)
-        assert states["broken"] == "failed"  # it ran again (and still fails)
-        assert states["gamma"] == "success"
-        for name in HEALTHY:
-            assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
+    # A reset (from a process with database access, as the CLI will be) lets it run again.
+    reset = subprocess.run(
+        [
+            str(af.python_bin),
+            "-c",
+            "from airflow_provider_tiering.status import reset_table; print(reset_table('broken').note)",
+        ],
+        env=af.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "reset at" in reset.stdout
+    assert af.asset_state_store("tiering/e2e/broken")["tiering_state"]["quarantined_since"] is None
+    run_id = af.trigger_dag(DAG_ID, conf={"tables": ["broken", "gamma"]})  # named tables run, due or not
+    assert af.wait_for_run(DAG_ID, run_id, timeout=300) == "failed"
+    states = af.task_instances(DAG_ID, run_id)
+    assert states["broken"] == "failed"  # it ran again (and still fails)
+    assert states["gamma"] == "success"
+    for name in HEALTHY:
+        assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
+
+
+def interval(ti: dict[str, Any]) -> tuple[datetime, datetime]:
+    return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_four_tables_tiered_at_once_behind_a_sql_catalog_on_postgresql_with_the_lake_on_s3(deployment) -> None:
+    """The catalog's database is new: the four tasks' first loads also race to create the catalog's tables."""
+    af, hot, catalogs = deployment
+    catalog = catalogs["postgres"]
+    for offset, name in enumerate(PG_CATALOG_TABLES):
+        hot.create(name)
+        hot.insert(name, 1, 2000 + 500 * offset)
+
+    for round_number, added in enumerate((0, 700), start=1):
+        for name in PG_CATALOG_TABLES if added else ():
+            hot.insert(name, 100_001, added)
+        run_id = af.trigger_dag(PG_CATALOG_DAG_ID)
+        assert af.wait_for_run(PG_CATALOG_DAG_ID, run_id, timeout=480) == "success"
+        body = af.get(f"/api/v2/dags/{PG_CATALOG_DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+        tis = {ti["task_id"]: ti for ti in body["task_instances"]}
+        assert {t: tis[t]["state"] for t in PG_CATALOG_TABLES} == dict.fromkeys(PG_CATALOG_TABLES, "success")
+        spans = sorted(interval(tis[t]) for t in PG_CATALOG_TABLES)
+        assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), spans  # rounds of different tables overlapped
+
+        for name in PG_CATALOG_TABLES:
+            state = af.asset_state_store(f"tiering/e2e_pgcat/{name}")["tiering_state"]
+            assert state["status"] == "TIERED" and state["epoch"] == round_number and state["last_error"] is None
+            expected_rows = added or len(hot.rows(name))
+            assert state["last_round"]["rows"] == expected_rows
+            assert digest(lake_rows(catalog, ("e2e_pgcat", name), COLUMNS)) == digest(hot.rows(name))
+
+    # The data files are objects under the warehouse prefix of the bucket.
+    for name in PG_CATALOG_TABLES:
+        table = load_catalog("default", **catalog).load_table(("e2e_pgcat", name))
+        files = [task.file.file_path for task in table.scan().plan_files()]
+        assert files and all(f.startswith(catalog["warehouse"]) for f in files)
+        assert set(files) <= set(s3_objects(catalog, table.location() + "/data/"))
+
+    # The lake tables are registered in the PostgreSQL catalog's own database (and in no SQLite file).
+    url = make_url(catalog["uri"])
+    with psycopg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
+    ) as conn:
+        rows = conn.execute("SELECT table_namespace, table_name FROM iceberg_tables ORDER BY 2").fetchall()
+    assert rows == sorted(("e2e_pgcat", name) for name in PG_CATALOG_TABLES)

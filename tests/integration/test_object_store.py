@@ -35,9 +35,8 @@ from testbed.hot_tables import COLUMNS, SqliteHot
 from testbed.lake_check import digest, lake_rows, s3_client, s3_objects, unreferenced_data_files
 from testbed.landing_files import COLUMNS as LANDING_COLUMNS
 from testbed.landing_files import jsonl_rows, write_jsonl
-from testbed.ports import find_free_port
 from testbed.rounds import lake_of, round_parts
-from testbed.s3_server import REGION, S3Server
+from testbed.s3_server import REGION, S3Server, wrong_aws_environment
 from tests.fixtures_servers import LAKE_BUCKET
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -61,20 +60,6 @@ def s3_catalog(tmp_path: Path, s3_server: S3Server) -> dict[str, str]:
         "uri": f"sqlite:///{tmp_path}/catalog.db",
         "warehouse": f"s3://{LAKE_BUCKET}/{uuid.uuid4().hex[:12]}/warehouse",
         **s3_server.storage_properties(),
-    }
-
-
-def wrong_aws_environment() -> dict[str, str]:
-    """Ambient AWS variables that point elsewhere: another key, secret, token, region and a dead endpoint."""
-    dead = f"http://127.0.0.1:{find_free_port()}"
-    return {
-        "AWS_ACCESS_KEY_ID": "AKIAAMBIENTWRONG0000",
-        "AWS_SECRET_ACCESS_KEY": "ambient-wrong-secret-0000000000000000000",
-        "AWS_SESSION_TOKEN": "ambient-wrong-session-token",
-        "AWS_ENDPOINT_URL": dead,
-        "AWS_ENDPOINT_URL_S3": dead,
-        "AWS_REGION": "eu-west-3",
-        "AWS_DEFAULT_REGION": "eu-west-3",
     }
 
 

@@ -115,6 +115,23 @@ def test_catalog_properties_come_from_the_extra_and_secrets_are_collected(monkey
     assert {"rest-token", "s3-secret"} <= set(hook.secrets())
 
 
+def test_a_catalogs_uri_password_and_an_oauth_client_secret_are_secrets_too(monkeypatch):
+    set_conn(
+        monkeypatch,
+        "iceberg_default",
+        conn_type="iceberg",
+        extra={
+            "type": "sql",
+            "uri": "postgresql+psycopg://iceberg:p%40ss-w0rd@catalog-db:5432/iceberg_catalog",
+            "credential": "tiering-client:client-Secret-9",
+            "warehouse": "s3://lake/warehouse",
+        },
+    )
+    secrets = set(IcebergCatalogHook().catalog_config().secrets)
+    assert {"p%40ss-w0rd", "p@ss-w0rd", "tiering-client:client-Secret-9", "client-Secret-9"} <= secrets
+    assert not any("s3://lake" in s or "tiering-client" == s for s in secrets)
+
+
 LANDING = FileSourceSpec(kind="files", path="s3://landing/orders", format="parquet")
 
 
