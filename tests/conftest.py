@@ -24,6 +24,17 @@ def spark_writer() -> Iterator[object]:
     writer.stop()
 
 
+@pytest.fixture(scope="module")
+def local_writer() -> Iterator[object]:
+    """Writes one-split rounds in the test process: no Spark starts (a round of several splits would start one)."""
+    from airflow_provider_tiering.build import build_writer
+    from airflow_provider_tiering.spark.session import SparkSettings
+
+    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
+    yield writer
+    writer.stop()
+
+
 @pytest.fixture
 def catalog_properties(tmp_path: Path) -> dict[str, str]:
     """An embedded Iceberg SQL catalog on SQLite with a local warehouse, fresh for each test."""

@@ -17,7 +17,6 @@ import pytest
 from psycopg import sql
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.round import RoundOutcome, RoundPhase, run_round
 from airflow_provider_tiering.core.spec import TableSpec
@@ -25,7 +24,6 @@ from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.sources.pgoutput import parse_lsn
 from airflow_provider_tiering.sources.postgres_cdc import EVICTION_ORIGIN
 from airflow_provider_tiering.sources.registry import build_source
-from airflow_provider_tiering.spark.session import SparkSettings
 from testbed.rounds import lake_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,13 +52,6 @@ def spec_of(name: str, *, evict: bool = True, batch_rows: int = 40) -> TableSpec
             },
         }
     )
-
-
-@pytest.fixture(scope="module")
-def local_writer():
-    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
-    yield writer
-    writer.stop()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import psycopg
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SchemaConflict, TableTruncated
 from airflow_provider_tiering.core.maintenance import CompactionResult
@@ -24,7 +23,6 @@ from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.compaction import compact
 from airflow_provider_tiering.sources.pgoutput import format_lsn, parse_lsn
 from airflow_provider_tiering.sources.registry import build_source
-from airflow_provider_tiering.spark.session import SparkSettings
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
 from testbed.crash_round import crash_round
 from testbed.lake_check import unreferenced_data_files
@@ -42,13 +40,6 @@ def cdc_spec(name: str, **source) -> dict:
         "source": {"kind": "postgres_cdc", "conn_id": "hot", "table": name, **source},
         "lake": {"namespace": "it", "table": name},
     }
-
-
-@pytest.fixture(scope="module")
-def local_writer():
-    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
-    yield writer
-    writer.stop()
 
 
 @pytest.fixture

@@ -15,14 +15,12 @@ from datetime import timedelta
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.decisions import TaskAction, decide_task
 from airflow_provider_tiering.core.round import RoundOutcome, RoundPhase, run_round
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.live_files import has_live_delete_files
-from airflow_provider_tiering.spark.session import SparkSettings
 from testbed.crash_round import crash_round
 from testbed.lake_check import unreferenced_data_files
 from testbed.mutable_tables import (
@@ -49,14 +47,6 @@ def reconciled_spec(name: str, every: float | None = 0, **extra) -> dict:
         "merge": merge,
         **extra,
     }
-
-
-@pytest.fixture(scope="module")
-def local_writer():
-    """Writes one-split rounds in the test process: no Spark starts."""
-    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
-    yield writer
-    writer.stop()
 
 
 def make_hot(kind: str, tmp_path, request, name: str, seed: int) -> MutableHot:

@@ -8,7 +8,6 @@ import time
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.errors import FencedError, MergeKeyUnusable
 from airflow_provider_tiering.core.maintenance import CompactionResult
 from airflow_provider_tiering.core.round import RoundOutcome, run_round
@@ -17,7 +16,6 @@ from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.compaction import compact
 from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
-from airflow_provider_tiering.spark.session import SparkSettings
 from testbed.crash_round import crash_round
 from testbed.lake_check import unreferenced_data_files
 from testbed.mutable_tables import (
@@ -45,14 +43,6 @@ def merge_spec(name: str, *, key: list[str] | None = None, **extra) -> dict:
         "merge": merge,
         **extra,
     }
-
-
-@pytest.fixture(scope="module")
-def local_writer():
-    """Writes one-split rounds in the test process: no Spark starts."""
-    writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
-    yield writer
-    writer.stop()
 
 
 def snapshot_count(catalog_properties, name: str) -> int:
