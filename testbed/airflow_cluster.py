@@ -132,7 +132,9 @@ class AirflowCluster:
             every ``*.py`` file of ``dags_folder`` that mentions "airflow" and "dag" has produced
             a DAG or an import error (an import error fails the start).
         :param config_overrides: ``{section: {key: value}}`` merged into airflow.cfg.
-        :param venv: virtualenv whose ``bin/airflow`` runs everything (default: ``sys.prefix``).
+        :param venv: virtualenv whose ``bin/airflow`` runs everything (default: ``sys.prefix``). Another
+            virtualenv runs as an installation of its own: the test's ``PYTHONPATH`` is not passed on, so only
+            what is installed there can be imported (e.g. the provider installed from its wheel, not the repo).
         """
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
@@ -186,6 +188,7 @@ class AirflowCluster:
         """Write config, migrate the DB, start every component and wait for API + DAG parsing."""
         t0 = time.monotonic()
         _LIVE_CLUSTERS.add(self)
+        self._token = None  # a restart signs tokens with a new secret
         try:
             self.home.mkdir(parents=True, exist_ok=True)
             self.dags_folder.mkdir(parents=True, exist_ok=True)
@@ -352,6 +355,8 @@ class AirflowCluster:
             for k, v in os.environ.items()
             if k not in _ENV_KEYS_TO_DROP and not k.startswith(_ENV_PREFIXES_TO_DROP)
         }
+        if self.venv.resolve() != Path(sys.prefix).resolve():
+            env.pop("PYTHONPATH", None)
         bin_dir = str(self.venv / "bin")
         no_proxy = ",".join(
             filter(
