@@ -22,9 +22,10 @@ Hard deletes and the old key of a row whose key changed since the lake's last ro
 (it reads only the hot rows beyond the offsets, not every hot key): such rows still show from the lake until a
 reconciling round (``merge.reconcile_keys_every_seconds``) removes them.
 
-**Change-stream tables** (``postgres_cdc``): the hot table holds every live row (the spec refuses eviction for
-them), so the view is the whole hot table in one snapshot, and nothing from the lake
-(``TiersReader.holds_every_row``).
+**Change-stream tables** (``postgres_cdc``) without eviction: the hot table holds every live row, so the view is
+the whole hot table in one snapshot, and nothing from the lake (``TiersReader.holds_every_row``). With eviction the
+hot table no longer does, and a deleted key cannot be told from an evicted one: ``read_table_across_tiers``
+refuses such a table.
 """
 
 from __future__ import annotations
@@ -175,6 +176,14 @@ def read_table_across_tiers(table: TableSpec | dict[str, Any]) -> AcrossTiers:
     if spec.source.cursor() is None and not spec.source.streams_changes:
         raise InvalidTableSpec(
             f"table {spec.name!r}: reading across tiers needs a SQL hot store (a cursor column) or a change stream"
+        )
+    if spec.source.streams_changes and spec.eviction.enabled:
+        # The hot table is the whole table only without eviction; with it, the lake alone holds the evicted rows,
+        # and the hot table cannot tell an evicted key from a deleted one.
+        raise InvalidTableSpec(
+            f"table {spec.name!r}: reading across tiers is not supported for a change-stream table with eviction "
+            "(the hot table no longer holds every row, and a deleted key cannot be told from an evicted one): read "
+            "the lake table itself"
         )
     soft_delete = None if spec.merge is None else spec.merge.soft_delete_column
     with TieringHook(spec).build_round() as parts:

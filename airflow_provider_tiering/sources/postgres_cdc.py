@@ -48,7 +48,7 @@ from airflow_provider_tiering.sources.change_stream import ChangeSet, apply_chan
 from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.sources.pgoutput import UNCHANGED_TOAST, Message, decode, format_lsn, parse_lsn
 from airflow_provider_tiering.sources.postgres import APPLICATION_NAME, PostgresSource
-from airflow_provider_tiering.sources.sql import quote_string
+from airflow_provider_tiering.sources.sql import quote_identifier, quote_string
 
 log = logging.getLogger(__name__)
 
@@ -321,6 +321,21 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         if found is None:
             raise SourceError(f"{self.display_name} does not exist (or is not visible to this user)")
         identity, identity_columns = found
+        generated = [
+            name
+            for (name,) in conn.execute(
+                "SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+                "AND NOT attisdropped AND attgenerated <> ''",
+                (self._qualified(),),
+            ).fetchall()
+            if name in self.schema().names
+        ]
+        if generated:
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: generated column(s) {generated} never travel in the change stream (pgoutput "
+                "leaves them out), so the lake would hold NULL for them: leave them out with source.columns. "
+                "Nothing was tiered"
+            )
         key = self.key or self.primary_key()
         if identity != "f" and not set(key) <= set(identity_columns):
             kinds = {"d": "DEFAULT (the primary key)", "n": "NOTHING", "i": "USING INDEX"}
@@ -331,9 +346,35 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 "was tiered"
             )
 
+    def _check_publication(self, conn: Any) -> None:
+        """The publication must publish this very table (not one dropped and re-created since), every column of
+        it, and inserts, updates, deletes and truncates: a change it leaves out would never reach the lake."""
+        found = conn.execute(
+            "SELECT p.pubinsert AND p.pubupdate AND p.pubdelete AND p.pubtruncate, "
+            "EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = to_regclass(%s) "
+            "AND r.prattrs IS NULL) OR (p.puballtables AND to_regclass(%s) IS NOT NULL) "
+            "FROM pg_publication p WHERE p.pubname = %s",
+            (self._qualified(), self._qualified(), self.publication),
+        ).fetchone()
+        problem = None
+        if found is None:
+            problem = "does not exist"
+        elif not found[1]:
+            problem = "does not publish this table (whole: without a column list); was the table re-created?"
+        elif not found[0]:
+            problem = "does not publish every kind of change (insert, update, delete, truncate)"
+        if problem is not None:
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: publication {self.publication} {problem}. Changes it leaves out would never "
+                f"reach the lake: CREATE PUBLICATION {self.publication} FOR TABLE {self._qualified()} (or ALTER it), "
+                "then load the table again (drop the lake table, then reset the table; with eviction enabled, the "
+                "rows only the lake holds would be lost: keep a copy). Nothing was tiered"
+            )
+
     def _ensure_publication(self, conn: Any) -> None:
         exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)).fetchone()
         if exists:
+            self._check_publication(conn)
             return
         try:
             conn.execute(f"CREATE PUBLICATION {self.table.quote(self.publication)} FOR TABLE {self._qualified()}")
@@ -384,7 +425,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             for (data,) in conn.cursor().stream(
                 "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, CAST(%s AS pg_lsn), %s, "
                 "'proto_version', '1', 'publication_names', %s)",
-                (self.slot, None if upto_lsn is None else format_lsn(upto_lsn), upto_changes, self.publication),
+                # publication_names is a list of identifiers, folded to lower case unless quoted
+                (
+                    self.slot,
+                    None if upto_lsn is None else format_lsn(upto_lsn),
+                    upto_changes,
+                    quote_identifier(self.publication),
+                ),
             ):
                 yield decode(data)
         except (SourceError, ValueError):
@@ -440,33 +487,42 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 "creates a new slot and takes a new snapshot), then reset the table"
             )
         if position > lsn:
-            raise ChangeStreamUnavailable(
+            # Retried, not quarantined at once: a round of the same table that committed after this one read the
+            # lake's offsets moves the slot legitimately; the next try reads the newer offsets.
+            raise SourceError(
                 f"{self.display_name}: replication slot {self.slot} is at {format_lsn(position)}, ahead of the "
-                f"lake's LSN {format_lsn(lsn)}: changes in between may be missing from the lake (was the slot "
-                "advanced by something else?). Load the table again: drop the lake table, then reset the table"
+                f"lake's LSN {format_lsn(lsn)}. A round of this table that committed meanwhile moves it so (the "
+                "next try reads its offsets); if none did, the slot was advanced by something else and changes in "
+                "between may be missing from the lake: load the table again (drop the lake table, then reset the "
+                "table; with eviction enabled, the rows only the lake holds would be lost: keep a copy)"
             )
         if position < lsn:
             self._advance(conn, lsn)
         return lsn
 
     def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
-        """Every committed change is safe to tier (the stream is in commit order). With none for this table since
-        the lake's LSN, there is nothing to tier, unless other tables' writes since then make it worth a round that
-        only moves the lake's LSN (``_worth_advancing``): the slot follows the lake after its commit and is never
-        ahead of it, so a slot ahead of the lake always means something else moved it."""
+        """Every committed change is safe to tier (the stream is in commit order): the round may read up to the
+        server's flushed WAL (``lsn``; peeking reads only flushed WAL). Whether that holds any change of the table
+        is for ``plan`` to find: it reads the slot once, and a round written by this process applies what it read.
+
+        The lake's LSN must never fall inside a WAL record: a commit record that straddles it would be skipped by
+        the slot once advanced there, and the flushed position may be mid-record. So the end offsets are a commit's
+        end, or ``boundary``: the insert position read *before* the flushed one, a record boundary, when the flush
+        has passed it (every transaction committing before it has then been read)."""
         with self._psycopg() as conn:
             self._check_server(conn)
             try:
+                (insert,) = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
                 (flushed,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: reading the WAL position failed: {exc}") from exc
+            boundary = insert if parse_lsn(insert) <= parse_lsn(flushed) else None
             if committed is None:
                 return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
+            self._check_publication(conn)
             if self._stream_position(conn, committed) >= parse_lsn(flushed):
                 return SafeWatermark(end=dict(committed), observed={"lsn": flushed})
-        # Whether the stretch holds any change of the table is for ``plan`` to find: it reads the slot once, and a
-        # round written by this process applies what it read (``read_split``).
-        return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
+        return SafeWatermark(end={"lsn": flushed, "boundary": boundary}, observed={"lsn": flushed})
 
     def _worth_advancing(self, start: int, flushed: int) -> bool:
         """Whether the WAL other tables wrote since the lake's LSN is worth a round that only moves the LSN (and
@@ -490,18 +546,21 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         if start is None:
             return self._plan_first_load()
         start_lsn, upto = parse_lsn(str(start["lsn"])), parse_lsn(str(end["lsn"]))
+        boundary = None if end.get("boundary") is None else parse_lsn(str(end["boundary"]))
         with self._psycopg() as conn:
             found = self._changes(conn, start_lsn, upto, upto_changes=max_rows)
         capped = found.changes >= max_rows
-        last = found.last_end_lsn or upto
+        # A commit's end, or the boundary (see safe_watermark); never the flushed position itself.
+        ends = [lsn for lsn in (found.last_end_lsn, None if capped else boundary) if lsn is not None]
+        plan_end = max(ends, default=start_lsn)
         idle = found.changes == 0 and found.skipped == 0
         plan = ChangePlan(
-            last if capped else max(upto, last),
+            plan_end,
             start_lsn,
             found.changes,
             found.skipped,
             capped=capped,
-            advance=idle and self._worth_advancing(start_lsn, upto),
+            advance=idle and boundary is not None and self._worth_advancing(start_lsn, boundary),
         )
         # Exactly the transactions ending in (start, plan end]: what read_split would read again.
         self._planned = (plan.start_lsn, plan.end_lsn, found)

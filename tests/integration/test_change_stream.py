@@ -73,6 +73,18 @@ def slot_lsn(dsn: str, slot: str) -> int | None:
     return None if found is None else parse_lsn(found[0])
 
 
+def assert_record_boundary(dsn: str, lsn: int) -> None:
+    """The lake's LSN must be where a WAL record starts: a commit record straddling it would be skipped by the slot
+    once advanced there (pg_walinspect finds the first record at or after an LSN)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        conn.execute("CREATE TABLE IF NOT EXISTS boundary_probe (v int)")
+        conn.execute("INSERT INTO boundary_probe VALUES (1)")  # a flushed record at or after it
+        (start,) = conn.execute("SELECT start_lsn::text FROM pg_get_wal_record_info(%s)", (format_lsn(lsn),)).fetchone()
+    assert parse_lsn(start) == lsn, f"the lake's LSN {format_lsn(lsn)} is inside a WAL record (next starts {start})"
+
+
 def lake_lsn(catalog_properties, name: str) -> int | None:
     import json
 
@@ -136,6 +148,7 @@ def test_random_changes_while_rounds_run_leave_the_lake_equal_to_the_table(
         changing.counts
     )
     assert slot_lsn(changing.dsn, f"tiering_public_{name}") <= lake_lsn(catalog_properties, name)
+    assert_record_boundary(changing.dsn, lake_lsn(catalog_properties, name))
     assert unreferenced_data_files(catalog_properties, ("it", name)) == []
 
     state = store.load()
@@ -408,9 +421,50 @@ def test_an_idle_table_follows_other_tables_wal_without_the_slot_passing_the_lak
     assert moved.outcome is RoundOutcome.TIERED and moved.metrics.rows == 0
     after = lake_lsn(catalog_properties, name)
     assert after - before > 256 * 1024 and slot_lsn(changing.dsn, slot) == after
+    assert_record_boundary(changing.dsn, after)
     # (The WAL the server keeps follows the slot's restart point, which moves at the server's next running-
     # transactions record, not at once.)
     assert store.load().change_stream["confirmed_flush_lsn"] == format_lsn(after)
     changing.insert(1)
     tier()
     assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+
+
+def test_changes_the_stream_would_leave_out_are_refused_not_lost(pg_server, tmp_path, catalog_properties, local_writer):
+    conn = psycopg.connect(pg_server.dsn, autocommit=True)
+    conn.execute("SET synchronous_commit = on")
+    conn.execute(
+        "DROP TABLE IF EXISTS gen_cols; CREATE TABLE gen_cols (id int PRIMARY KEY, a int, "
+        "b int GENERATED ALWAYS AS (a * 2) STORED)"
+    )
+    conn.execute("INSERT INTO gen_cols (id, a) VALUES (1, 10), (2, 20)")
+    conn.execute("DROP TABLE IF EXISTS partly_published; CREATE TABLE partly_published (id int PRIMARY KEY)")
+    conn.execute("DROP PUBLICATION IF EXISTS inserts_only")
+    conn.execute("CREATE PUBLICATION inserts_only FOR TABLE partly_published WITH (publish = 'insert')")
+    connection = ConnectionInfo.from_uri(pg_server.dsn)
+
+    def first_round(source: dict, table: str):
+        spec = TableSpec.parse({**cdc_spec(table), "source": {**cdc_spec(table)["source"], **source}})
+        store = JsonFileStateStore(tmp_path / f"{table}-{len(source)}.json")
+        return run_round(
+            spec, build_source(spec.source, connection), lake_of(spec, catalog_properties), local_writer, store
+        )
+
+    # A stored generated column never travels in pgoutput: refused, unless left out.
+    with pytest.raises(ChangeStreamUnavailable, match=r"generated column\(s\) \['b'\]"):
+        first_round({}, "gen_cols")
+    assert first_round({"columns": ["id", "a"]}, "gen_cols").outcome is RoundOutcome.TIERED
+    # A publication that leaves updates and deletes out.
+    with pytest.raises(ChangeStreamUnavailable, match="does not publish every kind of change"):
+        first_round({"publication_name": "inserts_only"}, "partly_published")
+    # The table dropped and created again: its publication no longer publishes it.
+    conn.execute("DROP TABLE gen_cols")
+    conn.execute("CREATE TABLE gen_cols (id int PRIMARY KEY, a int)")
+    conn.execute("INSERT INTO gen_cols VALUES (3, 30)")
+    with pytest.raises(ChangeStreamUnavailable, match="does not publish this table"):
+        first_round({"columns": ["id", "a"]}, "gen_cols")
+    conn.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE %s",
+        ("tiering_public_gen_cols%",),
+    )
+    conn.close()
