@@ -455,18 +455,23 @@ class PostgresSource(SqlSource):
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from exc
 
-            def run(sql: str, params: Sequence[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-                try:
-                    cur.execute(sql, parameters=tuple(params) or None)
-                    reader = cur.fetch_record_batch()
-                except Exception as exc:
-                    raise self._read_failed("reading", exc) from exc
-                yield from self._batches(reader, "reading")
-
-            yield run
+            yield self._running_in(cur)
             cur.execute("COMMIT")
         finally:
             conn.close()
+
+    def _running_in(self, cur: Any) -> RunInTransaction:
+        """A function that runs a query in ``cur``'s open transaction and streams its rows as Arrow batches."""
+
+        def run(sql: str, params: Sequence[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+            try:
+                cur.execute(sql, parameters=tuple(params) or None)
+                reader = cur.fetch_record_batch()
+            except Exception as exc:
+                raise self._read_failed("reading", exc) from exc
+            yield from self._batches(reader, "reading")
+
+        return run
 
     _split_reads_in_round_transaction = False  # split readers import the exported snapshot, wherever they run
 
@@ -497,14 +502,7 @@ class PostgresSource(SqlSource):
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: cannot export the round's snapshot: {exc}") from exc
 
-            def run(sql: str, params: Sequence[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-                try:
-                    cur.execute(sql, parameters=tuple(params) or None)
-                    reader = cur.fetch_record_batch()
-                except Exception as exc:
-                    raise self._read_failed("reading", exc) from exc
-                yield from self._batches(reader, "reading")
-
+            run = self._running_in(cur)
             try:
                 yield run
             finally:
