@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite in two passes, to keep CI short on 2 cores: the e2e tests, which mostly wait on Airflow's
-# scheduler loops, run beside the unit and integration tests (their output follows those's); then the tests
+# scheduler loops, run beside the unit and integration tests, in two halves (their output follows those's); then the tests
 # marked `serial` (timing-sensitive or machine-hogging) run alone. Fails if any pass fails.
 # Each pytest gets its own --basetemp: a second pytest on the default one would reset /tmp/pytest-of-<user> to
 # 0700 under the first one's PostgreSQL server, which runs as another OS user (tests/pg_server.py).
@@ -10,15 +10,30 @@ PY="${VENV:-.venv}/bin/python"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tiering-tests.XXXXXX")"
 chmod 755 "$TMP"
 
-"$PY" -m pytest tests/e2e -m "not serial" --basetemp "$TMP/e2e" "$@" >"$TMP/e2e.log" 2>&1 &
-e2e_pid=$!
-trap 'kill "$e2e_pid" 2>/dev/null' INT TERM
+# The e2e tests mostly wait on Airflow's scheduler loops: two halves of them run at once, beside the others. The
+# first half holds the longest modules (a wheel installed into a fresh virtualenv, a round past its timeout, the CLI
+# and the demo), the second the rest.
+E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_cli.py tests/e2e/test_demo.py)
+E2E_REST=()
+for module in tests/e2e/test_*.py; do
+  [[ " ${E2E_FIRST[*]} " == *" $module "* ]] || E2E_REST+=("$module")
+done
+"$PY" -m pytest "${E2E_FIRST[@]}" -m "not serial" --basetemp "$TMP/e2e1" "$@" >"$TMP/e2e1.log" 2>&1 &
+e2e1_pid=$!
+"$PY" -m pytest "${E2E_REST[@]}" -m "not serial" --basetemp "$TMP/e2e2" "$@" >"$TMP/e2e2.log" 2>&1 &
+e2e2_pid=$!
+trap 'kill "$e2e1_pid" "$e2e2_pid" 2>/dev/null' INT TERM
 "$PY" -m pytest tests/unit tests/integration -m "not serial" --basetemp "$TMP/main" "$@"
 main=$?
-wait "$e2e_pid"
-e2e=$?
-echo "================ e2e tests (ran beside the tests above) ================"
-cat "$TMP/e2e.log"
+wait "$e2e1_pid"
+e2e1=$?
+wait "$e2e2_pid"
+e2e2=$?
+e2e=$(( e2e1 != 0 ? e2e1 : e2e2 ))
+echo "================ e2e tests, first half (ran beside the tests above) ================"
+cat "$TMP/e2e1.log"
+echo "================ e2e tests, second half (ran beside the tests above) ================"
+cat "$TMP/e2e2.log"
 echo "================ serial tests (alone) ================"
 "$PY" -m pytest tests -m serial --basetemp "$TMP/serial" "$@"
 serial=$?
