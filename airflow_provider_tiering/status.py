@@ -458,9 +458,17 @@ def _rounds_only_the_lake_knows(found: TieringStatus, announced: set[int | None]
     ]
 
 
-def reset_table(table: str, *, readable: ReadableFilter | None = None, session: Any | None = None) -> TableState:
+def reset_table(
+    table: str,
+    *,
+    adopt_hot_table: bool = False,
+    readable: ReadableFilter | None = None,
+    session: Any | None = None,
+) -> TableState:
     """Lift the quarantine of a tiered table so its next round runs again; ``table`` as for
-    :func:`get_tiering_status` (an ambiguous name raises AmbiguousTable and resets nothing).
+    :func:`get_tiering_status` (an ambiguous name raises AmbiguousTable and resets nothing). With
+    ``adopt_hot_table``, the hot table a round refused as another one (dropped and created again, truncated and
+    reloaded) is tiered from its start, the lake's rows kept (ValueError when no round refused one).
 
     Writes the state document through Airflow's state backend. Raises TableNotFound when no tiered table of
     that name has a state document.
@@ -472,6 +480,6 @@ def reset_table(table: str, *, readable: ReadableFilter | None = None, session: 
     with session_scope(session) as s:
         found = get_tiering_status(table, readable=readable, session=s)
         state = found.state
-        state.reset(utcnow())
+        state.reset(utcnow(), adopt_hot_table=adopt_hot_table)
         get_state_backend().set(AssetScope(asset_id=found.asset_id), STATE_KEY, json.dumps(state.to_json()), session=s)
     return state

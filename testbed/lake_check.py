@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from pyiceberg.catalog import load_catalog
@@ -17,6 +18,8 @@ from pyiceberg.catalog import load_catalog
 def _normal(value: Any) -> Any:
     if value is None:
         return None
+    if isinstance(value, UUID):  # PostgreSQL's uuid, which the lake holds as text
+        return str(value)
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, (Decimal, float, int)):  # SQLite may keep 12.00 of a DECIMAL column as integer 12
@@ -130,3 +133,30 @@ def view_rows(view: Any, columns: Sequence[str]) -> list[tuple[Any, ...]]:
     """The rows of a view across tiers, as tuples of ``columns``."""
     table = view.to_arrow().select(list(columns))
     return [tuple(r[c] for c in columns) for r in table.to_pylist()]
+
+
+def duckdb_lake_rows(
+    catalog_properties: dict[str, str], identifier: tuple[str, str], columns: Sequence[str]
+) -> list[tuple]:
+    """The lake table's current rows as DuckDB's Iceberg reader reads them (a second reader, independent of
+    pyiceberg): ``iceberg_scan`` of the table's metadata file, the extensions loaded from their PyPI packages by path
+    (autoinstall off: no network)."""
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    metadata = load_catalog("default", **catalog_properties).load_table(identifier).metadata_location
+    connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        for package in (duckdb_extension_avro, duckdb_extension_iceberg):
+            extension = next(Path(package.__file__).parent.rglob("*.duckdb_extension"))
+            connection.execute(f"LOAD '{extension}'")
+        selected = ", ".join(f'"{c}"' for c in columns)
+        return connection.execute(f"SELECT {selected} FROM iceberg_scan('{metadata.removeprefix('file://')}')").fetchall()
+    finally:
+        connection.close()
+
+
+def null_counts(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> dict[str, int]:
+    """How many rows hold NULL in each column."""
+    return {name: sum(1 for row in rows if row[i] is None) for i, name in enumerate(columns)}

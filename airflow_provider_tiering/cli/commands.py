@@ -167,11 +167,13 @@ def trigger(args: Namespace) -> None:
 @suppress_logs_and_warning
 @providers_configuration_loaded
 def reset(args: Namespace) -> None:
+    adopt = bool(getattr(args, "adopt_hot_table", False))
     try:
-        state = reset_table(args.table)
-    except (TableNotFound, AmbiguousTable) as exc:
+        state = reset_table(args.table, adopt_hot_table=adopt)
+    except (TableNotFound, AmbiguousTable, ValueError) as exc:
         _fail(str(exc))
-    print(f"{args.table}: quarantine lifted; the next round runs", file=sys.stderr)
+    then = "tiers the new hot table from its start, keeping the lake's rows" if adopt else "runs"
+    print(f"{args.table}: quarantine lifted; the next round {then}", file=sys.stderr)
     emit(
         {"table": state.table, "status": state.status.value, "note": state.note},
         args.output,

@@ -54,6 +54,13 @@ ARG_UNPAUSE = Arg(
     action="store_true",
 )
 
+ARG_ADOPT_HOT_TABLE = Arg(
+    ("--adopt-hot-table",),
+    help="after a round refused the hot table as another one (dropped and created again, truncated and reloaded): "
+    "keep the lake's rows as history and tier the new table from its start",
+    action="store_true",
+)
+
 
 def get_tiering_cli_commands() -> list[GroupCommand]:
     return [
@@ -83,7 +90,7 @@ def get_tiering_cli_commands() -> list[GroupCommand]:
                     name="reset",
                     help="Lift a table's quarantine so that its next round runs",
                     func=lazy_load_command(f"{_COMMANDS}.reset"),
-                    args=(ARG_TABLE, ARG_OUTPUT, ARG_VERBOSE),
+                    args=(ARG_TABLE, ARG_ADOPT_HOT_TABLE, ARG_OUTPUT, ARG_VERBOSE),
                 ),
             ),
         )

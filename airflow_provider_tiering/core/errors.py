@@ -111,9 +111,27 @@ class LakeError(TieringError):
     """The lake (catalog or warehouse) refused an operation."""
 
 
-class SchemaConflict(LakeError):
-    """The hot store's schema changed in a way the lake table cannot follow (narrowing, lossy type change,
-    a required column gone); the message names the column and both types. Nothing was committed."""
+class SchemaConflict(LakeError, NotRetryable):
+    """The hot store's schema changed in a way the lake table cannot follow (narrowing, lossy type change, a merge
+    key column gone, an added column whose values an append table cannot read again); the message names the column,
+    both types where it is about types, and the way out. Nothing was committed."""
+
+
+class AmbiguousColumnChange(SchemaConflict):
+    """A hot store that keeps no column ids (SQLite, MariaDB) lost a column and gained another: a rename or a drop
+    and an add look the same. The message names both columns and the spec fields that tell which
+    (``source.renamed_columns``, ``source.dropped_columns``)."""
+
+
+class HotTableReplaced(SourceError, NotRetryable):
+    """The hot table is not the one the lake was tiered from: it was dropped and created again, or truncated and
+    reloaded with other rows below the lake's offsets. The message names what changed and the ways out (drop the
+    lake table to load the table again, or keep the lake's rows and tier the new table from its start)."""
+
+
+class ShapeChangedDuringRound(SourceError):
+    """The hot table's columns changed while the round read it (an ALTER TABLE between planning and reading): what
+    it read may lack a column's values, so nothing is committed; the next round follows the new shape."""
 
 
 class SparkUnavailable(TieringError):

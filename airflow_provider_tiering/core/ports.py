@@ -26,6 +26,17 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:  # pyarrow is imported where it is used: probing for new rows needs none of it
     import pyarrow as pa
 
+    from airflow_provider_tiering.core.shape import (
+        AddedValues,
+        ColumnHistory,
+        DeclaredColumnChanges,
+        HotIdentity,
+        InPlaceChanges,
+        LakeShape,
+        ShapeChanges,
+        ShapeDecision,
+    )
+
 #: How far the lake has a table's hot data; JSON-native (e.g. ``{"cursor": 42}`` or a landing zone's file log).
 Offsets = dict[str, Any]
 
@@ -183,6 +194,19 @@ class BehindLook:
     emptied: dict[str, Any] | None = None
     #: The emptied stretch in words, for messages (e.g. "id in (50, 100]").
     where: str = ""
+
+
+@dataclass(frozen=True)
+class TieredSample:
+    """What a round checks, after the hot table's storage was replaced (``HotIdentity.storage``), to tell a rewrite
+    of the same rows (VACUUM FULL, a rewriting ALTER TABLE) from other rows below the lake's offsets (truncated and
+    reloaded, dropped and created again): the rows at the greatest cursor value at or below the offsets (``cursor``,
+    as an offset value; None: no row is left there), and how many rows lie at or below the offsets."""
+
+    column: str
+    cursor: Any
+    rows: pa.Table | None
+    count: int
 
 
 @dataclass(frozen=True)
@@ -484,6 +508,61 @@ class Source(ABC, Generic[PlanT, SplitT]):
         """This source's consistent read of the rows beyond the lake's offsets, or None (a landing zone)."""
         return None
 
+    # -- the hot table's shape and identity (``core/follow_shape.py``) --------------------------------------
+    def identity(self) -> HotIdentity:
+        """How the lake tells this hot table and its columns from others of the same name (see :class:`HotIdentity`);
+        a source whose store keeps no such ids returns an empty one."""
+        from airflow_provider_tiering.core.shape import HotIdentity
+
+        return HotIdentity()
+
+    def added_column_values(self, column: str, tiered: Offsets | None, rewritten: bool) -> AddedValues:
+        """What the rows the lake already holds (``tiered``: the lake's offsets; None: every row of the hot table)
+        hold in ``column``, newly added to the hot table, as the hot store has them now (see :class:`AddedValues`).
+        ``rewritten``: the table's storage was replaced since the lake last looked (or it cannot tell), so a value
+        per row may have been written without a change each. A source whose old items cannot gain a column's
+        values (files) answers NULL."""
+        from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind
+
+        return AddedValues(AddedValuesKind.NULL, how="rows already tiered cannot gain values")
+
+    def tiered_sample(self, tiered: Offsets) -> TieredSample | None:
+        """The rows at the greatest cursor value at or below ``tiered`` and how many rows lie there (see
+        :class:`TieredSample`); None for a source whose rows are not ordered by a cursor."""
+        return None
+
+    def rows_rewritten(self, horizon: str, tiered: Offsets | None) -> bool | None:
+        """Whether every row the lake holds (``tiered``: its offsets; None: every row of the table) was written after
+        ``horizon`` (``HotIdentity.horizon`` as the lake recorded it): the table was rewritten or reloaded, not only
+        moved (VACUUM FULL). None when the store cannot tell."""
+        return None
+
+    def truncated_since(self, committed: Offsets) -> bool:
+        """Whether the changes since ``committed`` that wait to be tiered hold a TRUNCATE of the table (a change
+        stream's: it refuses one rather than follow it)."""
+        return False
+
+    def tiered_column_values(self, columns: Sequence[str], tiered: Offsets) -> pa.Table | None:
+        """``columns`` of every row at or below ``tiered``, in one snapshot (to check a promoted column's values
+        against the lake's); None for a source that cannot select such rows."""
+        return None
+
+    def bind_column_history(self, history: ColumnHistory) -> None:
+        """Called before planning with what the lake knows of the columns' former names and initial defaults (a
+        change stream decodes changes made before the last change of shape with it)."""
+        return None
+
+    def check_shape_unchanged(self) -> None:
+        """Called after the round's rows are written, before its commit: raise
+        :class:`~airflow_provider_tiering.core.errors.ShapeChangedDuringRound` if the hot table's columns changed
+        since :meth:`schema` read them (what was read may lack a column's values)."""
+        return None
+
+    def in_place_changes(self) -> InPlaceChanges | None:
+        """Rows of the hot table updated and deleted so far, as the hot store counts them (an append table's
+        contract, watched); None when the store does not count them."""
+        return None
+
 
 class RowPartitioner(Protocol):
     """Cuts a batch of rows by the lake table's partition spec (``lake/partitioner.py``); pickled to Spark tasks."""
@@ -550,14 +629,71 @@ class Lake(Protocol):
     """The lake table of one tiered table (``lake/iceberg.py``). Its latest tiering commit is the single source of
     truth for what has been tiered."""
 
-    def ensure_table(self, schema: pa.Schema, key: Sequence[str] = ()) -> str:
-        """Create the table on the first round (schema and partition spec in one commit), or let its schema follow
-        the hot store's; returns the table's location. A ``key`` (a merge table's) becomes the table's identifier
-        fields; its columns must be required in ``schema``.
+    def ensure_table(self, schema: pa.Schema, key: Sequence[str] = (), identity: HotIdentity | None = None) -> str:
+        """Create the table on the first round (schema, partition spec and the record of the hot table's
+        ``identity`` and column ids in one commit); returns the table's location. A ``key`` (a merge table's) becomes
+        the table's identifier fields while it holds no rows; its columns must be required in ``schema``.
 
         Raises:
-            SchemaConflict: the hot store's schema changed in a way the lake cannot follow; nothing was changed.
             LakeError: the catalog or the table cannot be loaded, or its partitioning differs from the spec's.
+            MergeKeyUnusable: the table holds rows under another key.
+        """
+        ...
+
+    def shape(self) -> LakeShape | None:
+        """What the lake table recorded of its hot table (identity, column ids, former names, initial defaults,
+        pending reload and backfill); None before the table exists."""
+        ...
+
+    def follow_shape(
+        self,
+        schema: pa.Schema,
+        identity: HotIdentity,
+        declared: DeclaredColumnChanges,
+        decide: Callable[[ShapeChanges], ShapeDecision],
+        *,
+        key: Sequence[str] = (),
+        by_name: bool = False,
+    ) -> ShapeChanges:
+        """Let the table's schema follow the hot table's ``schema``: columns matched by the ids of ``identity`` (by
+        name where the store keeps none, or with ``by_name``), renamed, added, promoted, made optional; ``decide``
+        says, for what changed, each added column's initial default, whether the whole hot table must be read again
+        (recorded as pending in the same commit) and whether defaults are backfilled. Returns what changed.
+
+        Raises:
+            SchemaConflict: a change the lake cannot follow (or ``decide`` refused one); nothing was changed.
+            AmbiguousColumnChange: a column gone and another new, in a store without column ids, undeclared.
+        """
+        ...
+
+    def record_hot_table(self, identity: HotIdentity, *, reloaded: bool = False) -> None:
+        """Record ``identity`` as the hot table's, outside a tiering commit (a round with nothing to tier found the
+        table's rows unchanged), and with ``reloaded`` clear the pending reload (it found nothing to merge)."""
+        ...
+
+    def backfill(self, writer: SplitWriter, *, target_file_bytes: int, table_name: str) -> int:
+        """Write the initial defaults pending backfill into the files that lack their columns (on ``writer``),
+        committed fenced like a compaction; returns how many files were rewritten."""
+        ...
+
+    def total_rows(self) -> int:
+        """Rows in the current snapshot (from its summary)."""
+        ...
+
+    def rows_not_held(
+        self,
+        rows: pa.Table,
+        *,
+        cursor: tuple[str, Any] | None = None,
+        lake_names: Mapping[str, str] | None = None,
+    ) -> int:
+        """How many of the hot table's ``rows`` (counted with repeats, value for value in their columns) the current
+        snapshot lacks: among its rows whose ``cursor`` column equals the value given, or among all its rows (the
+        lake's column of each of ``rows``' columns named by ``lake_names`` where it differs, its values read as
+        ``rows`` types them).
+
+        Raises:
+            LakeError: the lake's rows cannot be compared with the hot store's.
         """
         ...
 
@@ -594,8 +730,12 @@ class Lake(Protocol):
         end: Mapping[str, Any],
         table_name: str,
         attempt: str,
+        identity: HotIdentity | None = None,
+        reloaded: bool = False,
     ) -> int:
-        """Add all ``files`` in one snapshot carrying ``epoch`` and the offsets; returns its snapshot id.
+        """Add all ``files`` in one snapshot carrying ``epoch`` and the offsets; returns its snapshot id. The same swap
+        records the hot table's ``identity`` as the round planned with it, and with ``reloaded`` (the round read the
+        whole hot table again) clears the pending reload.
 
         Raises:
             FencedError: the lake's offsets are not ``start`` or its epoch is not below ``epoch``: a newer attempt
@@ -616,6 +756,8 @@ class Lake(Protocol):
         table_name: str,
         attempt: str,
         hot_keys: pa.Table | None = None,
+        identity: HotIdentity | None = None,
+        reloaded: bool = False,
     ) -> MergeResult:
         """Merge a round's rows (``files``, every version it read) into a primary-key table, copy-on-write, in one
         snapshot carrying ``epoch`` and the offsets: the files holding any of the round's keys are rewritten

@@ -25,7 +25,10 @@ from airflow_provider_tiering.core.errors import (
     NotRetryable,
     QuarantinedError,
     SourceError,
+    TableTruncated,
 )
+from airflow_provider_tiering.core.follow_shape import Mode, ShapeOutcome, follow_hot_shape
+from airflow_provider_tiering.core.in_place_changes import watch_in_place_changes
 from airflow_provider_tiering.core.merge_key import resolve_merge_key
 from airflow_provider_tiering.core.offsets import cursor_lag_seconds
 from airflow_provider_tiering.core.ports import (
@@ -362,32 +365,54 @@ def run_round(
         merge_key = resolve_merge_key(spec, source, schema)
         if merge_key is not None:
             source.bind_key(merge_key)
-        state.mode = "append" if merge_key is None else "change_stream" if merge_key.from_change_stream else "merge"
+        mode = Mode.of(merge_key)
+        state.mode = mode.value
         state.merge_key = None if merge_key is None else list(merge_key.columns)
         # An empty schema: the source cannot know its columns yet (no Parquet file has landed), so no table.
         location = None
+        identity = source.identity()
         if len(schema):
-            location = lake.ensure_table(schema) if merge_key is None else lake.ensure_table(schema, merge_key.columns)
+            location = lake.ensure_table(schema, () if merge_key is None else merge_key.columns, identity)
         source.bind_lake(location, lake.storage())
         lake_commit = lake.committed()
         _reconcile_with_lake(state, lake_commit, clock())
         start = None if lake_commit is None else lake_commit.end_offsets
         unannounced = _unannounced_commits(lake, lake_commit, announced_epoch)
-        _refuse_rows_behind(spec, source, state, start)
-        watermark = source.safe_watermark(start, state.watermark_candidate)
+        # The hot table's shape and identity: the lake follows a change of columns, reads the whole table again
+        # when it must (``reload``), or the round refuses; an adopted table is read from its start.
+        shape = ShapeOutcome(identity)
+        if len(schema):
+            shape = follow_hot_shape(
+                spec, source, lake, state, schema, merge_key, lake_commit, writer, clock(), identity
+            )
+        if mode is Mode.APPEND:
+            watch_in_place_changes(state, source.in_place_changes(), clock())
+        read_from = None if shape.reload or shape.adopting else start
+        if read_from is None and start is not None:
+            state.emptied_range = state.watermark_candidate = None
+        _refuse_rows_behind(spec, source, state, read_from)
+        watermark = source.safe_watermark(read_from, state.watermark_candidate)
         state.watermark_blockers = [b.to_json() for b in watermark.blockers]
         state.watermark_candidate = watermark.candidate
         plan = None
-        if watermark.end is not None and watermark.end != start:
-            plan = source.plan(start, watermark.end, spec.max_rows_per_round)
+        if watermark.end is not None and watermark.end != read_from:
+            plan = source.plan(read_from, watermark.end, spec.max_rows_per_round)
         # Key reconciliation (merge.reconcile_keys_every_seconds): this round also reads every hot key, in the
-        # snapshot it reads its rows in, and its merge removes the lake's keys that are gone.
+        # snapshot it reads its rows in, and its merge removes the lake's keys that are gone. A reload reconciles
+        # (and a change stream's reads them with its new load), and so does a merge round after the table's storage
+        # was replaced (a TRUNCATE deletes rows without a change each); an adopted table keeps the lake's rows.
         reconcile_every = None if spec.merge is None else spec.merge.reconcile_keys_every_seconds
         reconciling = (
             merge_key is not None
-            and not merge_key.from_change_stream
             and lake_commit is not None
-            and state.keys_reconciliation_due(reconcile_every, clock())
+            and not shape.adopting
+            and (
+                shape.reload is not None
+                or (
+                    not merge_key.from_change_stream
+                    and (shape.reconcile or state.keys_reconciliation_due(reconcile_every, clock()))
+                )
+            )
         )
         hot_keys = None
         if reconciling and merge_key is not None:
@@ -399,6 +424,8 @@ def run_round(
                 if not lake.keys_not_in(hot_keys, merge_key):
                     reconciling, state.keys_reconciled_at = False, clock()
     except Exception as exc:
+        if isinstance(exc, TableTruncated):  # its rows replaced: an operator may continue with the table as it is
+            state.replaced_hot_table = identity.to_json()
         _fail(state, spec, exc, secrets, clock(), retry_delay)
         _record_stream(state, source, secrets)
         state_store.save(state)
@@ -408,6 +435,10 @@ def run_round(
 
     keys_only = reconciling and (plan is None or plan.is_empty)
     if (plan is None or plan.is_empty) and not keys_only:
+        if not shape.adopting and (shape.identity_changed or shape.reload):
+            # Nothing to merge in a reload, or rows found as tiered after a rewrite: the lake records the table
+            # as it is now (an adopted table's is recorded by the commit that first tiers it).
+            lake.record_hot_table(shape.identity, reloaded=shape.reload is not None)
         state.walk_to_idle()
         state.consecutive_failures = 0
         state.next_retry_at = None
@@ -488,6 +519,7 @@ def run_round(
                     ),
                     rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
                 )
+        source.check_shape_unchanged()
         files = [f for f in written if f.kind == FileKind.DATA]
         rejected = [f for f in written if f.kind == FileKind.REJECTS]
         in_process = len(splits) == 1 and writer.writes_single_split_locally
@@ -505,8 +537,18 @@ def run_round(
         committing_started = time.monotonic()
         if rejected and rejects is not None:
             rejects.replace(rejected, epoch=epoch, table_name=spec.name, attempt=attempt)
+        reloaded = shape.reload is not None or shape.adopting
         if merge_key is None:
-            snapshot_id = lake.commit(files, epoch=epoch, start=start, end=end, table_name=spec.name, attempt=attempt)
+            snapshot_id = lake.commit(
+                files,
+                epoch=epoch,
+                start=start,
+                end=end,
+                table_name=spec.name,
+                attempt=attempt,
+                identity=shape.identity,
+                reloaded=reloaded,
+            )
             committed_files = files
         else:
             merged = lake.merge(
@@ -518,6 +560,8 @@ def run_round(
                 table_name=spec.name,
                 attempt=attempt,
                 hot_keys=hot_keys,
+                identity=shape.identity,
+                reloaded=reloaded,
             )
             snapshot_id, committed_files = merged.snapshot_id, list(merged.added)
             log.info(
@@ -558,6 +602,7 @@ def run_round(
     )
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)
+    state.replaced_hot_table = state.adopt_hot_table = None  # the commit recorded the hot table it tiered
     if reconciling:
         state.keys_reconciled_at = now
     state.last_tiered_time = now

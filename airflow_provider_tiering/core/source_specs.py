@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, 
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
+from airflow_provider_tiering.core.shape import DeclaredColumnChanges
 from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list
 
 
@@ -40,6 +41,14 @@ class SourceSpecBase(StrictModel):
 
     def cursor(self) -> str | None:
         """The column whose committed value tells how far the lake is (None: no such column, e.g. files)."""
+        return None
+
+    def declared_column_changes(self) -> DeclaredColumnChanges:
+        """Renames and drops of the hot table's columns the spec declares (for stores that keep no column ids)."""
+        return DeclaredColumnChanges()
+
+    def changed_rows_bound(self) -> int | None:
+        """Rows of an append table changed in place between two rounds past which its task alerts (None: never)."""
         return None
 
     @property
@@ -97,9 +106,46 @@ class SqlSourceSpec(DatabaseTableSpec):
         description="every split of a round reads one snapshot of the table (PostgreSQL: an exported snapshot; "
         "SQLite, MariaDB: the round is read as one split); turn off only for a table whose tiered rows never change",
     )
+    renamed_columns: dict[Identifier, Identifier] | None = Field(
+        default=None,
+        description="former name -> new name of hot columns renamed (SQLite, MariaDB: they keep no column ids, so a "
+        "column gone while another is new is refused until declared); the lake renames the column, keeping its values",
+    )
+    dropped_columns: tuple[Identifier, ...] | None = Field(
+        default=None,
+        description="former hot columns dropped for good, where a new column appeared at the same time (SQLite, "
+        "MariaDB): the new column is then new, NULL for rows tiered before; the dropped one stays in the lake",
+    )
+    changed_rows_alert: int | None = Field(
+        default=None,
+        gt=0,
+        description="an append table (no merge) whose tiered rows were updated or deleted in place more than this "
+        "many times since the last round (PostgreSQL counts them) fails its task with an alert; unset: shown only",
+    )
 
     def cursor(self) -> str | None:
         return self.cursor_column
+
+    def declared_column_changes(self) -> DeclaredColumnChanges:
+        return DeclaredColumnChanges(dict(self.renamed_columns or {}), tuple(self.dropped_columns or ()))
+
+    def changed_rows_bound(self) -> int | None:
+        return self.changed_rows_alert
+
+    @model_validator(mode="after")
+    def _column_changes_consistent(self) -> SqlSourceSpec:
+        renamed = self.renamed_columns or {}
+        same = [old for old, new in renamed.items() if old == new]
+        if same:
+            raise ValueError(f"renamed_columns: {same} renamed to themselves")
+        targets = list(renamed.values())
+        repeated = sorted({name for name in targets if targets.count(name) > 1})
+        if repeated:
+            raise ValueError(f"renamed_columns: several columns renamed to {repeated}")
+        both = sorted(set(renamed) & set(self.dropped_columns or ()))
+        if both:
+            raise ValueError(f"{both} declared both renamed (renamed_columns) and dropped (dropped_columns)")
+        return self
 
     def describe(self) -> str:
         return f"table {self.db_schema + '.' if self.db_schema else ''}{self.table}"

@@ -36,6 +36,11 @@ class LakeSpec(StrictModel):
         description='Iceberg partition fields as in Spark DDL: "region", "day(ts)", "bucket(16, id)", "truncate(4, a)"',
     )
 
+    backfill_added_columns: bool = Field(
+        default=False,
+        description="a column added to the hot table with a default also gets that value written into the lake's "
+        "files (rewritten on Spark), not only as its Iceberg initial default: for readers that ignore initial defaults",
+    )
     rejects_table: Identifier | None = Field(
         default=None,
         description='side table of bad records (on_bad_record="side_table"); default "<table>_rejects"',

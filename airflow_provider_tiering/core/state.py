@@ -107,6 +107,18 @@ class TableState:
     merge_key: list[str] | None = None
     #: When a merge table's round last removed the keys its hot table no longer has (``reconcile_keys_every_seconds``).
     keys_reconciled_at: DocumentTime | None = None
+    #: The hot table's identity when a round refused it as another table than the lake's (``HotTableReplaced``):
+    #: what ``reset(adopt_hot_table=True)`` lets the next round continue with.
+    replaced_hot_table: dict[str, Any] | None = None
+    #: An identity an operator chose to continue with, keeping the lake's rows: the next round reads that table from
+    #: its start; cleared once a commit records it.
+    adopt_hot_table: dict[str, Any] | None = None
+    #: The last change of the hot table's shape the lake followed: when, what changed, and why the whole table is
+    #: read again if it must be (``core/follow_shape.py``).
+    shape_change: dict[str, Any] | None = None
+    #: An append table's rows updated and deleted in place behind the lake's back (PostgreSQL's counters): since the
+    #: last round, in all since they were first watched, and the counters last seen.
+    in_place_changes: dict[str, Any] | None = None
 
     def keys_reconciliation_due(self, every_seconds: float | None, now: datetime) -> bool:
         """Whether this round of a merge table reads every hot key to find hard deletes and changed keys."""
@@ -174,12 +186,25 @@ class TableState:
                 "to tier it again"
             )
 
-    def reset(self, now: datetime) -> None:
-        """Lift a quarantine (an operator's decision): the next round is tried again."""
+    def reset(self, now: datetime, *, adopt_hot_table: bool = False) -> None:
+        """Lift a quarantine (an operator's decision): the next round is tried again. With ``adopt_hot_table``, after
+        a round refused the hot table as another one (dropped and created again, truncated and reloaded), the next
+        round continues with that table from its start, keeping the lake's rows as history.
+
+        Raises:
+            ValueError: ``adopt_hot_table`` without a refused hot table to continue with.
+        """
+        if adopt_hot_table:
+            if self.replaced_hot_table is None:
+                raise ValueError(
+                    f"table {self.table!r}: no round refused its hot table as another one; nothing to continue with"
+                )
+            self.adopt_hot_table = dict(self.replaced_hot_table)
         self.quarantined_since = None
         self.consecutive_failures = 0
         self.next_retry_at = None
-        self.note = f"reset at {now.isoformat()}"
+        adopting = "; the next round tiers the new hot table from its start, keeping the lake's rows"
+        self.note = f"reset at {now.isoformat()}" + (adopting if adopt_hot_table else "")
 
     def to_json(self) -> dict[str, Any]:
         return to_document(self)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from airflow_provider_tiering.core.in_place_changes import changed_in_place
 from airflow_provider_tiering.core.state import TableState
 
 if TYPE_CHECKING:
@@ -66,4 +67,6 @@ def table_gauges(state: TableState, now: datetime) -> list[Metric]:
     retained = None if state.change_stream is None else state.change_stream.get("retained_wal_bytes")
     if retained is not None:
         found.append(Metric(MetricKind.GAUGE, "retained_wal_bytes", float(retained)))
+    if state.in_place_changes is not None:
+        found.append(Metric(MetricKind.GAUGE, "rows_changed_in_place", float(changed_in_place(state))))
     return found

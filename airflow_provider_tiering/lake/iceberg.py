@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import CommitConflict, LakeError
@@ -20,17 +20,26 @@ from airflow_provider_tiering.core.ports import (
     LakeCommit,
     MergeKey,
     MergeResult,
+    SplitWriter,
     TieringCommit,
     WriteTarget,
     WrittenFile,
 )
+from airflow_provider_tiering.core.shape import (
+    DeclaredColumnChanges,
+    HotIdentity,
+    LakeShape,
+    ShapeChanges,
+    ShapeDecision,
+)
 from airflow_provider_tiering.lake.add_files import append_files
 from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.hot_table_record import identity_property, lake_shape, reload_property
 from airflow_provider_tiering.lake.partitioner import Partitioner
 from airflow_provider_tiering.lake.range_reads import CursorRangeReader
 from airflow_provider_tiering.lake.schema import write_schema
 from airflow_provider_tiering.lake.staging import attempt_uri, clean_attempt, clean_epochs
-from airflow_provider_tiering.lake.table import check_key, check_partitioning, create_table, follow_schema
+from airflow_provider_tiering.lake.table import check_key, check_partitioning, create_table, follow_shape
 from airflow_provider_tiering.lake.tiering_commits import (
     check_fence,
     commit_properties,
@@ -84,18 +93,79 @@ class IcebergLake:
         assert self._table is not None
         return self._table
 
-    def ensure_table(self, schema: pa.Schema, key: Sequence[str] = ()) -> str:
+    def ensure_table(self, schema: pa.Schema, key: Sequence[str] = (), identity: HotIdentity | None = None) -> str:
         table = self._table or self.load_table()
         if table is None:
-            table = create_table(self.catalog.get(), self.identifier, schema, self.partition_fields, key)
-        changed = check_partitioning(table, self.partition_fields)
-        changed = follow_schema(table, schema, self._reload) or changed
-        if changed:
+            table = create_table(self.catalog.get(), self.identifier, schema, self.partition_fields, key, identity)
+        if check_partitioning(table, self.partition_fields):
             table = self._reload()
         if check_key(table, key):
             table = self._reload()
         self._table = table
         return self._table.location()
+
+    def shape(self) -> LakeShape | None:
+        table = self.load_table()
+        return None if table is None else lake_shape(table)
+
+    def follow_shape(
+        self,
+        schema: pa.Schema,
+        identity: HotIdentity,
+        declared: DeclaredColumnChanges,
+        decide: Callable[[ShapeChanges], ShapeDecision],
+        *,
+        key: Sequence[str] = (),
+        by_name: bool = False,
+    ) -> ShapeChanges:
+        changes = follow_shape(self.table, schema, identity, declared, decide, self._reload, by_name=by_name)
+        table = self._reload()
+        if check_key(table, key):
+            table = self._reload()
+        self._table = table
+        return changes
+
+    def record_hot_table(self, identity: HotIdentity, *, reloaded: bool = False) -> None:
+        properties = identity_property(identity)
+        if reloaded:
+            properties.update(reload_property(None))
+        with self.table.transaction() as tx:
+            tx.set_properties(properties)
+        self._reload()
+
+    def backfill(self, writer: SplitWriter, *, target_file_bytes: int, table_name: str) -> int:
+        from airflow_provider_tiering.lake.backfill import backfill_defaults
+
+        rewritten = backfill_defaults(self, writer, target_file_bytes=target_file_bytes, table_name=table_name)
+        self._reload()
+        return rewritten
+
+    def total_rows(self) -> int:
+        table = self.load_table()
+        snapshot = None if table is None else table.current_snapshot()
+        summary = None if snapshot is None else snapshot.summary
+        return int(summary.get("total-records") or 0) if summary is not None else 0
+
+    def rows_not_held(
+        self,
+        rows: pa.Table,
+        *,
+        cursor: tuple[str, Any] | None = None,
+        lake_names: Mapping[str, str] | None = None,
+    ) -> int:
+        from airflow_provider_tiering.lake.row_compare import missing_rows
+
+        if cursor is not None:
+            column, value = cursor
+            held = self.rows_in_cursor_range(column, value, value, rows)
+        else:
+            table = self.load_table()
+            if table is None or table.current_snapshot() is None:
+                return rows.num_rows
+            names = {name: (lake_names or {}).get(name, name) for name in rows.schema.names}
+            found = table.scan(selected_fields=tuple(names.values())).to_arrow()
+            held = found.select(list(names.values())).rename_columns(list(names)).cast(rows.schema)
+        return missing_rows(rows, held)
 
     def _reload(self) -> Table:
         table = self.load_table()
@@ -162,6 +232,8 @@ class IcebergLake:
         end: Mapping[str, Any],
         table_name: str,
         attempt: str,
+        identity: HotIdentity | None = None,
+        reloaded: bool = False,
         max_conflict_retries: int = 5,
     ) -> int:
         """Add all files of a round in one snapshot, fenced by offsets and epoch; returns the snapshot id.
@@ -176,6 +248,7 @@ class IcebergLake:
         from pyiceberg.exceptions import CommitFailedException
 
         properties = commit_properties(epoch, start, end, table_name, attempt)
+        table_properties = _commit_table_properties(epoch, end, attempt, identity, reloaded)
 
         def fence(table: Table) -> None:
             check_fence(table, epoch=epoch, start=start)
@@ -186,9 +259,7 @@ class IcebergLake:
                 raise LakeError(f"Iceberg table {self.name} disappeared before the commit")
             fence(table)
             try:
-                append_files(
-                    table, files, properties, fence=fence, table_properties=last_commit_property(epoch, end, attempt)
-                )
+                append_files(table, files, properties, fence=fence, table_properties=table_properties)
             except CommitFailedException as exc:
                 log.warning("commit lost the catalog swap (try %d): %s; re-validating", attempt_number + 1, exc)
                 time.sleep(min(2.0, 0.1 * 2**attempt_number))
@@ -213,6 +284,8 @@ class IcebergLake:
         table_name: str,
         attempt: str,
         hot_keys: pa.Table | None = None,
+        identity: HotIdentity | None = None,
+        reloaded: bool = False,
         target_file_bytes: int = 128 * 1024 * 1024,
         max_conflict_retries: int = 5,
     ) -> MergeResult:
@@ -235,7 +308,7 @@ class IcebergLake:
             target_file_bytes=target_file_bytes,
             storage=self.lake_storage(),
             properties=commit_properties(epoch, start, end, table_name, attempt),
-            table_properties=last_commit_property(epoch, end, attempt),
+            table_properties=_commit_table_properties(epoch, end, attempt, identity, reloaded),
             fence=fence,
             max_conflict_retries=max_conflict_retries,
             hot_keys=hot_keys,
@@ -262,3 +335,16 @@ class IcebergLake:
 
     def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
         return clean_attempt(attempt_uri(self.table.location(), epoch, attempt), keep, self.lake_storage())
+
+
+def _commit_table_properties(
+    epoch: int, end: Mapping[str, Any], attempt: str, identity: HotIdentity | None, reloaded: bool
+) -> dict[str, str]:
+    """The table properties a tiering commit sets in its swap: the last commit, the hot table's identity the round
+    planned with, and, for the round that read the whole hot table again, the pending reload cleared."""
+    found = last_commit_property(epoch, end, attempt)
+    if identity is not None:
+        found.update(identity_property(identity))
+    if reloaded:
+        found.update(reload_property(None))
+    return found

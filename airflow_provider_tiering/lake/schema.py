@@ -1,42 +1,18 @@
-"""Keep the lake table's schema in step with the hot store's, and make batches fit the lake's schema.
+"""The lake's types: the Iceberg schema of a hot table's Arrow schema, which type changes Iceberg promotes, the
+name mapping of files written without field ids, and the Arrow schema data files are written in (with field ids).
 
-Allowed without asking: a new hot column (added to the lake, older rows read as null), a safe widening
-(int -> long, float -> double, decimal precision up at the same scale), a NOT NULL dropped. Anything else
-(narrowing, a lossy type change, a required lake column missing from the hot store) raises
-:class:`SchemaConflict` naming the column and both types, before anything is written or committed.
+How the lake's schema follows the hot table's is ``lake/shape_plan.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from airflow_provider_tiering.core.errors import SchemaConflict
-
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
-    from pyiceberg.table import Table
     from pyiceberg.types import IcebergType
-
-
-@dataclass
-class SchemaChanges:
-    """What the hot store's schema asks of the lake's: columns to add, columns to widen or relax."""
-
-    added: list[tuple[str, IcebergType]] = field(default_factory=list)
-    widened: list[tuple[str, IcebergType, IcebergType]] = field(default_factory=list)
-    relaxed: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.widened or self.relaxed)
-
-    def describe(self) -> str:
-        parts = [f"added {name} ({kind})" for name, kind in self.added]
-        parts += [f"widened {name} {old} -> {new}" for name, old, new in self.widened]
-        parts += [f"{name} made optional" for name in self.relaxed]
-        return "; ".join(parts)
 
 
 def iceberg_schema_from_arrow(schema: pa.Schema) -> Schema:
@@ -49,7 +25,9 @@ def iceberg_schema_from_arrow(schema: pa.Schema) -> Schema:
     return assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
 
 
-def _widens(old: IcebergType, new: IcebergType) -> bool:
+def widens(old: IcebergType, new: IcebergType) -> bool:
+    """Whether Iceberg promotes ``old`` to ``new`` (int -> long, float -> double, a decimal's precision up at the same
+    scale): the files keep their type and readers widen their values."""
     from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
 
     if isinstance(old, IntegerType) and isinstance(new, LongType):
@@ -85,46 +63,30 @@ def same_type(old: IcebergType, new: IcebergType) -> bool:
     return old == new
 
 
-def plan_schema_changes(lake_schema: Schema, source: pa.Schema) -> SchemaChanges:
-    """Compare the lake table's Iceberg schema with the hot store's Arrow schema (top-level columns)."""
-    wanted = iceberg_schema_from_arrow(source)
-    changes = SchemaChanges()
-    for column in wanted.fields:
-        try:
-            current = lake_schema.find_field(column.name)
-        except ValueError:
-            current = None
-        if current is None:
-            changes.added.append((column.name, column.field_type))
-            continue
-        if not same_type(current.field_type, column.field_type):
-            if _widens(current.field_type, column.field_type):
-                changes.widened.append((column.name, current.field_type, column.field_type))
-            else:
-                raise SchemaConflict(
-                    f"column {column.name!r}: the hot store's type {column.field_type} cannot be written into the "
-                    f"lake's {current.field_type} (only int -> long, float -> double and wider decimals are "
-                    "applied; a narrowing or any other type change would lose data); nothing was committed"
-                )
-        if current.required and not column.required:
-            changes.relaxed.append(column.name)
-    source_names = set(source.names)
-    for column in lake_schema.fields:
-        if column.required and column.name not in source_names:
-            raise SchemaConflict(
-                f"column {column.name!r}: required ({column.field_type}) in the lake but gone from the hot store; "
-                "nothing was committed"
-            )
-    return changes
+def name_mapping_keeping_history(previous: str | None, schema: Schema) -> str:
+    """The name mapping (``schema.name-mapping.default``) for ``schema``, keeping every name a field was known by
+    with that field: files written without field ids (by versions that wrote none) name columns as they were then
+    called, so a name stays with the field it meant even when another field takes it later (a swap of names, a
+    column dropped and added again). A field's current name is added where no other field had it."""
+    from pyiceberg.table.name_mapping import MappedField, NameMapping
 
-
-def apply_schema_changes(table: Table, source: pa.Schema) -> None:
-    """Apply what :func:`plan_schema_changes` allowed, in one schema commit, with pyiceberg's union by name (the
-    name mapping follows, for files without ids). Columns new to the lake are added optional: older rows lack them."""
-    lake_columns = {field.name for field in table.schema().fields}
-    wanted = pa.schema([f if f.name in lake_columns else f.with_nullable(True) for f in source])
-    with table.update_schema() as update:
-        update.union_by_name(wanted)
+    claimed: dict[str, int] = {}
+    names: dict[int, list[str]] = {}
+    if previous:
+        for entry in NameMapping.model_validate_json(previous).root:
+            if entry.field_id is None:
+                continue
+            for name in entry.names:
+                claimed.setdefault(name, entry.field_id)
+                names.setdefault(entry.field_id, []).append(name)
+    nested = {entry.field_id: entry.fields for entry in schema.name_mapping.root}
+    fields = []
+    for field in schema.fields:  # top-level columns; nested fields take the schema's own mapping
+        known = [n for n in names.get(field.field_id, []) if claimed.get(n) == field.field_id]
+        if field.name not in known and claimed.get(field.name, field.field_id) == field.field_id:
+            known.append(field.name)
+        fields.append(MappedField(field_id=field.field_id, names=known, fields=list(nested.get(field.field_id, []))))
+    return NameMapping(root=fields).model_dump_json()
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:
@@ -140,8 +102,10 @@ def _plain(kind: pa.DataType) -> pa.DataType:
 
 
 def write_schema(lake_schema: Schema) -> pa.Schema:
-    """The Arrow schema data files are written in: the lake's columns, in order, without field ids."""
+    """The Arrow schema data files are written in: the lake's columns, in order, each carrying its Iceberg field id
+    (``PARQUET:field_id``), so every reader resolves a file's columns by id, whatever they were called when it was
+    written (a renamed column, a column dropped and added again under its old name)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    arrow = schema_to_pyarrow(lake_schema, include_field_ids=False)
-    return pa.schema([pa.field(f.name, _plain(f.type), nullable=f.nullable) for f in arrow])
+    arrow = schema_to_pyarrow(lake_schema, include_field_ids=True)
+    return pa.schema([pa.field(f.name, _plain(f.type), nullable=f.nullable, metadata=f.metadata) for f in arrow])

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_tiering.core.errors import LakeError, MergeKeyUnusable
 from airflow_provider_tiering.core.partitions import PartitionField
+from airflow_provider_tiering.core.shape import DeclaredColumnChanges, HotIdentity, ShapeChanges, ShapeDecision
+from airflow_provider_tiering.lake.hot_table_record import RecordedColumn, columns_property, identity_property
 from airflow_provider_tiering.lake.partitioner import build_partition_spec, describe_spec
-from airflow_provider_tiering.lake.schema import apply_schema_changes, iceberg_schema_from_arrow, plan_schema_changes
+from airflow_provider_tiering.lake.schema import iceberg_schema_from_arrow
+from airflow_provider_tiering.lake.shape_plan import apply_shape, plan_shape
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,9 +34,10 @@ def create_table(
     schema: pa.Schema,
     partition_fields: Sequence[PartitionField],
     key: Sequence[str] = (),
+    identity: HotIdentity | None = None,
 ) -> Table:
-    """Create the namespace and the table (schema, identifier fields ``key`` and partition spec in one commit), or
-    load what a sibling created meanwhile."""
+    """Create the namespace and the table (schema, identifier fields ``key``, partition spec and the record of the hot
+    table's identity and column ids in one commit), or load what a sibling created meanwhile."""
     namespace = identifier[0]
     try:
         catalog.create_namespace_if_not_exists(namespace)
@@ -45,7 +49,13 @@ def create_table(
         ids = [iceberg_schema.find_field(name).field_id for name in key]
         iceberg_schema = iceberg_schema.model_copy(update={"identifier_field_ids": ids})
     spec = build_partition_spec(partition_fields, iceberg_schema)
-    return catalog.create_table_if_not_exists(identifier, schema=iceberg_schema, partition_spec=spec)
+    properties: dict[str, str] = {}
+    if identity is not None:
+        hot_ids = {f.field_id: RecordedColumn(identity.columns.get(f.name)) for f in iceberg_schema.fields}
+        properties = {**identity_property(identity), **columns_property(hot_ids)}
+    return catalog.create_table_if_not_exists(
+        identifier, schema=iceberg_schema, partition_spec=spec, properties=properties
+    )
 
 
 def check_partitioning(table: Table, partition_fields: Sequence[PartitionField]) -> bool:
@@ -96,20 +106,40 @@ def check_key(table: Table, key: Sequence[str]) -> bool:
     )
 
 
-def follow_schema(table: Table, source: pa.Schema, reload: Callable[[], Table]) -> bool:
-    """Let the table's schema follow the hot store's (``lake/schema.py``: new columns, safe widenings, dropped NOT
-    NULLs; a conflict raises SchemaConflict before anything is written). Returns True when it changed the schema.
-    A sibling attempt evolving it first is fine: its result is checked again."""
+def follow_shape(
+    table: Table,
+    source: pa.Schema,
+    identity: HotIdentity,
+    declared: DeclaredColumnChanges,
+    decide: Callable[[ShapeChanges], ShapeDecision],
+    refresh: Callable[[], Table],
+    *,
+    by_name: bool = False,
+) -> ShapeChanges:
+    """Let the table's schema follow the hot table's (``lake/shape_plan.py``), as ``decide`` says for what the change
+    asks (the added columns' initial defaults, a reload, a backfill; ``decide`` is asked even when the schema is the
+    same, and may ask for a reload all the same); one commit, or none when nothing changes. A sibling attempt
+    changing it first is fine: the change is planned again on its result. Returns what changed.
+
+    Raises:
+        SchemaConflict: from planning, or from ``decide``; nothing was changed.
+    """
     from pyiceberg.exceptions import CommitFailedException
 
-    changes = plan_schema_changes(table.schema(), source)
-    if not changes:
-        return False
-    try:
-        apply_schema_changes(table, source)
-    except CommitFailedException:
-        table = reload()
-        if plan_schema_changes(table.schema(), source):
-            apply_schema_changes(table, source)
-    log.info("%s: schema follows the hot store: %s", ".".join(table.name()), changes.describe())
-    return True
+    for attempt in range(3):
+        plan = plan_shape(table, source, identity, declared, by_name=by_name)
+        decision = decide(plan.changes)
+        if not plan.changes and not plan.records and decision.reload is None:
+            return plan.changes
+        try:
+            with table.transaction() as tx:
+                apply_shape(tx, plan, defaults=decision.defaults, reload=decision.reload, backfill=decision.backfill)
+        except CommitFailedException:
+            if attempt == 2:
+                raise
+            table = refresh()
+            continue
+        if plan.changes:
+            log.info("%s: schema follows the hot table: %s", ".".join(table.name()), plan.changes.describe())
+        return plan.changes
+    raise AssertionError("unreachable")  # the loop returns or raises

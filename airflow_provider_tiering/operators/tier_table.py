@@ -20,6 +20,7 @@ from airflow_provider_tiering.core.decisions import (
     record_decision,
 )
 from airflow_provider_tiering.core.errors import DeploymentIncomplete, NotRetryable, QuarantinedError, RoundTimedOut
+from airflow_provider_tiering.core.in_place_changes import in_place_alert
 from airflow_provider_tiering.core.round import (
     RetryDelay,
     RoundOutcome,
@@ -216,7 +217,11 @@ class TierTableOperator(BaseOperator):
     def _fail_if_stale(self, state: TableState | None) -> None:
         """Where the task would end skipped, fail it instead when the table is stale past its bound, so alerts
         fire, naming the table and what keeps it behind (``core/staleness.py``)."""
-        alert = staleness_alert(self.table_spec, state, utcnow()) or retained_wal_alert(self.table_spec, state)
+        alert = (
+            staleness_alert(self.table_spec, state, utcnow())
+            or retained_wal_alert(self.table_spec, state)
+            or in_place_alert(self.table_spec, state)
+        )
         if alert is not None:
             raise AirflowFailException(alert)
 
@@ -271,6 +276,9 @@ class TierTableOperator(BaseOperator):
         return max(epochs, default=0)
 
     def _report(self, result: RoundResult, context: Any) -> dict[str, Any]:
+        alert = in_place_alert(self.table_spec, self._state_for_metrics)
+        if alert is not None:  # the commit stands; its event is announced by the next round ("recovered")
+            raise AirflowFailException(alert)
         extra = result.event_extra()
         announcements = result.announcements()
         for recovered in result.unannounced:

@@ -8,7 +8,7 @@ with a filtered replication origin (the tiering's own eviction) are skipped whol
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
@@ -66,21 +66,23 @@ def apply_changes(
     end_lsn: int | None,
     skip_origins: frozenset[str] = frozenset(),
     table: str = "the table",
+    names: Callable[[Relation], tuple[str | None, ...]] | None = None,
 ) -> ChangeSet:
-    """Apply ``messages`` (one slot's, in order) to a :class:`ChangeSet`.
+    """Apply ``messages`` (one slot's, in order) to a :class:`ChangeSet`. ``names`` gives, for a Relation message,
+    the name each of its columns has now (None: a column whose values no longer count); by default its own names.
 
     Raises:
         TableTruncated: a transaction in the window truncated the table.
         ChangeStreamUnavailable: a change does not carry the key columns (the table's replica identity lacks them).
     """
     result = ChangeSet()
-    relations: dict[int, Relation] = {}
+    relations: dict[int, tuple[str | None, ...]] = {}
     pending: list[Change | Truncate] = []
     commit_end: int | None = None
     origin: str | None = None
     for message in messages:
         if isinstance(message, Relation):
-            relations[message.oid] = message
+            relations[message.oid] = message.columns if names is None else names(message)
         elif isinstance(message, Begin):
             pending, origin = [], None
         elif isinstance(message, Origin):
@@ -101,9 +103,10 @@ def apply_changes(
                 if isinstance(change, Truncate):
                     raise TableTruncated(
                         f"{table} was truncated (transaction committed at {format_lsn(message.commit_lsn)}): the "
-                        "lake still holds its rows, and a truncate says nothing about which of them to remove. "
-                        "Reset the table with a new snapshot (drop the lake table; the next round loads the table "
-                        "again), or restore the rows; nothing after the truncate was tiered"
+                        "lake still holds its rows, and a truncate says nothing about which of them to remove. Ways "
+                        "out: drop the lake table and reset the table (the next round loads it again); or keep the "
+                        "lake's rows as history and tier the table as it is now from its start: airflow tiering "
+                        "reset <table> --adopt-hot-table; or restore the rows. Nothing after the truncate was tiered"
                     )
                 _apply(result, change, relations[change.relation], key, table)
             result.last_end_lsn = commit_end
@@ -124,9 +127,14 @@ def _key_of(values: dict[str, Value], key: Sequence[str], table: str) -> Key:
     return tuple(found)
 
 
-def _apply(result: ChangeSet, change: Change, relation: Relation, key: Sequence[str], table: str) -> None:
-    new = None if change.new is None else dict(zip(relation.columns, change.new, strict=True))
-    old = None if change.old is None else dict(zip(relation.columns, change.old, strict=True))
+def _row(columns: tuple[str | None, ...], values: tuple[Value, ...] | None) -> dict[str, Value] | None:
+    if values is None:
+        return None
+    return {name: value for name, value in zip(columns, values, strict=True) if name is not None}
+
+
+def _apply(result: ChangeSet, change: Change, columns: tuple[str | None, ...], key: Sequence[str], table: str) -> None:
+    new, old = _row(columns, change.new), _row(columns, change.old)
     if change.op == "I" and new is not None:
         result.rows[_key_of(new, key, table)] = RowVersion(new)
         result.inserted += 1

@@ -27,6 +27,7 @@ from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError, UnsupportedColumnType
 from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution
 from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.shape import HotIdentity
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.sql import (
     Bindings,
@@ -264,6 +265,28 @@ class MySqlSource(SqlSource):
                 raise UnsupportedColumnType(f"{self.display_name}: {exc}") from exc
             fields.append(pa.field(name, kind, nullable=nullable == "YES"))
         return pa.schema(fields)
+
+    def _read_identity(self) -> HotIdentity:
+        """MariaDB and MySQL keep no id of a table or column that survives what replaces one; InnoDB's table id
+        changes with TRUNCATE, a rebuild (OPTIMIZE, ALTER TABLE ... FORCE, a type change) and DROP + CREATE, which is
+        when a table may have been replaced: the round then checks its rows. Reading it needs the PROCESS privilege
+        (as the safe watermark does); without it the table has no identity."""
+        import pymysql
+
+        try:
+            rows = self._query(
+                "SELECT TABLE_ID FROM information_schema.INNODB_SYS_TABLES WHERE NAME = %s",
+                (f"{self.database}/{self.spec.table}",),
+            )
+        except SourceError as exc:
+            denied = isinstance(exc.__cause__, pymysql.MySQLError) and exc.__cause__.args[:1] in ((1227,), (1142,))
+            if denied:  # no PROCESS privilege (the watermark names it): no identity, not a failed round
+                return HotIdentity()
+            raise
+        return HotIdentity(storage=f"innodb table {rows[0][0]}") if rows else HotIdentity()
+
+    def _as_text(self, expression: str) -> str:
+        return f"CAST({expression} AS CHAR)"
 
     def _cursor_literal(self, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, str)):

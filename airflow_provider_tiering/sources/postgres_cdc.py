@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
+from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError, TableTruncated
 from airflow_provider_tiering.core.ports import (
     CHANGE_DELETED,
     CHANGE_FILL,
@@ -43,10 +43,18 @@ from airflow_provider_tiering.core.ports import (
     Source,
     TiersReader,
 )
+from airflow_provider_tiering.core.shape import AddedValues, ColumnHistory, HotIdentity
 from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
 from airflow_provider_tiering.sources.change_stream import ChangeSet, apply_changes
 from airflow_provider_tiering.sources.conform import conform_batch
-from airflow_provider_tiering.sources.pgoutput import UNCHANGED_TOAST, Message, decode, format_lsn, parse_lsn
+from airflow_provider_tiering.sources.pgoutput import (
+    UNCHANGED_TOAST,
+    Message,
+    Relation,
+    decode,
+    format_lsn,
+    parse_lsn,
+)
 from airflow_provider_tiering.sources.postgres import APPLICATION_NAME, PostgresSource
 from airflow_provider_tiering.sources.sql import quote_identifier, quote_string
 
@@ -200,6 +208,11 @@ class StreamedTable(PostgresSource):
         return KeyBatch(rows.num_rows, deleted, last)
 
 
+def _fill_key(position: int) -> str:
+    """The column that carries the ``position``-th key value of the row an update's unchanged values come from."""
+    return f"__fill_key_{position}"
+
+
 def _key_text(value: Any) -> str:
     """A key value as PostgreSQL's input text of its type (cast on the server)."""
     if isinstance(value, bool):
@@ -248,11 +261,17 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         self._export_conn: Any = None
         #: The changes ``plan`` read (start LSN, end LSN, what they leave), for ``read_split`` in this process.
         self._planned: tuple[int | None, int, ChangeSet] | None = None
+        #: What the lake knows of former column names and initial defaults (``bind_column_history``).
+        self._history = ColumnHistory()
+        #: A load of the whole table that replaces the lake's rows (a reload): its keys are read in its snapshot.
+        self._reconciles = False
+        self._live_keys: pa.Table | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_export_conn"] = None  # the exporting session stays with the round's process
         state["_planned"] = None  # a Spark task reads its split's changes itself rather than receive them
+        state["_live_keys"] = None
         return state
 
     # -- what the kernel asks of every source ----------------------------------------------------
@@ -264,6 +283,61 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     def bind_key(self, key: MergeKey) -> None:
         self.key = key.columns
+        self._reconciles = key.reconcile
+
+    # -- the table's shape and identity ----------------------------------------------------------
+    def identity(self) -> HotIdentity:
+        return self.table.identity()
+
+    def added_column_values(self, column: str, tiered: Offsets | None, rewritten: bool) -> AddedValues:
+        # Every row of the table is in the lake (as of its LSN): all of them count.
+        return self.table.added_column_values(column, None, rewritten)
+
+    def check_shape_unchanged(self) -> None:
+        self.table.check_shape_unchanged()
+
+    def rows_rewritten(self, horizon: str, tiered: Offsets | None) -> bool | None:
+        return self.table.rows_rewritten(horizon, None)  # every row of the table is in the lake
+
+    def truncated_since(self, committed: Offsets) -> bool:
+        with self._psycopg() as conn:
+            try:
+                self._changes(conn, self._stream_position(conn, committed), None)
+            except TableTruncated:
+                return True
+        return False
+
+    def bind_column_history(self, history: ColumnHistory) -> None:
+        self._history = history
+
+    def _current_names(self, relation: Relation) -> tuple[str | None, ...]:
+        """The name each column of a Relation message has now, or None for a column whose values no longer count
+        (dropped since). A Relation describes the table as it was when the change after it was made: one sent before
+        a rename or a drop names columns by their former names, which the lake's history maps. A name the table has
+        now is its own (a change of shape that reuses a name for another column makes the lake load the table again
+        instead, ``core/follow_shape.py``); one added while the round ran fails the round later, when its columns are
+        checked again before the commit.
+
+        Raises:
+            ChangeStreamUnavailable: a column neither the table nor the lake knows (renamed more than once, or added
+                and dropped, between two rounds): its values cannot be placed.
+        """
+        current = set(self.table.identity().columns)
+        former = self._history.former_names
+        found: list[str | None] = []
+        for name in relation.columns:
+            if name in current:
+                found.append(name)
+            elif name in former:
+                found.append(former[name])
+            else:
+                raise ChangeStreamUnavailable(
+                    f"{self.display_name}: a change in its stream carries column {name!r}, which the table no "
+                    "longer has and the lake never knew (renamed more than once, or added and dropped, between two "
+                    "rounds): its values cannot be placed. Load the table again: drop the lake table, then reset "
+                    "the table (the next round takes a new snapshot). Nothing was tiered"
+                )
+        return tuple(found)
 
     def tiers_reader(self) -> TiersReader:
         """The whole hot table in one snapshot: a change-stream table holds every live row (never evicted), so a
@@ -346,9 +420,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 "was tiered"
             )
 
-    def _check_publication(self, conn: Any) -> None:
-        """The publication must publish this very table (not one dropped and re-created since), every column of
-        it, and inserts, updates, deletes and truncates: a change it leaves out would never reach the lake."""
+    def _publication_problem(self, conn: Any) -> str | None:
+        """What keeps the publication from publishing every change of this very table, whole (None: nothing)."""
         found = conn.execute(
             "SELECT p.pubinsert AND p.pubupdate AND p.pubdelete AND p.pubtruncate, "
             "EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = to_regclass(%s) "
@@ -356,13 +429,18 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             "FROM pg_publication p WHERE p.pubname = %s",
             (self._qualified(), self._qualified(), self.publication),
         ).fetchone()
-        problem = None
         if found is None:
-            problem = "does not exist"
-        elif not found[1]:
-            problem = "does not publish this table (whole: without a column list); was the table re-created?"
-        elif not found[0]:
-            problem = "does not publish every kind of change (insert, update, delete, truncate)"
+            return "does not exist"
+        if not found[1]:
+            return "does not publish this table (whole: without a column list); was the table re-created?"
+        if not found[0]:
+            return "does not publish every kind of change (insert, update, delete, truncate)"
+        return None
+
+    def _check_publication(self, conn: Any) -> None:
+        """The publication must publish this very table (not one dropped and re-created since), every column of
+        it, and inserts, updates, deletes and truncates: a change it leaves out would never reach the lake."""
+        problem = self._publication_problem(conn)
         if problem is not None:
             raise ChangeStreamUnavailable(
                 f"{self.display_name}: publication {self.publication} {problem}. Changes it leaves out would never "
@@ -372,18 +450,25 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             )
 
     def _ensure_publication(self, conn: Any) -> None:
+        """Before a load (the first, or one that starts the table again): create the publication, or make the one
+        there publish this table (it lost it if the table was dropped and created again); the slot created next
+        decodes every later change through it."""
         exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)).fetchone()
-        if exists:
-            self._check_publication(conn)
-            return
+        publication = self.table.quote(self.publication)
         try:
-            conn.execute(f"CREATE PUBLICATION {self.table.quote(self.publication)} FOR TABLE {self._qualified()}")
+            if not exists:
+                conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {self._qualified()}")
+            elif self._publication_problem(conn) is not None and not conn.execute(
+                "SELECT puballtables FROM pg_publication WHERE pubname = %s", (self.publication,)
+            ).fetchone()[0]:
+                conn.execute(f"ALTER PUBLICATION {publication} SET TABLE {self._qualified()}")
         except Exception as exc:
             raise ChangeStreamUnavailable(
-                f"{self.display_name}: cannot create publication {self.publication}: {exc}. The connection's role "
-                "must own the table (or create the publication for it: CREATE PUBLICATION "
+                f"{self.display_name}: cannot create or set publication {self.publication}: {exc}. The connection's "
+                "role must own the table (or create the publication for it: CREATE PUBLICATION "
                 f"{self.publication} FOR TABLE {self._qualified()}). Nothing was tiered"
             ) from exc
+        self._check_publication(conn)
 
     def slot_status(self) -> SlotStatus:
         """The slot as the server shows it (retained WAL, position)."""
@@ -463,6 +548,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     end_lsn=end,
                     skip_origins=frozenset({self.eviction_origin}),
                     table=self.display_name,
+                    names=self._current_names,
                 )
             if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
                 return found
@@ -601,13 +687,30 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     @contextmanager
     def reading_one_snapshot(self, splits: Sequence[ChangeSplit], *, read_here: bool = False) -> Iterator[None]:
-        """The first load reads the slot's exported snapshot: its session is closed once the load is written."""
+        """The first load reads the slot's exported snapshot: its session is closed once the load is written. A load
+        that reconciles (a reload of a table the lake holds) reads every key in that snapshot first (``live_keys``):
+        the lake's keys that are not among them were deleted since its LSN."""
         try:
+            snapshot = splits[0].snapshot if splits else None
+            if self._reconciles and snapshot is not None:
+                self._live_keys = self._read_keys(snapshot)
             yield
         finally:
+            self._live_keys = None
             if self._export_conn is not None:
                 self._export_conn.close()
                 self._export_conn = None
+
+    def live_keys(self) -> pa.Table:
+        if self._live_keys is None:
+            raise SourceError(f"{self.display_name}: keys are read only inside a reload's snapshot")
+        return self._live_keys
+
+    def _read_keys(self, snapshot: str) -> pa.Table:
+        schema = self.schema()
+        key_schema = pa.schema([schema.field(c) for c in self.key or self.primary_key()])
+        batches = [b.select(key_schema.names) for b in self._read_snapshot(snapshot, key_schema)]
+        return pa.Table.from_batches([conform_batch(b, key_schema) for b in batches], schema=key_schema)
 
     # -- reading -------------------------------------------------------------------------------
     def read_split(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -653,45 +756,60 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             conn.close()
 
     def _typed(self, found: ChangeSet, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """The change set's rows typed by the server, each with its change columns."""
+        """The change set's rows typed by the server, each with its change columns. A column a change does not carry
+        (made before the column was added) gets what rows written before it hold: the lake's initial default of it,
+        else NULL. The key whose lake row holds an update's unchanged TOAST values is typed too, so it compares with
+        the lake's stored keys whatever the key's type (pgoutput's text of a timestamptz or bytea is not Python's)."""
         items = list(found.rows.items())
         key = self.key or self.primary_key()
+        defaults = {c: _key_text(v) for c, v in self._history.defaults.items() if c in schema.names}
         for begin in range(0, len(items), TYPING_BATCH_ROWS):
             chunk = items[begin : begin + TYPING_BATCH_ROWS]
             records: list[dict[str, Any]] = []
             deleted: list[bool] = []
-            fills: list[str | None] = []
+            unchanged: list[tuple[str, ...]] = []
             for number, (row_key, version) in enumerate(chunk):
                 if version is None:
                     record: dict[str, Any] = dict(zip(key, row_key, strict=True))
-                    fills.append(None)
+                    unchanged.append(())
                 else:
                     record = {c: None if v is UNCHANGED_TOAST else v for c, v in version.values.items()}
-                    fills.append(
-                        None
-                        if not version.unchanged
-                        else json.dumps(
-                            {
-                                "key": None if version.fill_from == row_key else list(version.fill_from or ()),
-                                "columns": list(version.unchanged),
-                            }
-                        )
-                    )
+                    for column, text in defaults.items():
+                        record.setdefault(column, text)
+                    unchanged.append(version.unchanged)
+                    if version.unchanged and version.fill_from is not None and version.fill_from != row_key:
+                        record.update({_fill_key(i): value for i, value in enumerate(version.fill_from)})
                 record["__n"] = number
                 records.append(record)
                 deleted.append(version is None)
-            typed = self._type_on_server(records, schema)
+            typed, fill_keys = self._type_on_server(records, schema, key)
+            fills = [
+                None
+                if not columns
+                else json.dumps({"key": fill_keys[number], "columns": list(columns)})
+                for number, columns in enumerate(unchanged)
+            ]
             yield _with_change_columns(typed, deleted=deleted, fill=fills)
 
-    def _type_on_server(self, records: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
-        definitions = ", ".join(f"{self.table.quote(f.name)} text" for f in schema)
+    def _type_on_server(
+        self, records: list[dict[str, Any]], schema: pa.Schema, key: Sequence[str]
+    ) -> tuple[pa.RecordBatch, list[list[str] | None]]:
+        """``records`` (text values) typed as ``schema`` by the server, and each record's fill key (its key columns'
+        typed values as text; None when it fills from its own key)."""
+        quote = self.table.quote
+        key_fields = [schema.field(c) for c in key]
+        fill_fields = [pa.field(_fill_key(i), f.type) for i, f in enumerate(key_fields)]
+        definitions = ", ".join(f"{quote(f.name)} text" for f in [*schema, *fill_fields])
         casts = ", ".join(
-            f"CAST(j.{self.table.quote(f.name)} AS {self.table.declared_type(f.name)}) AS {self.table.quote(f.name)}"
-            for f in schema
+            f"CAST(j.{quote(f.name)} AS {self.table.declared_type(source.name)}) AS {quote(f.name)}"
+            for f, source in [*((f, f) for f in schema), *zip(fill_fields, key_fields)]
+        )
+        fill_select = ", ".join(
+            self.table.select_expression(source, name=f.name) for f, source in zip(fill_fields, key_fields)
         )
         sql = (
             f"WITH t AS (SELECT j.__n, {casts} FROM json_to_recordset(CAST($1 AS json)) AS j(__n int8, {definitions})) "
-            f"SELECT {self._select_list(schema)} FROM t ORDER BY __n"
+            f"SELECT {self._select_list(schema)}, {fill_select} FROM t ORDER BY __n"
         )
         conn = self.table._connect()
         try:
@@ -705,8 +823,17 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             conn.close()
         nullable = pa.schema([f.with_nullable(True) for f in schema])
         if table.num_rows == 0:
-            return pa.RecordBatch.from_pylist([], schema=nullable)
-        return conform_batch(table.combine_chunks().to_batches()[0], nullable)
+            return pa.RecordBatch.from_pylist([], schema=nullable), []
+        keys_typed = conform_batch(
+            table.select([f.name for f in fill_fields]).combine_chunks().to_batches()[0],
+            pa.schema([f.with_nullable(True) for f in fill_fields]),
+        )
+        fill_keys: list[list[str] | None] = [
+            None if row[fill_fields[0].name] is None else [str(row[f.name]) for f in fill_fields]
+            for row in keys_typed.to_pylist()
+        ]
+        values = table.select(schema.names).combine_chunks().to_batches()[0]
+        return conform_batch(values, nullable), fill_keys
 
     # -- eviction ------------------------------------------------------------------------------
     @property

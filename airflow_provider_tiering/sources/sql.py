@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_tiering.core.errors import SourceError, UnsupportedColumnType
+from airflow_provider_tiering.core.errors import ShapeChangedDuringRound, SourceError, UnsupportedColumnType
 from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, RangeSplit, cut_splits, plan_range
 from airflow_provider_tiering.core.ports import (
     BehindLook,
@@ -27,10 +27,12 @@ from airflow_provider_tiering.core.ports import (
     Offsets,
     SafeWatermark,
     Source,
+    TieredSample,
     TiersReader,
     VerifyRows,
     WatermarkBlocker,
 )
+from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 
 if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs none of it (0.26 s of 0.28 s)
@@ -121,6 +123,8 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         self._live_keys: pa.Table | None = None
         #: A reconciling round's transaction, where a split read in this process runs (see ``reading_one_snapshot``).
         self._round_read: RunInTransaction | None = None
+        #: The table's identity as the round first read it (``check_shape_unchanged`` compares its column ids).
+        self._round_identity: HotIdentity | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -373,6 +377,112 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
             raise SourceError(f"{self.display_name}: keys are read only inside a reconciling round's snapshot")
         return self._live_keys
 
+    # -- the hot table's shape (``core/follow_shape.py``) ------------------------------------------
+    def identity(self) -> HotIdentity:
+        found = self._read_identity()
+        if self._round_identity is None:  # what check_shape_unchanged compares with
+            self._round_identity = found
+        return found
+
+    def _read_identity(self) -> HotIdentity:
+        """The dialect's identity of the table and its columns (none by default)."""
+        return HotIdentity()
+
+    def _as_text(self, expression: str) -> str:
+        """A value of any type as text, to tell whether rows hold one same value (the dialect's cast)."""
+        return f"CAST({expression} AS TEXT)"
+
+    def added_column_values(self, column: str, tiered: Offsets | None, rewritten: bool) -> AddedValues:
+        """What the rows at or below ``tiered`` (None: every row) hold in ``column`` now: one scan of them, counting
+        its values and comparing the smallest and greatest as text; a value every row shares is read as the lake
+        types it."""
+        bindings = self.bindings()
+        predicate = self.range_predicate(None, None if tiered is None else tiered["cursor"], bindings.bind_cursor)
+        ref = self.quote(column)
+        ((rows, values, low, high),) = self._query(
+            f"SELECT count(*), count({ref}), min({self._as_text(ref)}), max({self._as_text(ref)}) "
+            f"FROM {self.table_ref} WHERE {predicate}",
+            bindings.values,
+        )
+        if not values:
+            return AddedValues(AddedValuesKind.NULL, how=f"it is NULL in the {rows} tiered rows")
+        if values < rows or low != high:
+            return AddedValues(
+                AddedValuesKind.PER_ROW,
+                how=f"{values} of the {rows} tiered rows hold a value, from {low!r} to {high!r}",
+            )
+        field = self.schema().field(column)
+        one = f"SELECT {self.select_expression(field)} FROM {self.table_ref} WHERE {predicate} AND {ref} IS NOT NULL"
+        with self._snapshot() as run:
+            batches = list(run(f"{one} LIMIT 1", bindings.values, pa_schema([field])))
+        value = first_value(batches, field)
+        return AddedValues(AddedValuesKind.CONSTANT, value, how=f"every one of the {rows} tiered rows holds {low!r}")
+
+    def tiered_sample(self, tiered: Offsets) -> TieredSample | None:
+        """The rows at the greatest cursor value at or below ``tiered`` and the count of rows there, in one
+        snapshot: two index probes and a count of the tiered range."""
+        from airflow_provider_tiering.sources.conform import conform_batch
+
+        schema = self.schema()
+        bindings = self.bindings()
+        upto = self.range_predicate(None, tiered["cursor"], bindings.bind_cursor)
+        with self._snapshot() as run:
+            counted = run(
+                f"SELECT count(*) AS n FROM {self.table_ref} WHERE {upto}", bindings.values, pa_schema_count()
+            )
+            count = sum(int(b.column(0)[0].as_py() or 0) for b in counted if b.num_rows)
+            if count == 0:
+                return TieredSample(self.spec.cursor_column, None, None, 0)
+            columns = ", ".join(self.select_expression(f) for f in schema)
+            newest = f"(SELECT max({self.cursor_ref}) FROM {self.table_ref} WHERE {upto})"
+            batches = [
+                conform_batch(b, schema)
+                for b in run(
+                    f"SELECT {columns} FROM {self.table_ref} WHERE {self.cursor_ref} = {newest}",
+                    bindings.values,
+                    schema,
+                )
+            ]
+        import pyarrow as pa
+
+        rows = pa.Table.from_batches(batches, schema=schema)
+        cursor = cursor_to_json(rows.column(self.spec.cursor_column)[0].as_py()) if rows.num_rows else None
+        return TieredSample(self.spec.cursor_column, cursor, rows, count)
+
+    def tiered_column_values(self, columns: Sequence[str], tiered: Offsets) -> pa.Table | None:
+        import pyarrow as pa
+
+        from airflow_provider_tiering.sources.conform import conform_batch
+
+        schema = pa.schema([self.schema().field(c) for c in columns])
+        bindings = self.bindings()
+        predicate = self.range_predicate(None, tiered["cursor"], bindings.bind_cursor)
+        select = ", ".join(self.select_expression(f) for f in schema)
+        with self._snapshot() as run:
+            batches = [
+                conform_batch(b, schema)
+                for b in run(f"SELECT {select} FROM {self.table_ref} WHERE {predicate}", bindings.values, schema)
+            ]
+        return pa.Table.from_batches(batches, schema=schema)
+
+    def check_shape_unchanged(self) -> None:
+        """Read the hot table's columns again and compare them with those the round read."""
+        if self._schema is None:
+            return
+        before = self._schema
+        self._schema = None
+        try:
+            now = self.schema()
+        finally:
+            self._schema = before
+        planned = self._round_identity
+        if not now.equals(before) or (planned is not None and self._read_identity().columns != planned.columns):
+            raise ShapeChangedDuringRound(
+                f"{self.display_name}: its columns changed while the round read it (an ALTER TABLE committed "
+                "meanwhile): what was read may lack a column's values, so nothing was committed; the next round "
+                "follows the new columns"
+            )
+
     # -- safe watermark, for dialects with a view of open transactions -------------------------
     def _watermark_waiting_for_transactions(
         self,
@@ -525,3 +635,28 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 def _candidate_key(key: Sequence[Any]) -> list[Any]:
     """A transaction's key as the state document keeps it (JSON: lists, times as ISO text)."""
     return [value.isoformat() if isinstance(value, datetime) else value for value in key]
+
+
+def pa_schema(fields: Sequence[pa.Field[Any]]) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(list(fields))
+
+
+def pa_schema_count() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([pa.field("n", pa.int64())])
+
+
+def first_value(batches: Sequence[pa.RecordBatch], field: pa.Field[Any]) -> Any:
+    """The first value of ``field`` among ``batches``, as the lake types it (None: no row)."""
+    import pyarrow as pa
+
+    from airflow_provider_tiering.sources.conform import conform_batch
+
+    target = pa.schema([field])
+    for batch in batches:
+        if batch.num_rows:
+            return conform_batch(batch, target).column(0)[0].as_py()
+    return None

@@ -14,6 +14,7 @@ from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError
 from airflow_provider_tiering.core.planner import CursorDistribution, stride_quantiles
 from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.shape import HotIdentity
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.sql import Bindings, Rows, SqlSource, quote_identifier, quote_string
 
@@ -100,6 +101,13 @@ class SqliteSource(SqlSource):
                 for name, declared, notnull, pk in rows
             ]
         )
+
+    def _read_identity(self) -> HotIdentity:
+        """SQLite keeps no id of a table or column that survives what replaces one (a dropped and re-created table
+        often gets its root page back, and VACUUM moves root pages); its schema version changes with every DDL and
+        VACUUM in the database, which is when a table may have been replaced: the round then checks its rows."""
+        ((version,),) = self._query("PRAGMA schema_version")
+        return HotIdentity(storage=f"schema version {version}")
 
     def primary_key(self) -> tuple[str, ...]:
         """The table's primary key columns in key order; () when it has none."""

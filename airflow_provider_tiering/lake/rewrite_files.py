@@ -1,0 +1,246 @@
+"""Rewrite some of a lake table's live data files on the rounds' split writer and commit the rewrites in their
+place, in one snapshot that carries the latest tiering commit on: compaction (small files into large ones) and the
+backfill of added columns' defaults (files written before a column existed, read back through pyiceberg, which
+gives them the column's initial default) both do so.
+
+The files are read back through pyiceberg's Arrow scan, so files written under an older schema come out in the
+current one; one Spark task rewrites each group. The commit (an ``overwrite``: pyiceberg 0.12 cannot write
+``replace``) carries the epoch and offsets of the latest tiering commit, so readers and the next round see the same
+committed offsets before and after; if a tiering commit lands first it is committed again with that commit's offsets
+(its files are still valid while every file it replaces is still live), a bounded number of times, or gives up and
+deletes what it wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyarrow import fs as pafs
+
+from airflow_provider_tiering.core.errors import CommitConflict, FencedError, LakeError
+from airflow_provider_tiering.core.ports import LakeCommit, SplitWriter, WriteTarget, WrittenFile
+from airflow_provider_tiering.lake.add_files import data_file
+from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
+from airflow_provider_tiering.lake.live_files import live_data_files
+from airflow_provider_tiering.lake.tiering_commits import (
+    ATTEMPT_PROPERTY,
+    END_PROPERTY,
+    EPOCH_PROPERTY,
+    OPERATION_PROPERTY,
+    START_PROPERTY,
+    TABLE_PROPERTY,
+    latest_tiering_commit,
+    offsets_to_property,
+)
+from airflow_provider_tiering.lake.warehouse import LakeStorage, storage_properties
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+    from airflow_provider_tiering.lake.iceberg import IcebergLake
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RewriteSplit:
+    """The files (of one partition) that one Spark task rewrites."""
+
+    index: int
+    files: tuple[DataFile, ...]
+
+
+class LakeFileReader:
+    """What a rewriting task reads: lake data files through pyiceberg's Arrow scan, so files written under an
+    older schema come out in the current one (a :class:`~airflow_provider_tiering.core.ports.SplitReader`)."""
+
+    def __init__(self, table: Table) -> None:
+        self.metadata = table.metadata
+        self.io_properties = storage_properties(table.io.properties)  # not the catalog's URI or token
+        self.display_name = f"Iceberg table {'.'.join(table.name())}"
+
+    def read_split(self, split: RewriteSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
+        from pyiceberg.table import FileScanTask
+
+        scan = ArrowScan(self.metadata, PyArrowFileIO(self.io_properties), self.metadata.schema(), AlwaysTrue())
+        yield from scan.to_record_batches([FileScanTask(f) for f in split.files])
+
+    def take_rejects(self) -> list[dict[str, Any]]:
+        return []
+
+
+def partition_groups(files: Sequence[DataFile], target_bytes: int, *, min_files: int = 1) -> list[list[DataFile]]:
+    """``files`` in groups of one partition each, of about ``target_bytes`` (first fit on files sorted by size), only
+    the groups of at least ``min_files``: what one task rewrites."""
+    by_partition: dict[tuple[int, tuple[Any, ...]], list[DataFile]] = defaultdict(list)
+    for entry in files:
+        partition = entry.partition
+        by_partition[(entry.spec_id, tuple(partition[i] for i in range(len(partition))))].append(entry)
+    groups: list[list[DataFile]] = []
+    for part in by_partition.values():
+        bins: list[list[DataFile]] = []
+        sizes: list[int] = []
+        for entry in sorted(part, key=lambda f: f.file_size_in_bytes, reverse=True):
+            for i, size in enumerate(sizes):
+                if size + entry.file_size_in_bytes <= target_bytes:
+                    bins[i].append(entry)
+                    sizes[i] += entry.file_size_in_bytes
+                    break
+            else:
+                bins.append([entry])
+                sizes.append(entry.file_size_in_bytes)
+        groups.extend(b for b in bins if len(b) >= min_files)
+    return groups
+
+
+def rewrite_files(
+    lake: IcebergLake,
+    writer: SplitWriter,
+    groups: Sequence[Sequence[DataFile]],
+    *,
+    directory: str,
+    target_file_bytes: int,
+    table_name: str,
+    operation: str,
+    run: str,
+    max_tries: int = 3,
+    table_properties: Mapping[str, str] | None = None,
+) -> tuple[int, int, int]:
+    """Rewrite each group of live files into files of ``target_file_bytes`` under ``directory`` (one task per group)
+    and commit them in their place; returns (snapshot id, files written, commit tries). ``table_properties`` are set
+    in the same commit. A failure leaves nothing behind: what was written is deleted.
+
+    Raises:
+        FencedError, CommitConflict: a rewritten file was replaced meanwhile, or the commit kept losing.
+    """
+    table = lake.load_table()
+    if table is None:
+        raise LakeError(f"Iceberg table {lake.name} disappeared before its files were rewritten")
+    splits = [RewriteSplit(index=i, files=tuple(group)) for i, group in enumerate(groups)]
+    schema = lake.write_schema()
+    storage = lake.lake_storage()
+    rewritten = [f for group in groups for f in group]
+    try:
+        target = WriteTarget(directory, schema, lake.partitioner(), target_file_bytes, dict(storage.properties))
+        written = writer.write(LakeFileReader(table), splits, schema, target)
+        snapshot_id, tries = commit_rewrite(
+            lake,
+            rewritten,
+            written,
+            table_name=table_name,
+            operation=operation,
+            run=run,
+            max_tries=max_tries,
+            table_properties=table_properties,
+        )
+    except BaseException:
+        delete_directory(directory, storage)
+        raise
+    delete_unlisted(directory, {f.path for f in written}, storage)  # files of Spark task attempts that did not succeed
+    return snapshot_id, len(written), tries
+
+
+def commit_rewrite(
+    lake: IcebergLake,
+    rewritten: Sequence[DataFile],
+    written: Sequence[WrittenFile],
+    *,
+    table_name: str,
+    operation: str,
+    run: str,
+    max_tries: int,
+    table_properties: Mapping[str, str] | None = None,
+) -> tuple[int, int]:
+    """Commit the rewrite; a tiering commit landing first changes the offsets it must carry: commit again."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.snapshots import Operation
+
+    # pyiceberg 0.12 cannot summarize a "replace" snapshot (update_snapshot_summaries raises), and its public
+    # overwrite deletes by row filter, not by file: its file-level producer, marked tiering.operation=compaction.
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    old_paths = {f.file_path for f in rewritten}
+    for attempt in range(1, max_tries + 1):
+        table = lake.load_table()
+        if table is None:
+            raise LakeError(f"Iceberg table {lake.name} disappeared during the {operation}")
+        commit = latest_tiering_commit(table)
+
+        def fence(refreshed: Table, expected: LakeCommit | None = commit) -> None:
+            now = latest_tiering_commit(refreshed)
+            if (now is None) != (expected is None) or (
+                now is not None
+                and expected is not None
+                and (now.epoch, now.end_offsets) != (expected.epoch, expected.end_offsets)
+            ):
+                raise CommitConflict("a tiering round committed during the compaction; its offsets must be carried")
+            live = {f.file_path for f in live_data_files(refreshed)}
+            if not old_paths <= live:
+                raise FencedError(f"files the {operation} rewrote were replaced or removed meanwhile")
+
+        fence(table)
+        properties = {
+            OPERATION_PROPERTY: operation,
+            ATTEMPT_PROPERTY: f"{operation}-{run}",
+            TABLE_PROPERTY: table_name,
+        }
+        if commit is not None:
+            properties.update(tiering_summary(table, commit))
+        data_files = [data_file(table, f) for f in written]
+        try:
+            with fenced_transaction(table, fence) as tx:
+                if table_properties:
+                    tx.set_properties(dict(table_properties))
+                replace = _OverwriteFiles(
+                    operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties
+                )
+                with replace as producer:
+                    for entry in rewritten:
+                        producer.delete_data_file(entry)
+                    for entry in data_files:
+                        producer.append_data_file(entry)
+        except (CommitConflict, CommitFailedException) as exc:
+            log.warning("%s commit try %d: %s", operation, attempt, exc)
+            continue
+        reloaded = lake.load_table()
+        snapshot = None if reloaded is None else reloaded.current_snapshot()
+        if snapshot is None:
+            raise LakeError(f"Iceberg table {lake.name} disappeared after the {operation}'s commit")
+        return int(snapshot.snapshot_id), attempt
+    raise CommitConflict(f"the {operation} commit lost {max_tries} times to other commits; nothing was committed")
+
+
+def tiering_summary(table: Table, commit: LakeCommit) -> dict[str, str]:
+    """The tiering properties of the latest tiering commit, carried by the replace snapshot."""
+    snapshot = table.snapshot_by_id(commit.snapshot_id)
+    summary = snapshot.summary if snapshot is not None else None
+    start = summary.get(START_PROPERTY) if summary is not None else None
+    return {
+        EPOCH_PROPERTY: str(commit.epoch),
+        START_PROPERTY: start if start is not None else offsets_to_property(commit.end_offsets),
+        END_PROPERTY: offsets_to_property(commit.end_offsets),
+    }
+
+
+def delete_directory(directory_uri: str, storage: LakeStorage) -> None:
+    filesystem, path = storage.filesystem_and_path(directory_uri)
+    try:
+        filesystem.delete_dir(path)
+    except FileNotFoundError:
+        pass
+
+
+def delete_unlisted(directory_uri: str, keep: set[str], storage: LakeStorage) -> None:
+    filesystem, path = storage.filesystem_and_path(directory_uri)
+    kept = {k.split("://", 1)[-1] for k in keep}
+    for info in filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)):
+        if info.type == pafs.FileType.File and info.path not in kept:
+            filesystem.delete_file(info.path)

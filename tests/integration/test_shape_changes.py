@@ -1,0 +1,335 @@
+"""The hot table changes shape or identity: the lake follows it or refuses, never diverges (``core/follow_shape.py``).
+
+Real PostgreSQL 15 (``wal_level=logical``), MariaDB and SQLite; rounds written by the test process (the local
+writer); the lake read back with pyiceberg and with DuckDB's Iceberg reader, and compared with the hot table row for
+row (by key where there is one), by content hash and by null counts. A writer thread keeps inserting (and, for tables
+whose rows change, updating and deleting) rows before, during and after each change; it is paused only for the
+round whose lake is compared.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from airflow_provider_tiering.core.errors import (
+    AmbiguousColumnChange,
+    HotTableReplaced,
+    NotRetryable,
+    SchemaConflict,
+    TableTruncated,
+)
+from airflow_provider_tiering.core.round import RoundOutcome, RoundResult
+from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
+from testbed.lake_check import _normal, digest, duckdb_lake_rows, lake_rows, null_counts
+from testbed.rounds import round_parts
+from testbed.shape_tables import MariaDBShapeTable, PostgresShapeTable, ShapeTable, SqliteShapeTable, Writer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NAMESPACE = "shape"
+#: Changes each store and mode follows, in the order a table goes through them (the lake is compared after each).
+FOLLOWED = {
+    ("postgres", "append"): ["add_constant", "add_now", "add_plain", "rename", "drop", "promote", "drop_and_add",
+                             "truncate_same"],
+    ("postgres", "merge"): ["add_constant", "add_now", "add_plain", "rename", "drop", "promote", "add_volatile",
+                            "promote_using", "drop_and_add", "truncate_same", "truncate_other"],
+    ("postgres", "change_stream"): ["add_constant", "add_now", "add_plain", "rename", "drop", "promote",
+                                    "add_volatile", "promote_using", "drop_and_add"],
+    ("mariadb", "append"): ["add_constant", "add_now", "add_plain", "rename", "drop", "promote"],
+    ("mariadb", "merge"): ["add_constant", "add_now", "add_plain", "rename", "drop", "promote", "add_volatile",
+                           "truncate_other", "recreate"],
+    ("sqlite", "append"): ["add_constant", "add_plain", "rename", "drop"],
+    ("sqlite", "merge"): ["add_constant", "add_plain", "rename", "drop", "recreate"],
+}  # fmt: skip
+#: Changes a store and mode refuses, with the error and words its message must hold (the change and a way out).
+REFUSED = [
+    ("postgres", "append", "add_volatile", SchemaConflict, ["'u'", "value of its own", "merge"]),
+    ("postgres", "append", "promote_using", SchemaConflict, ["'q'", "other values", "drop lake table"]),
+    ("postgres", "append", "retype", SchemaConflict, ["'q'", "cannot be written", "drop lake table"]),
+    ("postgres", "append", "recreate", HotTableReplaced, ["dropped and created again", "--adopt-hot-table"]),
+    ("postgres", "append", "truncate_other", HotTableReplaced, ["truncated", "--adopt-hot-table"]),
+    ("postgres", "merge", "retype", SchemaConflict, ["'q'", "cannot be written"]),
+    ("postgres", "merge", "recreate", HotTableReplaced, ["dropped and created again", "--adopt-hot-table"]),
+    ("postgres", "change_stream", "retype", SchemaConflict, ["'q'", "cannot be written"]),
+    ("postgres", "change_stream", "recreate", HotTableReplaced, ["dropped and created again", "--adopt-hot-table"]),
+    ("postgres", "change_stream", "truncate_other", TableTruncated, ["truncated", "--adopt-hot-table"]),
+    ("mariadb", "append", "add_volatile", SchemaConflict, ["'u'", "value of its own"]),
+    ("mariadb", "append", "retype", SchemaConflict, ["'q'", "cannot be written"]),
+    ("mariadb", "append", "recreate", HotTableReplaced, ["differ from the lake's", "--adopt-hot-table"]),
+    ("mariadb", "append", "rename", AmbiguousColumnChange, ["['b']", "['b2']", "source.renamed_columns"]),
+    ("mariadb", "merge", "retype", SchemaConflict, ["'q'", "cannot be written"]),
+    ("sqlite", "append", "rename", AmbiguousColumnChange, ["['b']", "['b2']", "source.dropped_columns"]),
+    ("sqlite", "append", "recreate", HotTableReplaced, ["--adopt-hot-table"]),
+    ("sqlite", "merge", "rename", AmbiguousColumnChange, ["['b']", "['b2']", "source.renamed_columns"]),
+]
+
+
+def _spec(store: str, mode: str, table: str, *, declare_rename: bool = True, **lake: object) -> TableSpec:
+    if mode == "change_stream":
+        source: dict[str, object] = {"kind": "postgres_cdc", "conn_id": "hot", "table": table}
+    else:
+        source = {"conn_id": "hot", "table": table, "cursor_column": "id" if mode == "append" else "ver"}
+        source["max_watermark_wait_seconds"] = 5
+        if store != "postgres" and declare_rename:
+            source["renamed_columns"] = {"b": "b2"}  # these stores keep no column ids: a rename is declared
+    document: dict[str, object] = {
+        "name": table,
+        "source": source,
+        "lake": {"namespace": NAMESPACE, "table": table, **lake},
+    }
+    if mode == "merge":
+        document["merge"] = {"primary_key": ["id"]}
+    return TableSpec.parse(document)
+
+
+@pytest.fixture
+def make_table(request, tmp_path):
+    made: list[ShapeTable] = []
+
+    def make(store: str, name: str) -> ShapeTable:
+        if store == "postgres":
+            table: ShapeTable = PostgresShapeTable(request.getfixturevalue("pg_server").dsn, name)
+        elif store == "mariadb":
+            table = MariaDBShapeTable(request.getfixturevalue("mariadb_server").url, name)
+        else:
+            table = SqliteShapeTable(tmp_path / "hot.db", name)
+        made.append(table)
+        return table
+
+    yield make
+    for table in made:
+        table.close()  # type: ignore[attr-defined]
+
+
+class Rounds:
+    """A table's rounds, as its task would run them (the builder's parts, state in a JSON file)."""
+
+    def __init__(self, spec: TableSpec, hot: ShapeTable, catalog_properties, writer, tmp_path: Path) -> None:
+        self.spec, self.hot, self.catalog_properties, self.writer = spec, hot, catalog_properties, writer
+        self.store = JsonFileStateStore(tmp_path / f"{spec.name}.json")
+
+    def __call__(self) -> RoundResult:
+        parts = round_parts(self.spec, self.hot, self.catalog_properties, writer=self.writer)
+        return parts.run(self.store)
+
+    @property
+    def identifier(self) -> tuple[str, str]:
+        return (NAMESPACE, self.spec.lake.table)
+
+    def snapshot_id(self) -> int | None:
+        table = load_catalog("default", **self.catalog_properties).load_table(self.identifier)
+        snapshot = table.current_snapshot()
+        return None if snapshot is None else snapshot.snapshot_id
+
+
+def assert_lake_equals_hot(rounds: Rounds, *, by_key: bool) -> None:
+    """The lake holds the hot table's rows in its current columns, read by pyiceberg and by DuckDB: by key (one row
+    per key) where there is one, by content hash and by null counts."""
+    columns = rounds.hot.columns()
+    expected = rounds.hot.rows(columns)
+    for reader in (lake_rows, duckdb_lake_rows):
+        found = reader(rounds.catalog_properties, rounds.identifier, columns)
+        if by_key:
+            keys = [row[0] for row in found]
+            assert len(keys) == len(set(keys)), f"{reader.__name__}: a key is in the lake twice"
+            lake = {row[0]: tuple(_normal(v) for v in row) for row in found}
+            hot = {row[0]: tuple(_normal(v) for v in row) for row in expected}
+            assert set(lake) == set(hot), (
+                f"{reader.__name__}: keys only in the lake {sorted(set(lake) - set(hot))[:5]}, "
+                f"only in the hot table {sorted(set(hot) - set(lake))[:5]}"
+            )
+            differing = [k for k in hot if lake[k] != hot[k]]
+            assert not differing, f"{reader.__name__}: {len(differing)} keys differ, e.g. {differing[0]}: " + (
+                f"{lake[differing[0]]} != {hot[differing[0]]}"
+            )
+        assert digest(found) == digest(expected), reader.__name__
+        assert null_counts(found, columns) == null_counts(expected, columns), reader.__name__
+
+
+def _until_settled(rounds: Rounds) -> None:
+    """Rounds until one finds nothing to tier (a capped or held-back round leaves some for the next)."""
+    for _ in range(5):
+        if rounds().outcome is RoundOutcome.NOTHING_TO_TIER:
+            return
+    raise AssertionError("the table kept having rows to tier with its writer paused")
+
+
+@pytest.mark.parametrize(("store", "mode"), list(FOLLOWED), ids=[f"{s}-{m}" for s, m in FOLLOWED])
+def test_the_lake_follows_each_change_with_a_writer_running(
+    store, mode, make_table, catalog_properties, local_writer, tmp_path
+):
+    name = f"follow_{store}_{mode}"[:40]
+    hot = make_table(store, name)
+    hot.create(120)
+    rounds = Rounds(_spec(store, mode, name), hot, catalog_properties, local_writer, tmp_path)
+    by_key = mode != "append"
+    assert rounds().outcome is RoundOutcome.TIERED
+    with Writer(hot, updates=by_key, deletes=mode == "change_stream") as writer:
+        for change in FOLLOWED[(store, mode)]:
+            rounds()  # before the change, the writer running
+            hot.change(change)
+            rounds()  # during: the change applied, the writer still running
+            writer.pause()
+            _until_settled(rounds)
+            try:
+                assert_lake_equals_hot(rounds, by_key=by_key)
+            except AssertionError as exc:
+                raise AssertionError(f"after {change}: {exc}") from exc
+            state = rounds.store.load()
+            assert state.quarantined_since is None and state.consecutive_failures == 0, state.last_error
+            writer.resume()
+        assert writer.steps > 0
+    _until_settled(rounds)
+    assert_lake_equals_hot(rounds, by_key=by_key)
+    schema = load_catalog("default", **catalog_properties).load_table(rounds.identifier).schema()
+    if "rename" in FOLLOWED[(store, mode)]:  # the same field, renamed: its values kept (compared above)
+        assert schema.find_field("b2").field_id == 3
+    if "drop" in FOLLOWED[(store, mode)]:  # a dropped column stays in the lake, optional
+        assert not schema.find_field("f").required
+
+
+@pytest.mark.parametrize(
+    ("store", "mode", "change", "error", "words"),
+    REFUSED,
+    ids=[f"{s}-{m}-{c}" for s, m, c, _, _ in REFUSED],
+)
+def test_a_change_the_lake_cannot_follow_is_refused_loudly_and_commits_nothing(
+    store, mode, change, error, words, make_table, catalog_properties, local_writer, tmp_path
+):
+    name = f"refuse_{store}_{mode}_{change}"[:50]
+    hot = make_table(store, name)
+    hot.create(80)
+    spec = _spec(store, mode, name, declare_rename=False)
+    rounds = Rounds(spec, hot, catalog_properties, local_writer, tmp_path)
+    assert rounds().outcome is RoundOutcome.TIERED
+    with Writer(hot, updates=mode != "append", deletes=mode == "change_stream") as writer:
+        rounds()
+        hot.change(change)
+        time.sleep(0.1)  # the writer writes after the change too
+        writer.pause()
+    before = rounds.snapshot_id()
+    with pytest.raises(error) as refused:
+        rounds()
+    assert isinstance(refused.value, NotRetryable)
+    message = str(refused.value)
+    for word in words:
+        assert word.lower() in message.lower(), f"{word!r} not in {message!r}"
+    assert rounds.snapshot_id() == before  # nothing committed
+    state = rounds.store.load()
+    assert state.quarantined_since is not None and state.next_retry_at is None  # no retry: the next round refuses
+    assert words[0] in state.last_error or words[1] in state.last_error
+
+
+@pytest.mark.parametrize("mode", ["append", "merge", "change_stream"])
+def test_a_recreated_table_adopted_keeps_the_lake_rows_and_tiers_the_new_table_from_its_start(
+    mode, make_table, catalog_properties, local_writer, tmp_path
+):
+    """The second way out of a re-created table: reset with ``adopt_hot_table``; the next round reads the new table
+    from its start, and the lake keeps the old table's rows (by key, the new table's version wins)."""
+    name = f"adopt_{mode}"
+    hot = make_table("postgres", name)
+    hot.create(60)
+    rounds = Rounds(_spec("postgres", mode, name), hot, catalog_properties, local_writer, tmp_path)
+    rounds()
+    old = {row[0]: row for row in hot.rows(["id", "b"])}
+    hot.change("recreate")  # ids 1..40 again, other values
+    with pytest.raises(HotTableReplaced):
+        rounds()
+    state = rounds.store.load()
+    state.reset(state.last_error_time, adopt_hot_table=True)
+    rounds.store.save(state)
+    assert rounds().outcome is RoundOutcome.TIERED
+    hot.insert_full(5)  # the new table goes on: its ids beyond what it had
+    _until_settled(rounds)
+    found = lake_rows(catalog_properties, rounds.identifier, ["id", "b"])
+    new = {row[0]: row for row in hot.rows(["id", "b"])}
+    if mode == "append":  # history and the new table, side by side
+        assert digest(found) == digest([*old.values(), *new.values()])
+    else:  # by key: the new table's rows, and the old ones it does not have
+        assert digest(found) == digest([*new.values(), *(row for key, row in old.items() if key not in new)])
+    state = rounds.store.load()
+    assert state.adopt_hot_table is None and state.replaced_hot_table is None
+
+
+def test_dropping_the_lake_table_loads_a_recreated_table_again(make_table, catalog_properties, local_writer, tmp_path):
+    """The first way out: drop the lake table and reset; the next round loads the new table whole."""
+    hot = make_table("postgres", "reload_after_drop")
+    hot.create(50)
+    rounds = Rounds(_spec("postgres", "change_stream", "reload_after_drop"), hot, catalog_properties, local_writer,
+                    tmp_path)  # fmt: skip
+    rounds()
+    hot.change("recreate")
+    with pytest.raises(HotTableReplaced):
+        rounds()
+    load_catalog("default", **catalog_properties).drop_table(rounds.identifier)
+    state = rounds.store.load()
+    state.reset(state.last_error_time)
+    rounds.store.save(state)
+    assert rounds().outcome is RoundOutcome.TIERED
+    with Writer(hot, updates=True, deletes=True) as writer:
+        rounds()
+        writer.pause()
+    _until_settled(rounds)
+    assert_lake_equals_hot(rounds, by_key=True)
+
+
+def test_added_defaults_backfilled_into_the_files(make_table, catalog_properties, local_writer, tmp_path):
+    """With ``lake.backfill_added_columns`` the constant of an added column is written into every file (a reader
+    that ignores Iceberg's initial defaults reads it too), committed before the round's own rows."""
+    import pyarrow.parquet as pq
+
+    hot = make_table("postgres", "backfilled")
+    hot.create(100)
+    rounds = Rounds(
+        _spec("postgres", "append", "backfilled", backfill_added_columns=True),
+        hot,
+        catalog_properties,
+        local_writer,
+        tmp_path,
+    )
+    rounds()
+    hot.change("add_constant")
+    hot.insert_full(10)
+    assert rounds().outcome is RoundOutcome.TIERED
+    table = load_catalog("default", **catalog_properties).load_table(rounds.identifier)
+    operations = [s.summary.get("tiering.operation") for s in table.snapshots() if s.summary is not None]
+    assert "backfill" in operations
+    for task in table.scan().plan_files():
+        values = pq.read_table(task.file.file_path.removeprefix("file://")).column("c").to_pylist()
+        assert values and all(v == 7 for v in values), task.file.file_path  # in the file itself
+    assert "tiering.pending-backfill" not in {k for k, v in table.properties.items() if v not in ("", "[]")}
+    assert_lake_equals_hot(rounds, by_key=False)
+
+
+def test_a_rename_of_a_million_tiered_rows_is_metadata_only(pg_server, catalog_properties, local_writer, tmp_path):
+    """A rename of a column holding 1M tiered rows changes the lake's schema only: no data file is written or
+    removed, and the rows read their values under the new name (timed: printed)."""
+    hot = PostgresShapeTable(pg_server.dsn, "renamed_million")
+    try:
+        hot.execute('DROP TABLE IF EXISTS "renamed_million"')
+        hot.execute(hot.create_sql())
+        hot.execute(
+            "INSERT INTO renamed_million SELECT g, g, 'b' || g, g % 1000, g / 4.0 FROM generate_series(1, 1000000) g"
+        )
+        rounds = Rounds(_spec("postgres", "append", "renamed_million"), hot, catalog_properties, local_writer, tmp_path)
+        assert rounds().metrics.rows == 1_000_000
+        table = load_catalog("default", **catalog_properties).load_table(rounds.identifier)
+        files = {task.file.file_path for task in table.scan().plan_files()}
+        field_id = table.schema().find_field("b").field_id
+        hot.change("rename")
+        started = time.monotonic()
+        assert rounds().outcome is RoundOutcome.NOTHING_TO_TIER
+        took = time.monotonic() - started
+        table = load_catalog("default", **catalog_properties).load_table(rounds.identifier)
+        assert {task.file.file_path for task in table.scan().plan_files()} == files  # no file written or removed
+        assert table.schema().find_field("b2").field_id == field_id
+        renamed = table.scan(selected_fields=("b2",)).to_arrow().column("b2")
+        assert renamed.null_count == 0 and len(renamed) == 1_000_000
+        print(f"rename of a column of 1,000,000 tiered rows: round {took:.2f} s, {len(files)} data files untouched")
+    finally:
+        hot.close()
