@@ -120,7 +120,15 @@ class TieringStatus:
             "last_round_updated_rows": None if state.last_round is None else state.last_round.updated_rows,
             "last_round_deleted_rows": None if state.last_round is None else state.last_round.deleted_rows,
             "change_stream": state.change_stream,
+            "in_place_changes": _in_place_json(state.in_place_changes),
+            "shape_change": state.shape_change,
+            "replaced_hot_table": state.replaced_hot_table,
         }
+
+
+def _in_place_json(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An append table's rows changed in place, without the raw counters they are computed from."""
+    return None if found is None else {k: v for k, v in found.items() if k != "counters"}
 
 
 def _maintenance_json(status: MaintenanceStatus | None) -> dict[str, Any] | None:

@@ -158,9 +158,10 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     """A merge or change-stream table's mode and key, what its last round did to the lake's rows, and its
     replication slot (with the WAL it holds back on the hot server)."""
     mode = record.get("mode")
+    found = _shape_fields(record)
     if mode in (None, "append"):
-        return [("mode", "append")] if mode else []
-    found = [("mode", f"{mode.replace('_', ' ')}, key {', '.join(record.get('merge_key') or [])}")]
+        return ([("mode", "append")] if mode else []) + found + _in_place_fields(record)
+    found.insert(0, ("mode", f"{mode.replace('_', ' ')}, key {', '.join(record.get('merge_key') or [])}"))
     if record.get("last_round_inserted_rows") is not None:
         found.append(
             (
@@ -179,6 +180,34 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
             over = " — over the bound" if bound is not None and held > bound else ""
             found.append(("retained WAL", f"{size(held)} (bound {size(bound) if bound else '-'}){over}"))
     return found
+
+
+def _shape_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The last change of the hot table's shape the lake followed."""
+    change = record.get("shape_change")
+    if not change:
+        return []
+    text = f"{change.get('changes') or 'no column changed'} (at {change.get('at')})"
+    if change.get("reload"):
+        text += f"; the whole table read again: {change['reload']}"
+    return [("last change of shape", text)]
+
+
+def _in_place_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """An append table's rows changed in place behind the lake's back, with what to do about it."""
+    found = record.get("in_place_changes")
+    if not found:
+        return []
+    recent = int(found.get("updated_since_last_round", 0)) + int(found.get("deleted_since_last_round", 0))
+    hint = " — the lake keeps first versions: tier it by key (merge) or change stream" if recent else ""
+    return [
+        (
+            "changed in place",
+            f"{count(found.get('updated_since_last_round'))} updated, {count(found.get('deleted_since_last_round'))} "
+            f"deleted since the round before ({count(found.get('updated_total'))} / "
+            f"{count(found.get('deleted_total'))} since {found.get('watched_since')}){hint}",
+        )
+    ]
 
 
 def render_one(record: Mapping[str, Any]) -> str:

@@ -116,6 +116,20 @@ class TableStatusResponse(BaseModel):
         description="A change-stream table's replication slot as its last round saw it: slot, position, "
         "retained_wal_bytes, max_retained_wal_bytes",
     )
+    in_place_changes: dict[str, Any] | None = Field(
+        default=None,
+        description="An append table's hot rows updated and deleted in place behind the lake's back (PostgreSQL "
+        "counts them): updated_since_last_round, deleted_since_last_round, updated_total, deleted_total, "
+        "watched_since",
+    )
+    shape_change: dict[str, Any] | None = Field(
+        default=None, description="The last change of the hot table's shape the lake followed: at, changes, reload"
+    )
+    replaced_hot_table: dict[str, Any] | None = Field(
+        default=None,
+        description="The hot table a round refused as another one (dropped and created again, or its rows "
+        "replaced): what a reset with adopt_hot_table continues with",
+    )
 
 
 class TableListResponse(BaseModel):

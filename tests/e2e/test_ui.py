@@ -355,7 +355,20 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
             "max_retained_wal_bytes": 1024**3,
         },
     )
-    write_in_cluster(af, [healed], ui.work_dir)
+    # An append table whose rows were changed in place behind the lake's back, after a change of shape it followed.
+    alpha = af.asset_state_store("tiering/ui/ui_alpha")["tiering_state"]
+    alpha.update(
+        in_place_changes={
+            "updated_since_last_round": 30,
+            "deleted_since_last_round": 5,
+            "updated_total": 31,
+            "deleted_total": 6,
+            "watched_since": (now - timedelta(hours=1)).isoformat(),
+            "counters": {"updated": 31, "deleted": 6, "evicted": 0},
+        },
+        shape_change={"at": now.isoformat(), "changes": "renamed b -> b2; added c", "reload": None},
+    )
+    write_in_cluster(af, [healed, alpha], ui.work_dir)
     broken = af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]
     assert broken["quarantined_since"] is not None  # failed again in the admin's run: quarantined once more
 
@@ -404,6 +417,15 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         retained = driver.find_element(By.ID, "retained-wal")
         assert retained.text == "3.0 GiB (bound 1.0 GiB) — over the bound"
         assert "error" in (retained.get_attribute("class") or "")
+
+        # An append table's rows changed in place (with what to do about it) and its last change of shape.
+        driver.get(f"{af.base_url}/tiering/#table=ui.ui_alpha")
+        wait_for(driver, lambda d: d.find_elements(By.ID, "in-place-changes"), 60, "no changes in place")
+        changed = driver.find_element(By.ID, "in-place-changes")
+        assert changed.text.startswith("30 updated, 5 deleted since the round before (31 / 6 since ")
+        assert "tier it by key (merge) or change stream" in changed.text
+        assert "error" in (changed.get_attribute("class") or "")
+        assert driver.find_element(By.ID, "shape-change").text.startswith("renamed b -> b2; added c (")
 
         # A table without rounds: its detail says so, and nothing reads "null".
         driver.get(f"{af.base_url}/tiering/#table=ui.ui_broken")

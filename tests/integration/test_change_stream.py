@@ -30,7 +30,7 @@ from airflow_provider_tiering.sources.pgoutput import format_lsn, parse_lsn
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
 from testbed.crash_round import crash_round
-from testbed.lake_check import unreferenced_data_files
+from testbed.lake_check import digest, unreferenced_data_files
 from testbed.pg_server import PostgresServer
 from testbed.rounds import lake_of
 
@@ -205,6 +205,44 @@ def test_each_kind_of_change_is_applied_and_counted(changing, tmp_path, catalog_
     lake = load_catalog("default", **catalog_properties).load_table(("it", name)).scan().to_arrow().to_pylist()
     assert {r["id"]: r["note"] for r in lake}[1] == "noted"
     assert_lake_equals_hot(changing, catalog_properties, ("it", name))
+
+
+@pytest.mark.parametrize(
+    ("key_type", "key_values", "changed"),
+    [
+        ("timestamptz", ("2026-11-02 09:30:00+00", "2026-11-02 10:30:00+02"), "k + interval '1 day'"),
+        ("boolean", ("true",), "NOT k"),
+        ("bytea", ("\\x00ff", "\\x0102"), "k || '\\x99'::bytea"),
+    ],
+    ids=["timestamptz", "boolean", "bytea"],
+)
+def test_an_unchanged_toast_value_follows_a_key_update_whatever_the_keys_type(
+    key_type, key_values, changed, pg_server, tmp_path, catalog_properties, local_writer
+):
+    """An update of the key that leaves a value stored out of line (TOAST) unchanged: the value comes from the lake's
+    row of the old key, matched by the key as the lake types it (pgoutput's text of a timestamptz, boolean or
+    bytea is not Python's)."""
+    name = f"toast_key_{key_type}"
+    conn = psycopg.connect(pg_server.dsn, autocommit=True)
+    conn.execute("SET synchronous_commit = on")
+    conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+    conn.execute(f'CREATE TABLE "{name}" (k {key_type} PRIMARY KEY, amount int, doc text)')
+    big = "".join(str(i % 89) for i in range(6000))  # compresses badly: stored out of line
+    for number, value in enumerate(key_values):
+        conn.execute(f'INSERT INTO "{name}" VALUES (%s::{key_type}, %s, %s)', (value, number, f"{number}-{big}"))
+    hot = ChangingTable(pg_server.dsn, name)
+    spec = TableSpec.parse(cdc_spec(name))
+    tier = rounds_of(spec, hot, catalog_properties, local_writer, JsonFileStateStore(tmp_path / "state.json"))
+    tier()
+    first = key_values[0]
+    conn.execute(f'UPDATE "{name}" SET k = {changed} WHERE k = %s::{key_type}', (first,))
+    conn.execute(f'UPDATE "{name}" SET amount = amount + 10 WHERE amount = 0')  # doc left alone twice
+    result = tier()
+    assert result.outcome is RoundOutcome.TIERED
+    lake = load_catalog("default", **catalog_properties).load_table(("it", name)).scan().to_arrow()
+    expected = conn.execute(f'SELECT k, amount, doc FROM "{name}"').fetchall()
+    assert digest(zip(*(lake.column(c).to_pylist() for c in ("k", "amount", "doc")))) == digest(expected)
+    conn.close()
 
 
 @pytest.fixture

@@ -333,3 +333,40 @@ def test_a_rename_of_a_million_tiered_rows_is_metadata_only(pg_server, catalog_p
         print(f"rename of a column of 1,000,000 tiered rows: round {took:.2f} s, {len(files)} data files untouched")
     finally:
         hot.close()
+
+
+def test_an_append_table_changed_in_place_shows_the_count_and_alerts_past_its_bound(
+    pg_server, catalog_properties, local_writer, tmp_path
+):
+    """Rows of an append table updated and deleted behind the lake's back (the lake keeps their first versions):
+    counted from PostgreSQL's statistics since the round before, shown, and alerted past ``changed_rows_alert``."""
+    import psycopg
+
+    from airflow_provider_tiering.core.in_place_changes import in_place_alert
+
+    hot = PostgresShapeTable(pg_server.dsn, "changed_in_place")
+    try:
+        hot.create(100)
+        document = {
+            "name": "changed_in_place",
+            "source": {"conn_id": "hot", "table": "changed_in_place", "cursor_column": "id", "changed_rows_alert": 20},
+            "lake": {"namespace": NAMESPACE, "table": "changed_in_place"},
+        }
+        spec = TableSpec.parse(document)
+        rounds = Rounds(spec, hot, catalog_properties, local_writer, tmp_path)
+        rounds()
+        with psycopg.connect(pg_server.dsn, autocommit=True) as other:  # its statistics are published on closing
+            other.execute("UPDATE changed_in_place SET b = b || '!' WHERE id <= 30")
+            other.execute("DELETE FROM changed_in_place WHERE id > 95")
+        hot.insert_full(3)
+        assert rounds().metrics.rows == 3
+        state = rounds.store.load()
+        assert state.in_place_changes is not None
+        assert state.in_place_changes["updated_since_last_round"] == 30
+        assert state.in_place_changes["deleted_since_last_round"] == 5
+        alert = in_place_alert(spec, state)
+        assert alert is not None and "30 of its hot rows were updated and 5 deleted" in alert
+        assert rounds().outcome is RoundOutcome.NOTHING_TO_TIER  # nothing changed since: no alert
+        assert in_place_alert(spec, rounds.store.load()) is None
+    finally:
+        hot.close()

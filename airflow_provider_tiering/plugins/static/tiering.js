@@ -437,8 +437,9 @@
 
   // A merge or change-stream table: its mode and key, what its last round did to the lake's rows, its slot.
   function changeFacts(t) {
-    if (!t.mode || t.mode === "append") return [fact("Mode", "append")];
-    const found = [fact("Mode", `${t.mode.replace("_", " ")}, key ${(t.merge_key || []).join(", ")}`)];
+    const shape = shapeFacts(t);
+    if (!t.mode || t.mode === "append") return [fact("Mode", "append"), ...shape, ...inPlaceFacts(t)];
+    const found = [fact("Mode", `${t.mode.replace("_", " ")}, key ${(t.merge_key || []).join(", ")}`), ...shape];
     if (t.last_round_inserted_rows !== null && t.last_round_inserted_rows !== undefined) {
       found.push(
         fact(
@@ -465,6 +466,31 @@
       }
     }
     return found;
+  }
+
+  function shapeFacts(t) {
+    const c = t.shape_change;
+    if (!c) return [];
+    const text = `${c.changes || "no column changed"} (${fmtTime(c.at)})${c.reload ? `; the whole table read again: ${c.reload}` : ""}`;
+    return [fact("Last change of shape", el("span", { id: "shape-change" }, text))];
+  }
+
+  function inPlaceFacts(t) {
+    const c = t.in_place_changes;
+    if (!c) return [];
+    const recent = (c.updated_since_last_round || 0) + (c.deleted_since_last_round || 0);
+    return [
+      fact(
+        "Changed in place",
+        el(
+          "span",
+          { id: "in-place-changes", className: recent ? "error" : null },
+          `${fmtInt(c.updated_since_last_round)} updated, ${fmtInt(c.deleted_since_last_round)} deleted since the round before ` +
+            `(${fmtInt(c.updated_total)} / ${fmtInt(c.deleted_total)} since ${fmtTime(c.watched_since)})` +
+            (recent ? " — the lake keeps first versions: tier it by key (merge) or change stream" : ""),
+        ),
+      ),
+    ];
   }
 
   function renderDetail(t, rounds) {
