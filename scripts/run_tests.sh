@@ -12,27 +12,34 @@ chmod 755 "$TMP"
 
 # The e2e tests mostly wait on Airflow's scheduler loops: two halves of them run at once, beside the others. The
 # first half holds the longest modules (a wheel installed into a fresh virtualenv, a round past its timeout, the CLI
-# and the demo), the second the rest.
+# and the demo), the second the rest. Two long integration modules ride along, one in each half, so the unit and
+# integration tests are not the critical path: the benchmarks at a tiny size, and the changes of a hot table's shape.
+SIDE_FIRST=(tests/integration/test_bench_smoke.py)
+SIDE_REST=(tests/integration/test_shape_changes.py)
 E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_cli.py tests/e2e/test_demo.py)
 E2E_REST=()
 for module in tests/e2e/test_*.py; do
   [[ " ${E2E_FIRST[*]} " == *" $module "* ]] || E2E_REST+=("$module")
 done
-"$PY" -m pytest "${E2E_FIRST[@]}" -m "not serial" --basetemp "$TMP/e2e1" "$@" >"$TMP/e2e1.log" 2>&1 &
+MAIN_IGNORES=()
+for module in "${SIDE_FIRST[@]}" "${SIDE_REST[@]}"; do
+  MAIN_IGNORES+=(--ignore "$module")
+done
+"$PY" -m pytest "${E2E_FIRST[@]}" "${SIDE_FIRST[@]}" -m "not serial" --basetemp "$TMP/e2e1" "$@" >"$TMP/e2e1.log" 2>&1 &
 e2e1_pid=$!
-"$PY" -m pytest "${E2E_REST[@]}" -m "not serial" --basetemp "$TMP/e2e2" "$@" >"$TMP/e2e2.log" 2>&1 &
+"$PY" -m pytest "${E2E_REST[@]}" "${SIDE_REST[@]}" -m "not serial" --basetemp "$TMP/e2e2" "$@" >"$TMP/e2e2.log" 2>&1 &
 e2e2_pid=$!
 trap 'kill "$e2e1_pid" "$e2e2_pid" 2>/dev/null' INT TERM
-"$PY" -m pytest tests/unit tests/integration -m "not serial" --basetemp "$TMP/main" "$@"
+"$PY" -m pytest tests/unit tests/integration "${MAIN_IGNORES[@]}" -m "not serial" --basetemp "$TMP/main" "$@"
 main=$?
 wait "$e2e1_pid"
 e2e1=$?
 wait "$e2e2_pid"
 e2e2=$?
 e2e=$(( e2e1 != 0 ? e2e1 : e2e2 ))
-echo "================ e2e tests, first half (ran beside the tests above) ================"
+echo "================ e2e tests, first half, and the benchmarks at a tiny size (ran beside the tests above) ================"
 cat "$TMP/e2e1.log"
-echo "================ e2e tests, second half (ran beside the tests above) ================"
+echo "================ e2e tests, second half, and the changes of shape (ran beside the tests above) ================"
 cat "$TMP/e2e2.log"
 echo "================ serial tests (alone) ================"
 "$PY" -m pytest tests -m serial --basetemp "$TMP/serial" "$@"

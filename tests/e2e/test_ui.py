@@ -356,7 +356,7 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         },
     )
     # An append table whose rows were changed in place behind the lake's back, after a change of shape it followed.
-    alpha = af.asset_state_store("tiering/ui/ui_alpha")["tiering_state"]
+    alpha = {**af.asset_state_store("tiering/ui/ui_alpha")["tiering_state"], "namespace": "ui"}
     alpha.update(
         in_place_changes={
             "updated_since_last_round": 30,

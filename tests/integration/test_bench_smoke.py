@@ -103,3 +103,21 @@ def test_cdc_decoding_benchmark_decodes_both_plugins_alike_at_small_size(pg_serv
             0,
         )
     assert "wal2json / pgoutput" in capsys.readouterr().out
+
+
+def test_shape_changes_benchmark_runs_every_change_at_small_size(pg_server, tmp_path, capsys):
+    from benchmarks.bench_shape_changes import main as shape_main
+
+    output = tmp_path / "shape.json"
+    assert shape_main(["--dsn", pg_server.dsn, "--sf", "0.01", "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    changes = report["changes"]
+    for label in ("append, initial default", "append, backfill", "merge"):
+        assert report["first_loads"][label]["outcome"] == "tiered"
+        assert changes["rename"][label]["data_bytes"] == 0  # metadata only
+    assert changes["add column, constant default"]["append, initial default"]["data_bytes"] == 0
+    assert changes["add column, constant default"]["append, backfill"]["data_bytes"] > 0  # every file rewritten
+    volatile = changes["add column, volatile default"]
+    assert volatile["append, initial default"]["outcome"].startswith("refused")
+    assert volatile["merge"]["outcome"] == "tiered" and volatile["merge"]["data_bytes"] > 0  # read again, merged
+    assert "add column, volatile default" in capsys.readouterr().out
