@@ -105,7 +105,7 @@ class IcebergLake:
         return self._table.location()
 
     def shape(self) -> LakeShape | None:
-        table = self.load_table()
+        table = self._table or self.load_table()  # as the round's committed() or follow_shape() just loaded it
         return None if table is None else lake_shape(table)
 
     def follow_shape(
@@ -118,8 +118,8 @@ class IcebergLake:
         key: Sequence[str] = (),
         by_name: bool = False,
     ) -> ShapeChanges:
-        changes = follow_shape(self.table, schema, identity, declared, decide, self._reload, by_name=by_name)
-        table = self._reload()
+        changes, committed = follow_shape(self.table, schema, identity, declared, decide, self._reload, by_name=by_name)
+        table = self._reload() if committed else self.table
         if check_key(table, key):
             table = self._reload()
         self._table = table

@@ -115,11 +115,12 @@ def follow_shape(
     refresh: Callable[[], Table],
     *,
     by_name: bool = False,
-) -> ShapeChanges:
+) -> tuple[ShapeChanges, bool]:
     """Let the table's schema follow the hot table's (``lake/shape_plan.py``), as ``decide`` says for what the change
     asks (the added columns' initial defaults, a reload, a backfill; ``decide`` is asked even when the schema is the
     same, and may ask for a reload all the same); one commit, or none when nothing changes. A sibling attempt
-    changing it first is fine: the change is planned again on its result. Returns what changed.
+    changing it first is fine: the change is planned again on its result. Returns what changed, and whether it
+    committed (a first record of the columns, or a reload, commits with the schema unchanged).
 
     Raises:
         SchemaConflict: from planning, or from ``decide``; nothing was changed.
@@ -130,7 +131,7 @@ def follow_shape(
         plan = plan_shape(table, source, identity, declared, by_name=by_name)
         decision = decide(plan.changes)
         if not plan.changes and not plan.records and decision.reload is None:
-            return plan.changes
+            return plan.changes, False
         try:
             with table.transaction() as tx:
                 apply_shape(tx, plan, defaults=decision.defaults, reload=decision.reload, backfill=decision.backfill)
@@ -141,5 +142,5 @@ def follow_shape(
             continue
         if plan.changes:
             log.info("%s: schema follows the hot table: %s", ".".join(table.name()), plan.changes.describe())
-        return plan.changes
+        return plan.changes, True
     raise AssertionError("unreachable")  # the loop returns or raises
