@@ -117,15 +117,12 @@ class _Follow:
             identity.storage is not None and previous.storage is not None and previous.storage != identity.storage
         )
         replaced = self.committed is not None and not adopting and previous is not None and storage_changed
-        decided: list[ShapeDecision] = []
 
         def decide(changes: ShapeChanges) -> ShapeDecision:
-            rows_moved = self._rows_still_tiered(recorded, identity, changes) if replaced else None
+            rows_replaced = self._rows_still_tiered(recorded, identity, changes) if replaced else None
             decision = self._decide(changes, recorded, storage_changed, adopting)
-            why = [r for r in (rows_moved, decision.reload) if r and r != recorded.pending_reload]
-            decision = ShapeDecision(decision.defaults, "; ".join(why) or None, decision.backfill)
-            decided[:] = [decision]
-            return decision
+            why = [r for r in (rows_replaced, decision.reload) if r and r != recorded.pending_reload]
+            return ShapeDecision(decision.defaults, "; ".join(why) or None, decision.backfill)
 
         key_columns = () if self.key is None else self.key.columns
         declared = self.spec.source.declared_column_changes()
@@ -134,7 +131,7 @@ class _Follow:
         )
         pending = self.lake.shape() or LakeShape()
         reload = pending.pending_reload
-        if changes or (decided and decided[0].reload):
+        if changes or reload:
             self.state.shape_change = {
                 "at": self.now.isoformat(),
                 "changes": changes.describe() or None,
