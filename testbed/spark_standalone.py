@@ -192,8 +192,9 @@ def _executor_workers(app_id: str, status_url: str) -> dict[str, str]:
 def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     """One tiering round of ``config["table"]`` (PostgreSQL ``config["dsn"]``) on ``config["master"]``.
 
-    Keys: master, status_url (the master's /json/), executors (how many to wait for), dsn, table, cursor_column,
-    target_rows_per_split, catalog (pyiceberg properties), state_path, conf (extra Spark settings), and optionally
+    Keys: master, status_url (the master's /json/), executors (how many to wait for), dsn, table, cursor_column (or
+    source: the spec's whole source, e.g. a change stream's), target_rows_per_split, catalog (pyiceberg
+    properties), state_path, conf (extra Spark settings), and optionally
     faults (the keyword arguments of ``testbed.split_faults.FirstAttemptFaults``: record_dir, lake_dir, fail,
     stall, kill_executor; the executors must import ``testbed``, e.g. through ``spark.executorEnv.PYTHONPATH``).
     """
@@ -205,10 +206,11 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     from testbed.rounds import round_parts
 
     table = config["table"]
+    source = config.get("source") or {"conn_id": "unused", "table": table, "cursor_column": config["cursor_column"]}
     spec = TableSpec.parse(
         {
             "name": table,
-            "source": {"conn_id": "unused", "table": table, "cursor_column": config["cursor_column"]},
+            "source": source,
             "lake": {"namespace": "cluster", "table": table},
             "target_rows_per_split": config["target_rows_per_split"],
         }

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ ORIGIN_CREATE_FUNCTION = "pg_replication_origin_create(text)"
 IDLE_ADVANCE_BYTES = 16 * 1024 * 1024
 #: Changes typed by the server per query.
 TYPING_BATCH_ROWS = 20_000
+#: Rows per 8 KiB block assumed for a table never analyzed (``reltuples`` unknown), to cut its first load.
+ROWS_PER_BLOCK_GUESS = 60
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class ChangePlan:
     #: No change of the table, but the WAL since the lake's LSN grew past ``IDLE_ADVANCE_BYTES``: the round commits
     #: only the new LSN, so the slot can follow and release that WAL.
     advance: bool = False
+    #: A first load's table size in blocks, measured after the slot was created (every row its snapshot sees lies
+    #: in them): what its splits cut.
+    blocks: int | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -103,10 +109,15 @@ class ChangePlan:
 
 @dataclass(frozen=True)
 class ChangeSplit:
+    """One split of a round: the first load's rows in blocks ``[first_block, end_block)`` of the table (either bound
+    None: open) read in the slot's exported snapshot, or the round's changes."""
+
     index: int
     end_lsn: int
     start_lsn: int | None = None
     snapshot: str | None = None
+    first_block: int | None = None
+    end_block: int | None = None
 
 
 @dataclass(frozen=True)
@@ -661,9 +672,6 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             if self._slot_position(conn) is not None:
                 log.info("%s: dropping slot %s left by an earlier first load", self.display_name, self.slot)
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
-            (rows,) = conn.execute(
-                "SELECT reltuples::int8 FROM pg_class WHERE oid = to_regclass(%s)", (self._qualified(),)
-            ).fetchone()
         export = self._psycopg(replication=True)
         try:
             # A replication command, sent as a simple query (psycopg does so for a query without parameters); the
@@ -677,10 +685,31 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 "max_replication_slots and max_wal_senders on the server. Nothing was tiered"
             ) from exc
         self._export_conn = export
-        return ChangePlan(parse_lsn(consistent_point), None, max(int(rows or 0), 1), snapshot=snapshot)
+        with self._psycopg() as conn:  # measured after the slot's snapshot: every row it sees lies in these blocks
+            (rows, blocks) = conn.execute(
+                "SELECT reltuples::int8, pg_relation_size(oid) / current_setting('block_size')::int8 "
+                "FROM pg_class WHERE oid = to_regclass(%s)",
+                (self._qualified(),),
+            ).fetchone()
+        # reltuples is -1 before the table's first ANALYZE: an estimate from its size then.
+        estimate = int(rows) if rows is not None and rows >= 0 else int(blocks or 0) * ROWS_PER_BLOCK_GUESS
+        return ChangePlan(
+            parse_lsn(consistent_point), None, max(estimate, 1), snapshot=snapshot, blocks=int(blocks or 0)
+        )
 
     def cut_splits(self, plan: ChangePlan, target_rows_per_split: int, parallelism: int) -> list[ChangeSplit]:
-        return [ChangeSplit(0, plan.end_lsn, plan.start_lsn, plan.snapshot)]
+        """A first load is cut into ranges of the table's blocks of about equal size, as many as its estimated rows
+        ask for (a multiple of ``parallelism``, as for cursor ranges); each split reads its blocks in the slot's
+        exported snapshot (a TID range scan), the last one to the table's end. A round of changes is one split."""
+        if plan.snapshot is None or not plan.blocks:
+            return [ChangeSplit(0, plan.end_lsn, plan.start_lsn, plan.snapshot)]
+        slots = max(1, parallelism)
+        count = max(1, min(plan.blocks, slots * math.ceil(plan.changes / (target_rows_per_split * slots))))
+        edges: list[int | None] = [None, *(plan.blocks * i // count for i in range(1, count)), None]
+        return [
+            ChangeSplit(i, plan.end_lsn, None, plan.snapshot, first_block=edges[i], end_block=edges[i + 1])
+            for i in range(count)
+        ]
 
     def end_offsets(self, plan: ChangePlan) -> Offsets:
         return {"lsn": format_lsn(plan.end_lsn)}
@@ -715,7 +744,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     # -- reading -------------------------------------------------------------------------------
     def read_split(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         if split.snapshot is not None:
-            yield from self._read_snapshot(split.snapshot, schema)
+            yield from self._read_snapshot(split.snapshot, schema, split)
             return
         assert split.start_lsn is not None
         planned = self._planned
@@ -738,7 +767,16 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def _select_list(self, schema: pa.Schema) -> str:
         return ", ".join(self.table.select_expression(field) for field in schema)
 
-    def _read_snapshot(self, snapshot: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    def _read_snapshot(
+        self, snapshot: str, schema: pa.Schema, split: ChangeSplit | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The table's rows in the exported ``snapshot`` (those of ``split``'s blocks when given)."""
+        bounds = []
+        if split is not None and split.first_block is not None:
+            bounds.append(f"ctid >= '({int(split.first_block)},0)'::tid")
+        if split is not None and split.end_block is not None:
+            bounds.append(f"ctid < '({int(split.end_block)},0)'::tid")
+        where = f" WHERE {' AND '.join(bounds)}" if bounds else ""
         conn = self.table._connect()  # the bulk reader's ADBC session (binary COPY into Arrow)
         try:
             cur = conn.cursor()
@@ -746,7 +784,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 # SET TRANSACTION SNAPSHOT takes no bound parameter; the id comes from the server itself.
                 cur.execute(f"SET TRANSACTION SNAPSHOT {quote_string(snapshot)}")
-                cur.execute(f"SELECT {self._select_list(schema)} FROM {self._qualified()}")
+                cur.execute(f"SELECT {self._select_list(schema)} FROM {self._qualified()}{where}")
                 reader = cur.fetch_record_batch()
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: reading the first load failed: {exc}") from exc

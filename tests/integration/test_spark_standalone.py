@@ -79,3 +79,78 @@ def test_a_round_on_a_standalone_cluster_runs_on_both_workers_and_tiers_the_tabl
     assert report["driver_listening"] and all(is_loopback(host) for host, _ in report["driver_listening"])
     cluster_listening = listening_addresses(group_members(standalone.process_groups()))
     assert cluster_listening and all(is_loopback(host) for host, _ in cluster_listening), cluster_listening
+
+
+def test_a_change_stream_first_load_in_several_splits_on_the_cluster_with_a_writer_running(
+    standalone: StandaloneCluster, pg_server, catalog_properties: dict[str, str], tmp_path: Path, local_writer
+) -> None:
+    """A change-stream table's first load is read by several Spark tasks on both workers, each a range of the
+    table's blocks in the snapshot its slot was created with, while a writer changes rows: the changes committed
+    after that snapshot come from the stream, none missed and none twice; the slot is never ahead of the lake."""
+    import threading
+
+    import psycopg
+
+    from airflow_provider_tiering.core.round import RoundOutcome, run_round
+    from airflow_provider_tiering.core.spec import TableSpec
+    from airflow_provider_tiering.core.state_store import JsonFileStateStore
+    from airflow_provider_tiering.sources.pgoutput import parse_lsn
+    from airflow_provider_tiering.sources.registry import build_source
+    from testbed.changing_table import ChangingTable, assert_lake_equals_hot
+    from testbed.rounds import lake_of
+
+    table = "cdc_split_load"
+    hot = ChangingTable(pg_server.dsn, table)
+    hot.create()
+    hot.insert(12000)
+    hot.conn.execute(f'ANALYZE "{table}"')
+    writer = ChangingTable(pg_server.dsn, table, seed=9)
+    writer.next_id = 1_000_000
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            writer.transaction(3)
+
+    source = {"kind": "postgres_cdc", "conn_id": "unused", "table": table}
+    config = {
+        "master": standalone.master_url,
+        "status_url": f"http://127.0.0.1:{standalone.webui_port}/json/",
+        "executors": 2,
+        "dsn": pg_server.dsn,
+        "table": table,
+        "source": source,
+        "target_rows_per_split": 1500,
+        "catalog": catalog_properties,
+        "state_path": str(tmp_path / "state.json"),
+        "conf": {"spark.executor.memory": "512m"},
+    }
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    try:
+        report = round_in_child(config)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert report["outcome"] == "tiered" and report["splits"] >= 4, report
+    assert {e["worker"] for e in report["executors"] if e["tasks"]} == {
+        w["id"] for w in standalone.status()["workers"] if w["state"] == "ALIVE"
+    }
+    assert sum(writer.counts.values()) > 0  # the writer changed rows while the load ran
+    spec = TableSpec.parse({"name": table, "source": source, "lake": {"namespace": "cluster", "table": table}})
+    store = JsonFileStateStore(tmp_path / "state.json")
+    for _ in range(5):  # the changes since the load's snapshot, from the stream
+        result = run_round(spec, build_source(spec.source, hot.connection()), lake_of(spec, catalog_properties),
+                           local_writer, store)  # fmt: skip
+        if result.outcome is RoundOutcome.NOTHING_TO_TIER:
+            break
+    assert_lake_equals_hot(hot, catalog_properties, ("cluster", table))
+    with psycopg.connect(pg_server.dsn) as conn:
+        slot_name = f"tiering_public_{table}"
+        (slot,) = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot_name,)
+        ).fetchone()
+    lake_lsn = store.load().committed.end_offsets["lsn"]
+    assert parse_lsn(slot) <= parse_lsn(lake_lsn)
+    hot.close()
+    writer.close()
