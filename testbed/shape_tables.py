@@ -186,6 +186,16 @@ class PostgresShapeTable(ShapeTable):
                 f"INSERT INTO {t} SELECT * FROM keep",
             ],
             "truncate_other": [f"TRUNCATE {t}"],
+            # a migration that adds a column, then fills it row by row without touching the cursor
+            "add_then_fill": [
+                f"ALTER TABLE {t} ADD COLUMN filled integer DEFAULT 0",
+                f"UPDATE {t} SET filled = id % 3",
+            ],
+            # changes under a name the next change renames, then a rewrite (a volatile default)
+            "rename_and_rewrite": [
+                f"ALTER TABLE {t} RENAME COLUMN n TO n2",
+                f"ALTER TABLE {t} ADD COLUMN u2 uuid DEFAULT gen_random_uuid()",
+            ],
         }[change]
 
 

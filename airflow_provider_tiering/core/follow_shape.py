@@ -127,7 +127,13 @@ class _Follow:
         key_columns = () if self.key is None else self.key.columns
         declared = self.spec.source.declared_column_changes()
         changes = self.lake.follow_shape(
-            self.schema, identity, declared, decide, key=key_columns, by_name=adopting
+            self.schema,
+            identity,
+            declared,
+            decide,
+            key=key_columns,
+            by_name=adopting,
+            partial=self.spec.source.columns_may_be_absent,
         )
         pending = self.lake.shape() or LakeShape()
         reload = pending.pending_reload
@@ -291,7 +297,8 @@ class _Follow:
         if self.mode is Mode.CHANGE_STREAM or self.committed is None or self.committed.end_offsets is None:
             return [f"{what} and the table was rewritten, which the change stream does not carry"]
         by = list(self.key.columns) if self.key is not None else [str(self.spec.source.cursor())]
-        rows = self.source.tiered_column_values([*by, *promoted], self.committed.end_offsets)
+        columns = list(dict.fromkeys([*by, *promoted]))  # a promoted key or cursor once
+        rows = self.source.tiered_column_values(columns, self.committed.end_offsets)
         if rows is None:
             return []
         former = {new: old for old, new in changes.renamed}

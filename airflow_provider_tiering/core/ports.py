@@ -654,9 +654,11 @@ class Lake(Protocol):
         *,
         key: Sequence[str] = (),
         by_name: bool = False,
+        partial: bool = False,
     ) -> ShapeChanges:
         """Let the table's schema follow the hot table's ``schema``: columns matched by the ids of ``identity`` (by
-        name where the store keeps none, or with ``by_name``), renamed, added, promoted, made optional; ``decide``
+        name where the store keeps none, or with ``by_name``), renamed, added, promoted, made optional (``partial``:
+        ``schema`` holds only what a round reads, so absent columns stay as they are); ``decide``
         says, for what changed, each added column's initial default, whether the whole hot table must be read again
         (recorded as pending in the same commit) and whether defaults are backfilled. Returns what changed.
 

@@ -397,6 +397,11 @@ def run_round(
         plan = None
         if watermark.end is not None and watermark.end != read_from:
             plan = source.plan(read_from, watermark.end, spec.max_rows_per_round)
+        # A reload is done only by a round that reads the whole table from its start (or finds it empty, with nothing
+        # held back): one held back by open transactions leaves it pending.
+        reload_done = shape.reload is not None and (
+            (plan is not None and not plan.is_empty) or (watermark.observed is None and not watermark.blockers)
+        )
         # Key reconciliation (merge.reconcile_keys_every_seconds): this round also reads every hot key, in the
         # snapshot it reads its rows in, and its merge removes the lake's keys that are gone. A reload reconciles
         # (and a change stream's reads them with its new load), and so does a merge round after the table's storage
@@ -438,7 +443,7 @@ def run_round(
         if not shape.adopting and (shape.identity_changed or shape.reload):
             # Nothing to merge in a reload, or rows found as tiered after a rewrite: the lake records the table
             # as it is now (an adopted table's is recorded by the commit that first tiers it).
-            lake.record_hot_table(shape.identity, reloaded=shape.reload is not None)
+            lake.record_hot_table(shape.identity, reloaded=reload_done)
         state.walk_to_idle()
         state.consecutive_failures = 0
         state.next_retry_at = None
@@ -537,7 +542,7 @@ def run_round(
         committing_started = time.monotonic()
         if rejected and rejects is not None:
             rejects.replace(rejected, epoch=epoch, table_name=spec.name, attempt=attempt)
-        reloaded = shape.reload is not None or shape.adopting
+        reloaded = reload_done or shape.adopting
         if merge_key is None:
             snapshot_id = lake.commit(
                 files,

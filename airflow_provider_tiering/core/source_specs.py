@@ -34,6 +34,9 @@ class SourceSpecBase(StrictModel):
     #: The source delivers every change (insert, update, delete) in commit order: its table is always merged by
     #: key, without a cursor, and deletes come from the stream (CDC).
     streams_changes: ClassVar[bool] = False
+    #: A round's columns are those of what it reads (a landing zone's files), not the whole table's: a column absent
+    #: from a round is not dropped, and a column new in it is never a renamed one.
+    columns_may_be_absent: ClassVar[bool] = False
 
     def column_names(self) -> tuple[str, ...] | None:
         """The tiered columns when declared; None when they come from the hot store."""
@@ -245,6 +248,8 @@ class FileSourceSpec(SourceSpecBase):
     a later file with the same relative path is taken for the same file and never tiered again.
     Files and folders whose name starts with ``_`` or ``.`` are ignored (hidden, temporary).
     """
+
+    columns_may_be_absent: ClassVar[bool] = True
 
     kind: Literal["files"] = Field(description="a landing zone of files")
     path: str = Field(min_length=1, description="directory of the landing zone: a local path or a URI (s3://…)")

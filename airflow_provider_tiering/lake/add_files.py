@@ -30,6 +30,7 @@ def data_file(table: Table, written: WrittenFile) -> DataFile:
         compute_statistics_plan,
         data_file_statistics_from_parquet_metadata,
         parquet_path_to_id_mapping,
+        pyarrow_to_schema,
     )
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
@@ -39,13 +40,16 @@ def data_file(table: Table, written: WrittenFile) -> DataFile:
     with input_file.open() as stream:
         parquet_metadata = pq.read_metadata(stream)  # type: ignore[arg-type]  # a file-like object, as pyarrow takes
     schema = metadata.schema()
-    _check_pyarrow_schema_compatible(
-        schema, parquet_metadata.schema.to_arrow_schema(), format_version=metadata.format_version
-    )
+    arrow_schema = parquet_metadata.schema.to_arrow_schema()
+    _check_pyarrow_schema_compatible(schema, arrow_schema, format_version=metadata.format_version)
+    # The file's columns by its own field ids (by the table's name mapping for a file without them), not by the
+    # table's names now: a rename committed after the file was written must not give a column another's statistics.
+    mapping = metadata.name_mapping() or schema.name_mapping
+    file_schema = pyarrow_to_schema(arrow_schema, name_mapping=mapping, format_version=metadata.format_version)
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=parquet_metadata,
         stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        parquet_column_mapping=parquet_path_to_id_mapping(file_schema),
     )
     return DataFile.from_args(
         content=DataFileContent.DATA,

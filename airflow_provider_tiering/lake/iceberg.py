@@ -117,8 +117,11 @@ class IcebergLake:
         *,
         key: Sequence[str] = (),
         by_name: bool = False,
+        partial: bool = False,
     ) -> ShapeChanges:
-        changes, committed = follow_shape(self.table, schema, identity, declared, decide, self._reload, by_name=by_name)
+        changes, committed = follow_shape(
+            self.table, schema, identity, declared, decide, self._reload, by_name=by_name, partial=partial
+        )
         table = self._reload() if committed else self.table
         if check_key(table, key):
             table = self._reload()

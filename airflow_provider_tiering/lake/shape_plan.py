@@ -77,11 +77,13 @@ def plan_shape(
     declared: DeclaredColumnChanges | None = None,
     *,
     by_name: bool = False,
+    partial: bool = False,
 ) -> ShapePlan:
     """Compare the lake table's schema with the hot table's (``source``, with the hot column ids of ``identity``).
 
     ``by_name``: match by name even where ids are recorded (the hot table is another one, adopted with its rows: its
-    ids mean nothing to the lake's record).
+    ids mean nothing to the lake's record). ``partial``: ``source`` holds the columns of what a round reads (a landing
+    zone's files), not all the table's: a lake column absent from it is left as it is, and nothing is ambiguous.
 
     Raises:
         SchemaConflict: a type change Iceberg cannot promote, or a merge key column gone.
@@ -112,6 +114,8 @@ def plan_shape(
             continue  # a recorded column under another id: dropped, and this one is new
         matched[field_id] = name
         del unmatched_live[name]
+    if partial:
+        return _plan(table, schema, wanted, matched, identity, record, keep=set(unmatched_live))
     if not use_ids:
         for old, new in declared.renamed.items():
             if new in hot_names and new not in matched.values() and old in unmatched_live and old not in hot_names:
@@ -137,6 +141,7 @@ def _plan(
     matched: dict[int, str],
     identity: HotIdentity,
     record: dict[int, RecordedColumn] | None,
+    keep: set[str] | None = None,
 ) -> ShapePlan:
     name = ".".join(table.name())
     by_id = {f.field_id: f for f in schema.fields}
@@ -175,6 +180,14 @@ def _plan(
         if lake.field_id in matched:
             continue
         was = (record or {}).get(lake.field_id) or RecordedColumn()
+        if keep is not None and lake.name in keep:  # absent from what this round reads, not dropped
+            if lake.required:
+                raise SchemaConflict(
+                    f"column {lake.name!r}: required ({lake.field_type}) in the lake but absent from what this round "
+                    "reads; nothing was committed"
+                )
+            columns[lake.field_id] = was
+            continue
         if lake.field_id in key:
             raise SchemaConflict(
                 f"column {lake.name!r}: a merge key column of Iceberg table {name} is gone from the hot table (or was "

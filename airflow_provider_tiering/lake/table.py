@@ -115,6 +115,7 @@ def follow_shape(
     refresh: Callable[[], Table],
     *,
     by_name: bool = False,
+    partial: bool = False,
 ) -> tuple[ShapeChanges, bool]:
     """Let the table's schema follow the hot table's (``lake/shape_plan.py``), as ``decide`` says for what the change
     asks (the added columns' initial defaults, a reload, a backfill; ``decide`` is asked even when the schema is the
@@ -128,7 +129,7 @@ def follow_shape(
     from pyiceberg.exceptions import CommitFailedException
 
     for attempt in range(3):
-        plan = plan_shape(table, source, identity, declared, by_name=by_name)
+        plan = plan_shape(table, source, identity, declared, by_name=by_name, partial=partial)
         decision = decide(plan.changes)
         if not plan.changes and not plan.records and decision.reload is None:
             return plan.changes, False

@@ -273,17 +273,20 @@ class MySqlSource(SqlSource):
         (as the safe watermark does); without it the table has no identity."""
         import pymysql
 
-        try:
-            rows = self._query(
-                "SELECT TABLE_ID FROM information_schema.INNODB_SYS_TABLES WHERE NAME = %s",
-                (f"{self.database}/{self.spec.table}",),
-            )
-        except SourceError as exc:
-            denied = isinstance(exc.__cause__, pymysql.MySQLError) and exc.__cause__.args[:1] in ((1227,), (1142,))
-            if denied:  # no PROCESS privilege (the watermark names it): no identity, not a failed round
-                return HotIdentity()
-            raise
-        return HotIdentity(storage=f"innodb table {rows[0][0]}") if rows else HotIdentity()
+        name = f"{self.database}/{self.spec.table}"
+        # MariaDB's view of InnoDB's tables, then MySQL 8's (which renamed it).
+        for view in ("INNODB_SYS_TABLES", "INNODB_TABLES"):
+            try:
+                rows = self._query(f"SELECT TABLE_ID FROM information_schema.{view} WHERE NAME = %s", (name,))
+            except SourceError as exc:
+                code = exc.__cause__.args[:1] if isinstance(exc.__cause__, pymysql.MySQLError) else ()
+                if code == (1109,):  # no such view in this server
+                    continue
+                if code in ((1227,), (1142,)):  # no PROCESS privilege (the watermark names it): no identity
+                    return HotIdentity()
+                raise
+            return HotIdentity(storage=f"innodb table {rows[0][0]}") if rows else HotIdentity()
+        return HotIdentity()
 
     def _as_text(self, expression: str) -> str:
         return f"CAST({expression} AS CHAR)"

@@ -228,10 +228,15 @@ class PostgresSource(SqlSource):
         return not older
 
     def added_column_values(self, column: str, tiered: Offsets | None, rewritten: bool) -> AddedValues:
-        """PostgreSQL 11+ stores a constant default of an added column once (``attmissingval``): every row written
-        before reads it, which is exact and costs nothing. Without one, the rows read NULL unless the table was
-        rewritten since (a volatile default gives each row its own value, and any rewrite clears
-        ``attmissingval``): then the rows are looked at (``SqlSource.added_column_values``)."""
+        """The rows at or below ``tiered`` are looked at (``SqlSource.added_column_values``): a migration may have
+        updated them since the column was added (``ADD COLUMN c DEFAULT 0; UPDATE t SET c = ...``), which the
+        catalogue does not tell. Every row of a change stream's table (``tiered`` None) is another matter: a row
+        changed since the ALTER comes through the stream with its value, so what the rows hold that the lake has is
+        what the ALTER gave them, which PostgreSQL 11+ stores once for a constant default (``attmissingval``: exact,
+        and costs nothing); without one, NULL unless the table was rewritten since (a volatile default gives each row
+        its own value, and any rewrite clears ``attmissingval``): then the rows are looked at too."""
+        if tiered is not None:
+            return super().added_column_values(column, tiered, rewritten)
         relation, name = quote_string(self._qualified_name()), quote_string(column)
         missing = self._query(
             "SELECT atthasmissing FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2",
@@ -248,7 +253,7 @@ class PostgresSource(SqlSource):
             )
             value = first_value(list(self._execute_arrow(value_sql, pa.schema([field]))), field)
             return AddedValues(AddedValuesKind.CONSTANT, value, how=f"the column's stored default {value!r}")
-        if not rewritten and tiered is not None:
+        if not rewritten:
             return AddedValues(AddedValuesKind.NULL, how="it was added without a default and the table not rewritten")
         return super().added_column_values(column, tiered, rewritten)
 

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError, TableTruncated
+from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
 from airflow_provider_tiering.core.ports import (
     CHANGE_DELETED,
     CHANGE_FILL,
@@ -50,8 +50,11 @@ from airflow_provider_tiering.sources.change_stream import ChangeSet, apply_chan
 from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.sources.pgoutput import (
     UNCHANGED_TOAST,
+    Begin,
+    Commit,
     Message,
     Relation,
+    Truncate,
     decode,
     format_lsn,
     parse_lsn,
@@ -311,11 +314,19 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         return self.table.rows_rewritten(horizon, None)  # every row of the table is in the lake
 
     def truncated_since(self, committed: Offsets) -> bool:
+        """Whether a transaction committed after the lake's LSN truncated the table: the messages are only looked
+        at, not applied (their columns may have names the lake's history is yet to map)."""
         with self._psycopg() as conn:
-            try:
-                self._changes(conn, self._stream_position(conn, committed), None)
-            except TableTruncated:
-                return True
+            start = self._stream_position(conn, committed)
+            truncated = False
+            with closing(self._peek(conn, None, None)) as messages:
+                for message in messages:
+                    if isinstance(message, Begin):
+                        truncated = False
+                    elif isinstance(message, Truncate):
+                        truncated = True
+                    elif isinstance(message, Commit) and truncated and message.end_lsn > start:
+                        return True
         return False
 
     def bind_column_history(self, history: ColumnHistory) -> None:

@@ -160,6 +160,31 @@ def test_parquet_landing_zone_takes_its_schema_from_the_first_files(catalog_prop
     assert digest(lake_rows(catalog_properties, ("it", "metrics"), ["id", "value"])) == digest(expected)
 
 
+def test_a_column_absent_from_a_rounds_files_is_neither_dropped_nor_moved_aside(
+    catalog_properties, spark_writer, tmp_path
+):
+    """A landing zone's round sees the columns of the files it reads: a column absent from them (and one new in
+    them while another is absent) is no change of the table's shape; the values tiered before stay where they are."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    spec = make_spec("sparse", path=str(landing), format="parquet")
+    batches = [
+        pa.table({"id": pa.array([1, 2], pa.int64()), "x": ["a", "b"]}),
+        pa.table({"id": pa.array([3], pa.int64())}),  # no x
+        pa.table({"id": pa.array([4], pa.int64()), "y": [1.5]}),  # no x, a new y
+        pa.table({"id": pa.array([5], pa.int64()), "x": ["e"]}),  # x again
+    ]
+    for number, batch in enumerate(batches):
+        path = landing / f"part-{number}.parquet"
+        pq.write_table(batch, path)
+        os.utime(path, (AN_HOUR_AGO, AN_HOUR_AGO))
+        assert run(spec, catalog_properties, spark_writer, tmp_path).outcome == "tiered"
+    table = load_catalog("default", **catalog_properties).load_table(("it", "sparse"))
+    assert [f.name for f in table.schema().fields] == ["id", "x", "y"]
+    expected = [(1, "a", None), (2, "b", None), (3, None, None), (4, None, 1.5), (5, "e", None)]
+    assert digest(lake_rows(catalog_properties, ("it", "sparse"), ["id", "x", "y"])) == digest(expected)
+
+
 def test_partitioned_landing_zone_writes_one_partition_per_file(catalog_properties, spark_writer, tmp_path):
     landing = tmp_path / "landing"
     spec = TableSpec.parse(
