@@ -760,13 +760,14 @@ class Lake(Protocol):
         hot_keys: pa.Table | None = None,
         identity: HotIdentity | None = None,
         reloaded: bool = False,
+        target_file_bytes: int = 128 * 1024 * 1024,
     ) -> MergeResult:
         """Merge a round's rows (``files``, every version it read) into a primary-key table, copy-on-write, in one
         snapshot carrying ``epoch`` and the offsets: the files holding any of the round's keys are rewritten
-        without them, the latest live version of each key is added. ``hot_keys`` (a reconciling round: every key
-        of the hot table, read in the round's snapshot) removes, in the same snapshot, each key the lake holds
-        that is neither among them nor among the round's rows. Fenced and atomic like :meth:`commit`, with the
-        same errors; the rewritten files are written under the attempt's directory."""
+        without them (cut at ``target_file_bytes``), the latest live version of each key is added. ``hot_keys`` (a
+        reconciling round: every key of the hot table, read in the round's snapshot) removes, in the same snapshot,
+        each key the lake holds that is neither among them nor among the round's rows. Fenced and atomic like
+        :meth:`commit`, with the same errors; the rewritten files are written under the attempt's directory."""
         ...
 
     def keys_not_in(self, hot_keys: pa.Table, key: MergeKey) -> int:

@@ -567,6 +567,7 @@ def run_round(
                 hot_keys=hot_keys,
                 identity=shape.identity,
                 reloaded=reloaded,
+                target_file_bytes=spec.target_file_size_mb * 1024 * 1024,
             )
             snapshot_id, committed_files = merged.snapshot_id, list(merged.added)
             log.info(

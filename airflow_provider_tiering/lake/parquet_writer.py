@@ -69,10 +69,16 @@ class _RollingWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        self._pending.append(batch)
-        self._pending_bytes += batch.nbytes
-        if self._pending_bytes >= ROW_GROUP_BYTES:
-            self._flush()
+        # Row groups of at most the target's size (or ROW_GROUP_BYTES), so a file can be cut near the target even
+        # from one large batch (a merge rewrites a whole file's rows at once).
+        limit = min(ROW_GROUP_BYTES, self.target_bytes)
+        rows = max(1, batch.num_rows * limit // max(batch.nbytes, 1))
+        for start in range(0, batch.num_rows, rows):
+            part = batch.slice(start, rows)
+            self._pending.append(part)
+            self._pending_bytes += part.nbytes
+            if self._pending_bytes >= limit:
+                self._flush()
 
     def _flush(self) -> None:
         if not self._pending:

@@ -8,6 +8,7 @@ import time
 import pytest
 from pyiceberg.catalog import load_catalog
 
+from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import FencedError, MergeKeyUnusable
 from airflow_provider_tiering.core.maintenance import CompactionResult
 from airflow_provider_tiering.core.round import RoundOutcome, run_round
@@ -16,6 +17,7 @@ from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.compaction import compact
 from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
+from airflow_provider_tiering.sources.registry import build_source
 from testbed.crash_round import crash_round
 from testbed.lake_check import unreferenced_data_files
 from testbed.mutable_tables import (
@@ -159,6 +161,49 @@ def test_a_merge_round_rewrites_only_the_files_holding_its_keys(tmp_path, catalo
     assert result.metrics.rows == 200
     assert_lake_equals_live_rows(hot, catalog_properties, ("it", name))
     print(f"merge round of 200 changed rows into 20,000 in 10 files: {elapsed:.2f}s")
+
+
+def test_a_merge_rewrites_its_files_at_the_tables_target_size(tmp_path, catalog_properties, local_writer, pg_server):
+    """The files a merge rewrites are cut at ``target_file_size_mb``, as every other file the table's rounds write."""
+    import psycopg
+
+    name = "merge_target_size"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {name}")
+        conn.execute(f"CREATE TABLE {name} (id bigint PRIMARY KEY, version bigint NOT NULL, pad text)")
+        conn.execute(
+            f"INSERT INTO {name} SELECT g, g, md5(g::text) || md5((g * 7)::text) || md5((g * 13)::text) "
+            "FROM generate_series(1, 60000) g"
+        )
+    connection = ConnectionInfo.from_uri(pg_server.dsn)
+    store = JsonFileStateStore(tmp_path / "state.json")
+
+    def tier(target_mb: int) -> None:
+        spec = TableSpec.parse(
+            {
+                "name": name,
+                "source": {"conn_id": "unused", "table": name, "cursor_column": "version"},
+                "lake": {"namespace": "it", "table": name},
+                "merge": {"primary_key": ["id"]},
+                "target_file_size_mb": target_mb,
+            }
+        )
+        run_round(spec, build_source(spec.source, connection), lake_of(spec, catalog_properties), local_writer, store)
+
+    tier(128)
+    table = load_catalog("default", **catalog_properties).load_table(("it", name))
+    (whole,) = live_data_files(table)
+    assert whole.file_size_in_bytes > 2 * MB  # one file, larger than the target below
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE {name} SET version = 60001, pad = 'changed' WHERE id = 30000")
+    tier(1)
+    table = load_catalog("default", **catalog_properties).load_table(("it", name))
+    rewritten = [f for f in live_data_files(table) if f.record_count > 1]
+    # Cut once past the target, a row group of at most the target at a time: at most about twice the target each.
+    assert len(rewritten) >= 2 and all(f.file_size_in_bytes <= 2.2 * MB for f in rewritten), [
+        f.file_size_in_bytes for f in rewritten
+    ]
+    assert sum(f.record_count for f in live_data_files(table)) == 60000
 
 
 def test_stale_merge_attempt_is_fenced_and_commits_nothing(tmp_path, catalog_properties, local_writer):
