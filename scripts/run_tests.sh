@@ -12,9 +12,11 @@ chmod 755 "$TMP"
 
 # The e2e tests mostly wait on Airflow's scheduler loops: two halves of them run at once, beside the others. The
 # first half holds the longest modules (a wheel installed into a fresh virtualenv, a round past its timeout, the CLI
-# and the demo), the second the rest. Two long integration modules ride along, one in each half, so the unit and
-# integration tests are not the critical path: the benchmarks at a tiny size, and the changes of a hot table's shape.
-SIDE_FIRST=(tests/integration/test_bench_smoke.py)
+# and the demo), the second the rest. Long integration modules ride along, so the unit and integration tests are not
+# the critical path: with the first half the benchmarks at a tiny size and the rounds on a standalone cluster, with
+# the second the changes of a hot table's shape.
+SIDE_FIRST=(tests/integration/test_bench_smoke.py tests/integration/test_spark_standalone.py
+  tests/integration/test_split_attempts.py)
 SIDE_REST=(tests/integration/test_shape_changes.py)
 E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_cli.py tests/e2e/test_demo.py)
 E2E_REST=()
@@ -37,7 +39,7 @@ e2e1=$?
 wait "$e2e2_pid"
 e2e2=$?
 e2e=$(( e2e1 != 0 ? e2e1 : e2e2 ))
-echo "================ e2e tests, first half, and the benchmarks at a tiny size (ran beside the tests above) ================"
+echo "================ e2e tests, first half, the benchmarks at a tiny size, the cluster rounds (ran beside the tests above) ================"
 cat "$TMP/e2e1.log"
 echo "================ e2e tests, second half, and the changes of shape (ran beside the tests above) ================"
 cat "$TMP/e2e2.log"
