@@ -152,7 +152,9 @@ def duckdb_lake_rows(
             extension = next(Path(package.__file__).parent.rglob("*.duckdb_extension"))
             connection.execute(f"LOAD '{extension}'")
         selected = ", ".join(f'"{c}"' for c in columns)
-        return connection.execute(f"SELECT {selected} FROM iceberg_scan('{metadata.removeprefix('file://')}')").fetchall()
+        return connection.execute(
+            f"SELECT {selected} FROM iceberg_scan('{metadata.removeprefix('file://')}')"
+        ).fetchall()
     finally:
         connection.close()
 

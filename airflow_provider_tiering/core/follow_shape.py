@@ -254,9 +254,7 @@ class _Follow:
         return f"{what}, and {why}"
 
     # -- 3. columns --------------------------------------------------------------------------------
-    def _decide(
-        self, changes: ShapeChanges, recorded: LakeShape, rewritten: bool, adopting: bool
-    ) -> ShapeDecision:
+    def _decide(self, changes: ShapeChanges, recorded: LakeShape, rewritten: bool, adopting: bool) -> ShapeDecision:
         holds_rows = self.committed is not None and not adopting
         tiered = None if self.committed is None else self.committed.end_offsets
         defaults: dict[str, Any] = {}

@@ -480,9 +480,12 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         try:
             if not exists:
                 conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {self._qualified()}")
-            elif self._publication_problem(conn) is not None and not conn.execute(
-                "SELECT puballtables FROM pg_publication WHERE pubname = %s", (self.publication,)
-            ).fetchone()[0]:
+            elif (
+                self._publication_problem(conn) is not None
+                and not conn.execute(
+                    "SELECT puballtables FROM pg_publication WHERE pubname = %s", (self.publication,)
+                ).fetchone()[0]
+            ):
                 conn.execute(f"ALTER PUBLICATION {publication} SET TABLE {self._qualified()}")
         except Exception as exc:
             raise ChangeStreamUnavailable(
@@ -833,9 +836,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 deleted.append(version is None)
             typed, fill_keys = self._type_on_server(records, schema, key)
             fills = [
-                None
-                if not columns
-                else json.dumps({"key": fill_keys[number], "columns": list(columns)})
+                None if not columns else json.dumps({"key": fill_keys[number], "columns": list(columns)})
                 for number, columns in enumerate(unchanged)
             ]
             yield _with_change_columns(typed, deleted=deleted, fill=fills)

@@ -35,6 +35,24 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneC
         yield cluster
 
 
+def _round_config(
+    cluster: StandaloneCluster, dsn: str, table: str, catalog: dict[str, str], tmp_path: Path, **options: object
+) -> dict[str, object]:
+    """A round of ``table`` on the cluster's two executors (``testbed.spark_standalone.run_cluster_round``)."""
+    return {
+        "master": cluster.master_url,
+        "status_url": f"http://127.0.0.1:{cluster.webui_port}/json/",
+        "executors": 2,
+        "dsn": dsn,
+        "table": table,
+        "target_rows_per_split": 500,
+        "catalog": catalog,
+        "state_path": str(tmp_path / "state.json"),
+        "conf": {"spark.executor.memory": "512m"},
+        **options,
+    }
+
+
 def test_a_round_on_a_standalone_cluster_runs_on_both_workers_and_tiers_the_table_row_for_row(
     standalone: StandaloneCluster, pg_server, catalog_properties: dict[str, str], tmp_path: Path
 ) -> None:
@@ -45,18 +63,7 @@ def test_a_round_on_a_standalone_cluster_runs_on_both_workers_and_tiers_the_tabl
     hot = PostgresHot(pg_server.dsn)
     hot.create(table)
     hot.insert(table, 1, 4000)
-    config = {
-        "master": standalone.master_url,
-        "status_url": f"http://127.0.0.1:{standalone.webui_port}/json/",
-        "executors": 2,
-        "dsn": pg_server.dsn,
-        "table": table,
-        "cursor_column": "id",
-        "target_rows_per_split": 500,
-        "catalog": catalog_properties,
-        "state_path": str(tmp_path / "state.json"),
-        "conf": {"spark.executor.memory": "512m"},
-    }
+    config = _round_config(standalone, pg_server.dsn, table, catalog_properties, tmp_path, cursor_column="id")
     report = round_in_child(config)
 
     # (b) the lake holds exactly the hot table.
@@ -113,18 +120,9 @@ def test_a_change_stream_first_load_in_several_splits_on_the_cluster_with_a_writ
             writer.transaction(3)
 
     source = {"kind": "postgres_cdc", "conn_id": "unused", "table": table}
-    config = {
-        "master": standalone.master_url,
-        "status_url": f"http://127.0.0.1:{standalone.webui_port}/json/",
-        "executors": 2,
-        "dsn": pg_server.dsn,
-        "table": table,
-        "source": source,
-        "target_rows_per_split": 1500,
-        "catalog": catalog_properties,
-        "state_path": str(tmp_path / "state.json"),
-        "conf": {"spark.executor.memory": "512m"},
-    }
+    config = _round_config(
+        standalone, pg_server.dsn, table, catalog_properties, tmp_path, source=source, target_rows_per_split=1500
+    )
     thread = threading.Thread(target=write, daemon=True)
     thread.start()
     try:
