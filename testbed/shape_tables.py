@@ -38,6 +38,8 @@ class ShapeTable:
         #: One statement at a time on the table's connection (the writer thread and the test share it).
         self.lock = threading.RLock()
         self.rng = random.Random(11)
+        #: The store's connection, opened by each subclass after this.
+        self._conn: Any = None
 
     # -- what a store provides -----------------------------------------------------------------
     def connection(self) -> ConnectionInfo:
@@ -54,6 +56,9 @@ class ShapeTable:
     def columns(self) -> list[str]:
         """The table's columns now, in order."""
         raise NotImplementedError
+
+    def close(self) -> None:
+        self._conn.close()
 
     def create_sql(self) -> str:
         return (
@@ -159,9 +164,6 @@ class PostgresShapeTable(ShapeTable):
             )
         ]
 
-    def close(self) -> None:
-        self._conn.close()
-
     def change_sql(self, change: str) -> list[str]:
         t = self.ref
         return {
@@ -236,9 +238,6 @@ class MariaDBShapeTable(ShapeTable):
             )
         ]
 
-    def close(self) -> None:
-        self._conn.close()
-
     def create_sql(self) -> str:
         return (
             f"CREATE TABLE {self.ref} (id BIGINT NOT NULL PRIMARY KEY, ver BIGINT NOT NULL, b TEXT, q INT, f FLOAT) "
@@ -296,9 +295,6 @@ class SqliteShapeTable(ShapeTable):
 
     def columns(self) -> list[str]:
         return [name for (name,) in self.execute("SELECT name FROM pragma_table_info(?)", (self.table,))]
-
-    def close(self) -> None:
-        self._conn.close()
 
     def change_sql(self, change: str) -> list[str]:
         t = self.ref

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import HotTableReplaced, SchemaConflict
-from airflow_provider_tiering.core.ports import Lake, LakeCommit, MergeKey, Source, SplitWriter
+from airflow_provider_tiering.core.ports import Lake, LakeCommit, MergeKey, Offsets, Source, SplitWriter
 from airflow_provider_tiering.core.shape import (
     AddedValuesKind,
     ColumnHistory,
@@ -78,7 +78,6 @@ class ShapeOutcome:
     #: This merge round also reconciles its keys (the table's storage was replaced: a TRUNCATE deletes rows
     #: without a change each).
     reconcile: bool = False
-    changes: ShapeChanges = field(default_factory=ShapeChanges)
 
 
 def _primitive(value: Any) -> bool:
@@ -106,6 +105,11 @@ class _Follow:
     @property
     def lake_name(self) -> str:
         return f"{self.spec.lake.namespace}.{self.spec.lake.table}"
+
+    @property
+    def tiered(self) -> Offsets | None:
+        """The lake's committed offsets: what the rows it already holds reach up to (None: it holds none)."""
+        return None if self.committed is None else self.committed.end_offsets
 
     def run(self, identity: HotIdentity, writer: SplitWriter) -> ShapeOutcome:
         recorded = self.lake.shape() or LakeShape()
@@ -166,7 +170,6 @@ class _Follow:
             reload=reload if not adopting else None,
             adopting=adopting,
             reconcile=replaced and self.mode is Mode.MERGE,
-            changes=changes,
         )
 
     # -- 1. another table --------------------------------------------------------------------------
@@ -203,7 +206,7 @@ class _Follow:
         table was only moved (VACUUM FULL, CLUSTER), and rows all newer that it was rewritten or reloaded: a merge or
         change-stream table then reloads, unless a promotion explains it (checked column by column) or, for a change
         stream, a TRUNCATE it refuses. Elsewhere, and for an append table, the rows are looked at (``_looked_at``)."""
-        tiered = None if self.committed is None else self.committed.end_offsets
+        tiered = self.tiered
         if tiered is None:
             return None
         horizon = None if recorded.identity is None else recorded.identity.horizon
@@ -221,21 +224,21 @@ class _Follow:
             return f"{what}: every row was written since, without a change each (an ALTER TABLE ... USING)"
         if rewritten and self.mode is Mode.MERGE and not changes.widened:
             return f"{what}: every row at or below the lake's offsets was written since, without a change each"
-        return self._looked_at(recorded, identity, changes, what)
+        return self._looked_at(tiered, recorded, identity, changes, what)
 
-    def _looked_at(self, recorded: LakeShape, identity: HotIdentity, changes: ShapeChanges, what: str) -> str | None:
+    def _looked_at(
+        self, tiered: Offsets, recorded: LakeShape, identity: HotIdentity, changes: ShapeChanges, what: str
+    ) -> str | None:
         """How many rows lie at or below the lake's offsets, against how many the lake holds, and the newest of them
         against the lake's, in the columns the change of shape leaves alone."""
-        if self.committed is None or self.committed.end_offsets is None:
-            return None
-        sample = self.source.tiered_sample(self.committed.end_offsets)
+        sample = self.source.tiered_sample(tiered)
         if sample is None:
             return None
         held = self.lake.total_rows()
         why = None
         if sample.count > held:
             why = (
-                f"{sample.count} rows lie at or below the lake's offsets {self.committed.end_offsets}, but the lake "
+                f"{sample.count} rows lie at or below the lake's offsets {tiered}, but the lake "
                 f"holds {held}: rows arrived below them"
             )
         elif sample.rows is not None and sample.rows.num_rows:
@@ -256,7 +259,7 @@ class _Follow:
     # -- 3. columns --------------------------------------------------------------------------------
     def _decide(self, changes: ShapeChanges, recorded: LakeShape, rewritten: bool, adopting: bool) -> ShapeDecision:
         holds_rows = self.committed is not None and not adopting
-        tiered = None if self.committed is None else self.committed.end_offsets
+        tiered = self.tiered
         defaults: dict[str, Any] = {}
         reload: list[str] = []
         for column in changes.added if holds_rows else ():
@@ -292,11 +295,12 @@ class _Follow:
         (an ``ALTER TABLE ... TYPE ... USING`` may change them; a plain promotion never does)."""
         promoted = [name for name, _, _ in changes.widened]
         what = f"column(s) {promoted} changed type ({'; '.join(f'{n} {a} -> {b}' for n, a, b in changes.widened)})"
-        if self.mode is Mode.CHANGE_STREAM or self.committed is None or self.committed.end_offsets is None:
+        tiered = self.tiered
+        if self.mode is Mode.CHANGE_STREAM or tiered is None:
             return [f"{what} and the table was rewritten, which the change stream does not carry"]
         by = list(self.key.columns) if self.key is not None else [str(self.spec.source.cursor())]
         columns = list(dict.fromkeys([*by, *promoted]))  # a promoted key or cursor once
-        rows = self.source.tiered_column_values(columns, self.committed.end_offsets)
+        rows = self.source.tiered_column_values(columns, tiered)
         if rows is None:
             return []
         former = {new: old for old, new in changes.renamed}
@@ -315,13 +319,10 @@ class _Follow:
     def _reused_names(changes: ShapeChanges, recorded: LakeShape) -> list[str]:
         """Names that a change of shape gives to another column than the one they named before."""
         taken = [new for _, new in changes.renamed] + list(changes.added)
-        reused = {old for old, _ in changes.displaced}
-        for name in taken:
-            before = recorded.former_names.get(name)
-            if name in recorded.former_names and before != name:
-                reused.add(name)
         renamed_from = {old for old, _ in changes.renamed}
-        reused |= {name for name in taken if name in renamed_from}
+        reused = {old for old, _ in changes.displaced}
+        # a name that meant another column before this change, or that this change takes from another column
+        reused |= {n for n in taken if recorded.former_names.get(n, n) != n or n in renamed_from}
         return sorted(reused)
 
 

@@ -45,10 +45,6 @@ class HotIdentity:
         found = other.to_json() if isinstance(other, HotIdentity) else other
         return (found.get("table"), found.get("storage")) == (self.table, self.storage)
 
-    def describe(self) -> str:
-        parts = [f"table id {self.table}" if self.table else "", f"storage {self.storage}" if self.storage else ""]
-        return ", ".join(p for p in parts if p) or "no identity"
-
 
 class AddedValuesKind(enum.StrEnum):
     """What the rows a table had before a column was added hold in it, in the hot store."""
@@ -128,7 +124,7 @@ class ShapeDecision:
 @dataclass(frozen=True)
 class LakeShape:
     """What the lake table recorded of its hot table: the identity the last commit saw (None: a table tiered by a
-    version that did not record it), its columns' hot ids, the names each column had before (what a change stream
+    version that did not record it), its columns, the names each column had before (what a change stream
     written before a rename still calls it), each column's initial default (what a row written before the column
     existed holds), and the work a change of shape left pending: a reload of the whole table, a backfill of added
     columns' defaults into the table's files."""
@@ -136,7 +132,6 @@ class LakeShape:
     identity: HotIdentity | None = None
     #: The lake table's columns, by their current names.
     columns: tuple[str, ...] = ()
-    column_ids: Mapping[str, int] = field(default_factory=dict)
     former_names: Mapping[str, str | None] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
     pending_reload: str | None = None

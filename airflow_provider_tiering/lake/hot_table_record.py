@@ -112,18 +112,12 @@ def lake_shape(table: Table) -> LakeShape:
     """What ``table`` recorded of its hot table (see the module's description)."""
     schema = table.schema()
     columns = recorded_columns(table) or {}
-    ids = {
-        field.name: column.hot_id
-        for field in schema.fields
-        if (column := columns.get(field.field_id)) is not None and column.hot_id is not None and not column.dropped
-    }
     dropped = {field.name for field in schema.fields if (c := columns.get(field.field_id)) is not None and c.dropped}
     names: dict[str, str | None] = {old: (None if now in dropped else now) for old, now in former_names(table).items()}
     by_id = {field.field_id: field.name for field in schema.fields}
     return LakeShape(
         identity=recorded_identity(table),
         columns=tuple(field.name for field in schema.fields),
-        column_ids=ids,
         former_names=names,
         defaults=initial_defaults(schema),
         pending_reload=table.properties.get(RELOAD_PROPERTY) or None,

@@ -94,7 +94,8 @@ def plan_shape(
     record = recorded_columns(table)
     wanted = iceberg_schema_from_arrow(source)
     hot_names = [f.name for f in wanted.fields]
-    live = [f for f in schema.fields if record is None or not (record.get(f.field_id) or RecordedColumn()).dropped]
+    known = record or {}
+    live = [f for f in schema.fields if not known.get(f.field_id, RecordedColumn()).dropped]
     use_ids = not by_name and record is not None and bool(identity.columns)
     matched: dict[int, str] = {}
     if use_ids:
@@ -110,7 +111,7 @@ def plan_shape(
         if name in matched.values() or name not in unmatched_live:
             continue
         field_id = unmatched_live[name]
-        if use_ids and record is not None and (record.get(field_id) or RecordedColumn()).hot_id is not None:
+        if use_ids and known.get(field_id, RecordedColumn()).hot_id is not None:
             continue  # a recorded column under another id: dropped, and this one is new
         matched[field_id] = name
         del unmatched_live[name]
@@ -179,7 +180,7 @@ def _plan(
     for lake in schema.fields:
         if lake.field_id in matched:
             continue
-        was = (record or {}).get(lake.field_id) or RecordedColumn()
+        was = (record or {}).get(lake.field_id, RecordedColumn())
         if keep is not None and lake.name in keep:  # absent from what this round reads, not dropped
             if lake.required:
                 raise SchemaConflict(

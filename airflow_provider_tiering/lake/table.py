@@ -8,7 +8,6 @@ fine when the namespace exists afterwards.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
-
-log = logging.getLogger(__name__)
 
 
 def create_table(
@@ -141,7 +138,5 @@ def follow_shape(
                 raise
             table = refresh()
             continue
-        if plan.changes:
-            log.info("%s: schema follows the hot table: %s", ".".join(table.name()), plan.changes.describe())
         return plan.changes, True
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -276,9 +276,6 @@ class TierTableOperator(BaseOperator):
         return max(epochs, default=0)
 
     def _report(self, result: RoundResult, context: Any) -> dict[str, Any]:
-        alert = in_place_alert(self.table_spec, self._state_for_metrics)
-        if alert is not None:  # the commit stands; its event is announced by the next round ("recovered")
-            raise AirflowFailException(alert)
         extra = result.event_extra()
         announcements = result.announcements()
         for recovered in result.unannounced:
@@ -297,6 +294,9 @@ class TierTableOperator(BaseOperator):
             if result.blockers:
                 reason += f"; waiting for open transactions {result.blockers}"
             raise AirflowSkipException(reason)
+        alert = in_place_alert(self.table_spec, self._state_for_metrics)  # a skip checked it above
+        if alert is not None:  # the commit stands; its event is announced by the next round ("recovered")
+            raise AirflowFailException(alert)
         # The newest event directly on the asset, older ones through the alias (registered after it: order events
         # by their ``epoch``, not their timestamp).
         context["outlet_events"][self.table_asset].extra = announcements[-1]

@@ -218,9 +218,9 @@ class PostgresSource(SqlSource):
         predicate = self.range_predicate(None, None if tiered is None else tiered["cursor"], bindings.bind_cursor)
         since = bindings.bind(int(horizon))
         ((passed, older),) = self._query(
-            f"SELECT CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS int8) - {since}, "
-            f"EXISTS (SELECT 1 FROM {self.table_ref} WHERE {predicate} AND age(xmin) > "
-            f"CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS int8) - {since})",
+            "WITH x AS (SELECT CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS int8) "
+            f"- {since} AS passed) "
+            f"SELECT passed, EXISTS (SELECT 1 FROM {self.table_ref} WHERE {predicate} AND age(xmin) > passed) FROM x",
             bindings.values,
         )
         if passed is None or int(passed) >= 2**31 - 1:

@@ -332,7 +332,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def bind_column_history(self, history: ColumnHistory) -> None:
         self._history = history
 
-    def _current_names(self, relation: Relation) -> tuple[str | None, ...]:
+    def _current_names(self, relation: Relation, current: set[str]) -> tuple[str | None, ...]:
         """The name each column of a Relation message has now, or None for a column whose values no longer count
         (dropped since). A Relation describes the table as it was when the change after it was made: one sent before
         a rename or a drop names columns by their former names, which the lake's history maps. A name the table has
@@ -340,11 +340,12 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         instead, ``core/follow_shape.py``); one added while the round ran fails the round later, when its columns are
         checked again before the commit.
 
+        ``current``: the table's columns now.
+
         Raises:
             ChangeStreamUnavailable: a column neither the table nor the lake knows (renamed more than once, or added
                 and dropped, between two rounds): its values cannot be placed.
         """
-        current = set(self.table.identity().columns)
         former = self._history.former_names
         found: list[str | None] = []
         for name in relation.columns:
@@ -555,6 +556,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         it sends, skipped transactions' too (eviction's, already in the lake, are thousands of deletes), so a read
         that sent as many messages as it was allowed without finding enough changes is repeated over more."""
         budget = upto_changes
+        current: set[str] = set()
+
+        def names(relation: Relation) -> tuple[str | None, ...]:
+            if not current:  # the table's columns, read once, on the first Relation message
+                current.update(self.table.identity().columns)
+            return self._current_names(relation, current)
+
         while True:
             sent = 0
 
@@ -573,7 +581,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     end_lsn=end,
                     skip_origins=frozenset({self.eviction_origin}),
                     table=self.display_name,
-                    names=self._current_names,
+                    names=names,
                 )
             if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
                 return found

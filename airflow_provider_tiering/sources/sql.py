@@ -411,16 +411,20 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
                 AddedValuesKind.PER_ROW,
                 how=f"{values} of the {rows} tiered rows hold a value, from {low!r} to {high!r}",
             )
+        import pyarrow as pa
+
         field = self.schema().field(column)
         one = f"SELECT {self.select_expression(field)} FROM {self.table_ref} WHERE {predicate} AND {ref} IS NOT NULL"
         with self._snapshot() as run:
-            batches = list(run(f"{one} LIMIT 1", bindings.values, pa_schema([field])))
+            batches = list(run(f"{one} LIMIT 1", bindings.values, pa.schema([field])))
         value = first_value(batches, field)
         return AddedValues(AddedValuesKind.CONSTANT, value, how=f"every one of the {rows} tiered rows holds {low!r}")
 
     def tiered_sample(self, tiered: Offsets) -> TieredSample | None:
         """The rows at the greatest cursor value at or below ``tiered`` and the count of rows there, in one
         snapshot: two index probes and a count of the tiered range."""
+        import pyarrow as pa
+
         from airflow_provider_tiering.sources.conform import conform_batch
 
         schema = self.schema()
@@ -428,7 +432,9 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         upto = self.range_predicate(None, tiered["cursor"], bindings.bind_cursor)
         with self._snapshot() as run:
             counted = run(
-                f"SELECT count(*) AS n FROM {self.table_ref} WHERE {upto}", bindings.values, pa_schema_count()
+                f"SELECT count(*) AS n FROM {self.table_ref} WHERE {upto}",
+                bindings.values,
+                pa.schema([pa.field("n", pa.int64())]),
             )
             count = sum(int(b.column(0)[0].as_py() or 0) for b in counted if b.num_rows)
             if count == 0:
@@ -443,8 +449,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
                     schema,
                 )
             ]
-        import pyarrow as pa
-
         rows = pa.Table.from_batches(batches, schema=schema)
         cursor = cursor_to_json(rows.column(self.spec.cursor_column)[0].as_py()) if rows.num_rows else None
         return TieredSample(self.spec.cursor_column, cursor, rows, count)
@@ -635,18 +639,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 def _candidate_key(key: Sequence[Any]) -> list[Any]:
     """A transaction's key as the state document keeps it (JSON: lists, times as ISO text)."""
     return [value.isoformat() if isinstance(value, datetime) else value for value in key]
-
-
-def pa_schema(fields: Sequence[pa.Field[Any]]) -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(list(fields))
-
-
-def pa_schema_count() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema([pa.field("n", pa.int64())])
 
 
 def first_value(batches: Sequence[pa.RecordBatch], field: pa.Field[Any]) -> Any:

@@ -105,7 +105,7 @@ def make_table(request, tmp_path):
 
     yield make
     for table in made:
-        table.close()  # type: ignore[attr-defined]
+        table.close()
 
 
 class Rounds:
