@@ -253,7 +253,10 @@ def test_wheel_installed_as_the_readme_says_tiers_a_postgres_table(
         timings["tiering run"] = time.monotonic() - t0
         assert state == "success", af.task_log(dag_id, run_id, table["name"], 1)[-3000:]
         tiered = af.asset_state_store(asset)["tiering_state"]
-        assert tiered["status"] == "TIERED" and tiered["consecutive_failures"] == 0, tiered
+        # Tiered by this run, or by a run of the DAG's 10-minute schedule that came first (this run then finds the
+        # table not due and leaves it SCHEDULED): either way a round tiered it and none failed since.
+        assert tiered["status"] in ("TIERED", "SCHEDULED") and tiered["last_tiered_time"] is not None, tiered
+        assert tiered["epoch"] >= 1 and tiered["consecutive_failures"] == 0, tiered
     finally:
         af.stop()
 
