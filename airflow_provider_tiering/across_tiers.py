@@ -85,7 +85,7 @@ class AcrossTiers:
             return self.hot
         import pyarrow.compute as pc
 
-        from airflow_provider_tiering.lake.merge import is_soft_deleted
+        from airflow_provider_tiering.lake.merge_reduce import is_soft_deleted
 
         return self.hot.filter(pc.invert(is_soft_deleted(self.hot.column(self.soft_delete_column))))
 

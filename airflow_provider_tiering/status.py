@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_tiering.core.documents import iso_time
+from airflow_provider_tiering.core.documents import iso_time, to_document
 from airflow_provider_tiering.core.errors import AmbiguousTable, TableNotFound
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.offsets import cursor_lag_seconds
@@ -119,11 +119,18 @@ class TieringStatus:
             "last_round_inserted_rows": None if state.last_round is None else state.last_round.inserted_rows,
             "last_round_updated_rows": None if state.last_round is None else state.last_round.updated_rows,
             "last_round_deleted_rows": None if state.last_round is None else state.last_round.deleted_rows,
+            "last_round_merge": _merge_json(state),
             "change_stream": state.change_stream,
             "in_place_changes": _in_place_json(state.in_place_changes),
             "shape_change": state.shape_change,
             "replaced_hot_table": state.replaced_hot_table,
         }
+
+
+def _merge_json(state: TableState) -> dict[str, Any] | None:
+    """Where and at what cost the last round's merge wrote files again."""
+    merge = None if state.last_round is None else state.last_round.merge
+    return None if merge is None else to_document(merge)
 
 
 def _in_place_json(found: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -62,7 +62,7 @@ def main() -> None:
     from airflow_provider_tiering.core.ports import MergeKey
     from airflow_provider_tiering.core.round import run_round
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.lake.merge import keys_absent
+    from airflow_provider_tiering.lake.merge_reduce import keys_absent
     from airflow_provider_tiering.sources.registry import build_source
     from airflow_provider_tiering.spark.session import SparkSettings
     from testbed.pg_server import PostgresServer

@@ -13,8 +13,10 @@ SparkContext, and a test session may already hold a local one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -195,8 +197,11 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     Keys: master, status_url (the master's /json/), executors (how many to wait for), dsn, table, cursor_column (or
     source: the spec's whole source, e.g. a change stream's), target_rows_per_split, catalog (pyiceberg
     properties), state_path, conf (extra Spark settings), and optionally
+    spec (more fields of the table's spec, e.g. merge, target_file_size_mb),
     faults (the keyword arguments of ``testbed.split_faults.FirstAttemptFaults``: record_dir, lake_dir, fail,
-    stall, kill_executor; the executors must import ``testbed``, e.g. through ``spark.executorEnv.PYTHONPATH``).
+    stall, kill_executor; the executors must import ``testbed``, e.g. through ``spark.executorEnv.PYTHONPATH``),
+    merge_faults (those of ``testbed.split_faults.MergeRewriteFaults``: record_dir, lake_dir, kill_executor), and
+    kill_before_merge_commit (this process SIGKILLs itself once a merge's rewrite is written, before its commit).
     """
     from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.core.connections import ConnectionInfo
@@ -213,6 +218,7 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
             "source": source,
             "lake": {"namespace": "cluster", "table": table},
             "target_rows_per_split": config["target_rows_per_split"],
+            **config.get("spec", {}),
         }
     )
     executors = int(config["executors"])
@@ -252,6 +258,7 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
                 kill_executor=faults.get("kill_executor", ()),
             )
             parts = replace(parts, source=source)
+        _inject_merge_faults(config)
         result = parts.run(
             JsonFileStateStore(Path(config["state_path"])),
             observe=lambda phase: phases.setdefault(phase, time.perf_counter()),
@@ -284,6 +291,8 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
                 "status": t["status"],
                 "speculative": t["speculative"],
                 "host": t["host"],
+                "executor": t["executorId"],
+                "stage": stage["stageId"],
             }
             for stage in get_json(f"{api}/stages")
             for t in get_json(f"{api}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=10000")
@@ -296,6 +305,7 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
             "rows": metrics.rows if metrics else 0,
             "splits": metrics.splits if metrics else 0,
             "files": metrics.files if metrics else 0,
+            "merge": None if metrics is None or metrics.merge is None else asdict(metrics.merge),
             "parallelism": writer.parallelism,
             "timings": timings,
             "executors": executor_rows,
@@ -305,6 +315,33 @@ def run_cluster_round(config: dict[str, Any]) -> dict[str, Any]:
     finally:
         writer.stop()
         timings["total"] = time.perf_counter() - started
+
+
+def _inject_merge_faults(config: dict[str, Any]) -> None:
+    """Replace the merge's rewrite reader (``merge_faults``) or its rewrite step (``kill_before_merge_commit``) in this
+    driver process: the merge looks both up in its module at each round."""
+    from airflow_provider_tiering.lake import merge
+
+    if "merge_faults" in config:
+        from testbed.split_faults import MergeRewriteFaults
+
+        faults = config["merge_faults"]
+        merge.MergeRewriteReader = functools.partial(  # type: ignore[misc]
+            MergeRewriteFaults,
+            record_dir=faults["record_dir"],
+            lake_dir=faults["lake_dir"],
+            kill_executor=tuple(faults.get("kill_executor", ())),
+        )
+    if config.get("kill_before_merge_commit"):
+        rewrite = merge.rewrite
+
+        def rewrite_then_die(*args: Any, **kwargs: Any) -> Any:
+            done = rewrite(*args, **kwargs)
+            print(f"merge rewritten: {len(done.written)} files in {done.tasks} tasks; killing the driver", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+            return done
+
+        merge.rewrite = rewrite_then_die  # type: ignore[assignment]
 
 
 def round_in_child(config: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:

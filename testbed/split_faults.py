@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_tiering.core.planner import RangeSplit
+from airflow_provider_tiering.lake.merge_rewrite import MergeRewriteReader, MergeSplit
 from airflow_provider_tiering.sources.postgres import PostgresSource
 
 
@@ -74,6 +75,37 @@ class FirstAttemptFaults(PostgresSource):
             os.kill(executor_jvm_pid(), signal.SIGKILL)
             time.sleep(60)  # the executor's end takes its Python workers with it
         return rejects
+
+
+class MergeRewriteFaults(MergeRewriteReader):
+    """A merge's rewrite whose tasks record each attempt like :class:`FirstAttemptFaults`' and whose first attempt
+    of the split indexes in ``kill_executor`` SIGKILLs its executor JVM once its files are written."""
+
+    def __init__(self, *args: Any, record_dir: str, lake_dir: str, kill_executor: Sequence[int] = ()) -> None:
+        super().__init__(*args)
+        self.record_dir = record_dir
+        self.lake_dir = lake_dir
+        self.kill_executor = tuple(kill_executor)
+        self._split_index: int | None = None
+
+    def read_split(self, split: MergeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        self._split_index = split.index
+        yield from super().read_split(split, schema)
+
+    def take_rejects(self) -> list[dict[str, Any]]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None or self._split_index is None:
+            raise RuntimeError("MergeRewriteFaults only runs in Spark split tasks")
+        index, attempt, task_attempt_id = self._split_index, context.attemptNumber(), context.taskAttemptId()
+        written = sorted(str(p) for p in Path(self.lake_dir).rglob(f"split-{index:05d}-task-{task_attempt_id}-*"))
+        record = {"split": index, "attempt": attempt, "task_attempt_id": task_attempt_id, "files": written}
+        Path(self.record_dir, f"split-{index}-attempt-{attempt}.json").write_text(json.dumps(record))
+        if attempt == 0 and index in self.kill_executor:
+            os.kill(executor_jvm_pid(), signal.SIGKILL)
+            time.sleep(60)  # the executor's end takes its Python workers with it
+        return []
 
 
 def executor_jvm_pid() -> int:

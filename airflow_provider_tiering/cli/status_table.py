@@ -171,6 +171,18 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"{count(record.get('last_round_deleted_rows'))} deleted",
             )
         )
+    merge = record.get("last_round_merge")
+    if merge:
+        tasks = merge["tasks"]
+        found.append(
+            (
+                "files rewritten (last round)",
+                f"{count(merge['files_rewritten'])} lake files, "
+                f"{'by the task process' if merge['ran_on'] == 'task_process' else 'on Spark'} "
+                f"in {tasks} {'task' if tasks == 1 else 'tasks'}: "
+                f"{size(merge['bytes_read'])} read, {size(merge['bytes_written'])} written",
+            )
+        )
     stream = record.get("change_stream")
     if stream:
         held, bound = stream.get("retained_wal_bytes"), stream.get("max_retained_wal_bytes")

@@ -104,6 +104,13 @@ class MergeResult:
     inserted_rows: int = 0
     updated_rows: int = 0
     deleted_rows: int = 0
+    #: How the lake's files holding changed keys (``removed_files``) and the round's files holding superseded
+    #: versions were written again: in how many split writer tasks, whether by the task process itself (the rewrite
+    #: fit one split) or on Spark, and the bytes of the files those tasks read and wrote.
+    rewrite_tasks: int = 0
+    rewritten_in_process: bool = True
+    rewrite_bytes_read: int = 0
+    rewrite_bytes_written: int = 0
 
 
 @dataclass(frozen=True)
@@ -761,13 +768,16 @@ class Lake(Protocol):
         identity: HotIdentity | None = None,
         reloaded: bool = False,
         target_file_bytes: int = 128 * 1024 * 1024,
+        writer: SplitWriter,
     ) -> MergeResult:
         """Merge a round's rows (``files``, every version it read) into a primary-key table, copy-on-write, in one
         snapshot carrying ``epoch`` and the offsets: the files holding any of the round's keys are rewritten
-        without them (cut at ``target_file_bytes``), the latest live version of each key is added. ``hot_keys`` (a
-        reconciling round: every key of the hot table, read in the round's snapshot) removes, in the same snapshot,
-        each key the lake holds that is neither among them nor among the round's rows. Fenced and atomic like
-        :meth:`commit`, with the same errors; the rewritten files are written under the attempt's directory."""
+        without them (cut at ``target_file_bytes``, by ``writer``'s tasks: Spark's, or this process's when the
+        rewrite fits one split and the writer writes such splits itself), the latest live version of each key is
+        added. ``hot_keys`` (a reconciling round: every key of the hot table, read in the round's snapshot) removes,
+        in the same snapshot, each key the lake holds that is neither among them nor among the round's rows. Fenced
+        and atomic like :meth:`commit`, with the same errors (and a rewrite task's ``SourceError``); the rewritten
+        files are written under the attempt's directory."""
         ...
 
     def keys_not_in(self, hot_keys: pa.Table, key: MergeKey) -> int:

@@ -47,7 +47,14 @@ from airflow_provider_tiering.core.ports import (
     WrittenFile,
 )
 from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.state import CommittedSnapshot, RoundMetrics, TableState, TableStatus, utcnow
+from airflow_provider_tiering.core.state import (
+    CommittedSnapshot,
+    MergeRewriteMetrics,
+    RoundMetrics,
+    TableState,
+    TableStatus,
+    utcnow,
+)
 from airflow_provider_tiering.core.state_store import StateStore
 from airflow_provider_tiering.core.units import count, duration, size
 
@@ -317,6 +324,16 @@ def record_interrupted_round(
     state_store.save(state)
 
 
+def _rewrite_metrics(merged: MergeResult) -> MergeRewriteMetrics:
+    return MergeRewriteMetrics(
+        "task_process" if merged.rewritten_in_process else "spark",
+        merged.rewrite_tasks,
+        merged.removed_files,
+        merged.rewrite_bytes_read,
+        merged.rewrite_bytes_written,
+    )
+
+
 def run_round(
     spec: TableSpec,
     source: Source[PlanT, SplitT],
@@ -568,10 +585,12 @@ def run_round(
                 identity=shape.identity,
                 reloaded=reloaded,
                 target_file_bytes=spec.target_file_size_mb * 1024 * 1024,
+                writer=writer,
             )
             snapshot_id, committed_files = merged.snapshot_id, list(merged.added)
             log.info(
-                "%s: merged %d row versions by %s: %d rows inserted, %d updated, %d deleted; %d lake files rewritten",
+                "%s: merged %d row versions by %s: %d rows inserted, %d updated, %d deleted; %d lake files rewritten "
+                "%s (%d %s, %s read, %s written)",
                 spec.name,
                 sum(f.rows for f in files),
                 list(merge_key.columns),
@@ -579,6 +598,11 @@ def run_round(
                 merged.updated_rows,
                 merged.deleted_rows,
                 merged.removed_files,
+                "by this process" if merged.rewritten_in_process else "on Spark",
+                merged.rewrite_tasks,
+                "task" if merged.rewrite_tasks == 1 else "tasks",
+                size(merged.rewrite_bytes_read),
+                size(merged.rewrite_bytes_written),
             )
     except FencedError:
         lake.clean_attempt(epoch, attempt, keep=())
@@ -605,6 +629,7 @@ def run_round(
         inserted_rows=None if merged is None else merged.inserted_rows,
         updated_rows=None if merged is None else merged.updated_rows,
         deleted_rows=None if merged is None else merged.deleted_rows,
+        merge=None if merged is None else _rewrite_metrics(merged),
     )
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(snapshot_id, epoch, dict(end), now)

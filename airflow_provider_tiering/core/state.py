@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from airflow_provider_tiering.core.documents import DocumentTime, from_document, to_document
 from airflow_provider_tiering.core.errors import IllegalTransition
@@ -49,6 +49,18 @@ class CommittedSnapshot:
 
 
 @dataclass
+class MergeRewriteMetrics:
+    """How a merge rewrote the lake's files holding changed keys and the round's files holding superseded
+    versions: ``ran_on`` is ``task_process`` (the rewrite fit one split) or ``spark``."""
+
+    ran_on: Literal["task_process", "spark"]
+    tasks: int
+    files_rewritten: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass
 class RoundMetrics:
     rows: int
     bytes: int
@@ -66,6 +78,8 @@ class RoundMetrics:
     inserted_rows: int | None = None
     updated_rows: int | None = None
     deleted_rows: int | None = None
+    #: Where and at what cost a merge table's round wrote files again (None for appends).
+    merge: MergeRewriteMetrics | None = None
 
 
 @dataclass

@@ -33,7 +33,8 @@ class Metric:
 
 def round_metrics(result: RoundResult) -> list[Metric]:
     """What one round did: ``rounds.<outcome>`` (1), and for a tiered round its rows, bytes and duration, the lag
-    of its newest row (time cursors) and the rows it left for later."""
+    of its newest row (time cursors) and the rows it left for later; for a merge, where its rewrite ran, the lake
+    files it rewrote and the bytes its rewrite read and wrote."""
     found = [Metric(MetricKind.COUNT, f"rounds.{result.outcome.value}", 1)]
     metrics = result.metrics
     if metrics is None:
@@ -46,6 +47,14 @@ def round_metrics(result: RoundResult) -> list[Metric]:
     ]
     if metrics.lag_seconds is not None:
         found.append(Metric(MetricKind.GAUGE, "lag_seconds", metrics.lag_seconds))
+    merge = metrics.merge
+    if merge is not None:  # where the merge's rewrite ran is a count per place: merge.rewrites.<task_process|spark>
+        found += [
+            Metric(MetricKind.COUNT, f"merge.rewrites.{merge.ran_on}", 1),
+            Metric(MetricKind.COUNT, "merge.files_rewritten", merge.files_rewritten),
+            Metric(MetricKind.COUNT, "merge.bytes_read", merge.bytes_read),
+            Metric(MetricKind.COUNT, "merge.bytes_written", merge.bytes_written),
+        ]
     return found
 
 

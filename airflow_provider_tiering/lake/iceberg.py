@@ -290,26 +290,30 @@ class IcebergLake:
         identity: HotIdentity | None = None,
         reloaded: bool = False,
         target_file_bytes: int = 128 * 1024 * 1024,
+        writer: SplitWriter,
         max_conflict_retries: int = 5,
     ) -> MergeResult:
         """Merge a round's rows into this primary-key table, copy-on-write (``lake/merge.py``), in one snapshot
         fenced like :meth:`commit`; rewritten files are staged under the attempt's directory."""
-        from airflow_provider_tiering.lake.merge import merge_files  # pyarrow's compute, only for merge tables
+        from airflow_provider_tiering.lake.merge import MergeTarget, merge_files  # pyarrow's compute: merges only
 
         def fence(table: Table) -> None:
             check_fence(table, epoch=epoch, start=start)
 
-        table = self.table
+        target = MergeTarget(
+            name=self.name,
+            load_table=self.load_table,
+            schema=self.write_schema(),
+            partitioner=self.partitioner(),
+            storage=self.lake_storage(),
+            directory_uri=attempt_uri(self.table.location(), epoch, attempt),
+            target_file_bytes=target_file_bytes,
+        )
         result = merge_files(
-            self.load_table,
-            self.name,
+            target,
             files,
             key,
-            schema=self.write_schema(),
-            directory_uri=attempt_uri(table.location(), epoch, attempt),
-            partitioner=self.partitioner(),
-            target_file_bytes=target_file_bytes,
-            storage=self.lake_storage(),
+            writer,
             properties=commit_properties(epoch, start, end, table_name, attempt),
             table_properties=_commit_table_properties(epoch, end, attempt, identity, reloaded),
             fence=fence,
@@ -320,7 +324,7 @@ class IcebergLake:
         return result
 
     def keys_not_in(self, hot_keys: pa.Table, key: MergeKey) -> int:
-        from airflow_provider_tiering.lake.merge import keys_absent
+        from airflow_provider_tiering.lake.merge_reduce import keys_absent
 
         table = self.load_table()
         return 0 if table is None else keys_absent(table, hot_keys, None, key.columns).num_rows

@@ -111,6 +111,11 @@ class TableStatusResponse(BaseModel):
     last_round_inserted_rows: int | None = Field(default=None, description="Keys the last merge added to the lake")
     last_round_updated_rows: int | None = Field(default=None, description="Keys whose lake row the last merge replaced")
     last_round_deleted_rows: int | None = Field(default=None, description="Keys the last merge removed from the lake")
+    last_round_merge: dict[str, Any] | None = Field(
+        default=None,
+        description="Where the last merge wrote files again and at what cost: ran_on (task_process or spark), tasks, "
+        "files_rewritten, bytes_read, bytes_written",
+    )
     change_stream: dict[str, Any] | None = Field(
         default=None,
         description="A change-stream table's replication slot as its last round saw it: slot, position, "

@@ -152,3 +152,112 @@ def test_a_change_stream_first_load_in_several_splits_on_the_cluster_with_a_writ
     assert parse_lsn(slot) <= parse_lsn(lake_lsn)
     hot.close()
     writer.close()
+
+
+def test_a_merge_round_on_the_cluster_rewrites_its_files_in_executor_tasks_and_survives_kills(
+    standalone: StandaloneCluster, pg_server, catalog_properties: dict[str, str], tmp_path: Path, local_writer
+) -> None:
+    """A merge round's rewrite of the lake's files holding changed keys runs in Spark tasks on both workers (the
+    driver's REST API lists them). An executor SIGKILLed in the rewrite, once its files are written: Spark runs the
+    task again elsewhere, exactly one attempt's files are committed, the dead one's are deleted. The driver SIGKILLed
+    with the rewrite written, before the commit: the lake is unchanged, and the next round converges and deletes the
+    dead attempt's files. Lake = hot by key after each."""
+    import psycopg
+    from pyiceberg.catalog import load_catalog
+
+    from airflow_provider_tiering.core.round import RoundOutcome, run_round
+    from airflow_provider_tiering.core.spec import TableSpec
+    from airflow_provider_tiering.core.state_store import JsonFileStateStore
+    from testbed.mutable_tables import assert_lake_equals_live_rows, postgres_mutable
+    from testbed.rounds import lake_of
+    from testbed.split_faults import attempts
+
+    table = "merge_on_cluster"
+    hot = postgres_mutable(pg_server.dsn, table)
+    hot.create()
+    rows = 300_000
+
+    def change(version_base: int, every: int, remainder: int, *, delete: bool = False) -> None:
+        """Update (or soft-delete) every ``every``-th key, scattered over every file, with fresh versions."""
+        extra = ", deleted_at = now()" if delete else ", name = 'renamed ' || id, amount = amount + 1"
+        with psycopg.connect(pg_server.dsn) as conn:
+            conn.execute(  # type: ignore[call-overload]
+                f'UPDATE "{table}" SET version = {version_base} + id{extra} '
+                f"WHERE id % {every} = {remainder} AND deleted_at IS NULL"
+            )
+        hot.version = version_base + rows
+
+    with psycopg.connect(pg_server.dsn) as conn:
+        conn.execute(
+            f"INSERT INTO \"{table}\" SELECT 0, g, 'name ' || g, (g %% 100000) / 100.0, NULL, g "
+            "FROM generate_series(1, %s) AS g",
+            (rows,),
+        )
+    hot.next_id, hot.version = rows + 1, rows
+    merge = {"primary_key": ["id"], "soft_delete_column": "deleted_at"}
+    spec_fields = {"merge": merge, "target_file_size_mb": 1}
+    spec = TableSpec.parse(
+        {
+            "name": table,
+            "source": {"conn_id": "unused", "table": table, "cursor_column": "version"},
+            "lake": {"namespace": "cluster", "table": table},
+            **spec_fields,
+        }
+    )
+    store = JsonFileStateStore(tmp_path / "state.json")
+    first = run_round(spec, hot.source(spec.source), lake_of(spec, catalog_properties), local_writer, store)
+    assert first.outcome is RoundOutcome.TIERED and first.metrics.files >= 3, first.metrics
+
+    # 1. An executor killed in the rewrite.
+    change(1_000_000, 50, 7)  # 2% of the keys updated
+    change(2_000_000, 997, 3, delete=True)  # 0.1% deleted
+    records = tmp_path / "attempts"
+    records.mkdir()
+    lake_dir = str(Path(catalog_properties["warehouse"].removeprefix("file://")))
+    config = _round_config(
+        standalone,
+        pg_server.dsn,
+        table,
+        catalog_properties,
+        tmp_path,
+        cursor_column="version",
+        target_rows_per_split=200_000,
+        spec=spec_fields,
+        merge_faults={"record_dir": str(records), "lake_dir": lake_dir, "kill_executor": [0]},
+        conf={"spark.executor.memory": "512m", "spark.executorEnv.PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    report = round_in_child(config)
+    assert report["outcome"] == "tiered", report
+    merged = report["merge"]
+    assert merged["ran_on"] == "spark" and merged["tasks"] >= 2 and merged["files_rewritten"] >= 3, merged
+    merge_stage = max(t["stage"] for t in report["tasks"])
+    merge_tasks = [t for t in report["tasks"] if t["stage"] == merge_stage]
+    assert {t["index"] for t in merge_tasks} == set(range(merged["tasks"])), merge_tasks
+    assert "driver" not in {t["executor"] for t in merge_tasks}
+    assert len({t["executor"] for t in merge_tasks}) >= 2, merge_tasks  # both workers' (one then killed)
+    assert [t["status"] for t in sorted(merge_tasks, key=lambda t: t["attempt"]) if t["index"] == 0] == [
+        "FAILED",
+        "SUCCESS",
+    ], merge_tasks
+    killed = attempts(records)[0]
+    assert [r["attempt"] for r in killed][:2] == [0, 1] and killed[0]["files"], killed  # it had written its files
+    assert_lake_equals_live_rows(hot, catalog_properties, ("cluster", table))
+    assert unreferenced_data_files(catalog_properties, ("cluster", table)) == []
+    assert not any(Path(f).exists() for f in killed[0]["files"])
+
+    # 2. The driver killed with the rewrite written, before the commit.
+    lake_table = load_catalog("default", **catalog_properties).load_table(("cluster", table))
+    before = lake_table.current_snapshot().snapshot_id
+    change(3_000_000, 40, 11)
+    config = {**config, "kill_before_merge_commit": True}
+    config.pop("merge_faults")
+    with pytest.raises(RuntimeError, match="merge rewritten: .* killing the driver"):
+        round_in_child(config)
+    lake_table = load_catalog("default", **catalog_properties).load_table(("cluster", table))
+    assert lake_table.current_snapshot().snapshot_id == before
+    assert unreferenced_data_files(catalog_properties, ("cluster", table))  # the dead attempt's rewrite
+    change(4_000_000, 400, 1)
+    recovered = run_round(spec, hot.source(spec.source), lake_of(spec, catalog_properties), local_writer, store)
+    assert recovered.outcome is RoundOutcome.TIERED
+    assert_lake_equals_live_rows(hot, catalog_properties, ("cluster", table))
+    assert unreferenced_data_files(catalog_properties, ("cluster", table)) == []

@@ -1,5 +1,6 @@
-"""The reduction of a merge round's rows (``lake/merge.py``), on real Parquet files: the latest version of each
-key survives, soft-deleted keys leave, files holding only survivors are kept as written."""
+"""The reduction of a merge round's rows (``lake/merge_reduce.py``), on real Parquet files: the latest version of
+each key survives, soft-deleted keys leave, files holding only survivors are kept as written; and how the rewrite
+is cut into tasks (``lake/merge_rewrite.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_tiering.core.ports import MergeKey, WrittenFile
-from airflow_provider_tiering.lake.merge import reduce_round
-from airflow_provider_tiering.lake.parquet_writer import write_data_files
+from airflow_provider_tiering.lake.merge_reduce import KeptRows, read_round_file, reduce_round
+from airflow_provider_tiering.lake.merge_rewrite import merge_splits, without_keys
+from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE
 
 SCHEMA = pa.schema(
     [
@@ -33,17 +35,16 @@ def written(tmp_path, index, rows):
 KEY = MergeKey(("id",), "version", "deleted_at")
 
 
+def survivors_of(changes):
+    """What the merge's tasks would write of the round's files, and the files committed as written."""
+    parts = [pq.read_table(f.path) for f in changes.as_written]
+    parts += [read_round_file(k.file, LOCAL_STORAGE).take(k.positions) for k in changes.to_filter]
+    return pa.concat_tables(parts) if parts else None
+
+
 def reduce(tmp_path, files, key=KEY):
-    staged = []
-
-    def write(rows, prefix):
-        out = write_data_files(rows.to_batches(), SCHEMA, str(tmp_path / "staged"), prefix, 0)
-        staged.extend(out)
-        return out
-
-    changes = reduce_round(files, key, SCHEMA, write)
-    survivors = pa.concat_tables([pq.read_table(f.path) for f in changes.files]) if changes.files else None
-    return changes, staged, survivors
+    changes = reduce_round(files, key, SCHEMA)
+    return changes, list(changes.to_filter), survivors_of(changes)
 
 
 def test_latest_version_of_each_key_survives_across_files(tmp_path):
@@ -64,7 +65,7 @@ def test_soft_deleted_latest_version_removes_the_key_and_a_clean_file_is_kept_as
     clean = written(tmp_path, 0, [(5, "e", None, 1), (6, "f", None, 2)])
     deleting = written(tmp_path, 1, [(7, "g", GONE, 3), (8, "h1", GONE, 4), (8, "h2", None, 5)])
     changes, staged, survivors = reduce(tmp_path, [clean, deleting])
-    assert clean in changes.files  # nothing of it superseded or deleted
+    assert clean in changes.as_written  # nothing of it superseded or deleted
     assert sorted(survivors.column("id").to_pylist()) == [5, 6, 8]  # 8 was deleted, then brought back
     assert sorted(changes.keys.column("id").to_pylist()) == [5, 6, 7, 8]  # 7 still leaves the lake
     assert changes.deleted_keys == 1 and len(staged) == 1
@@ -76,9 +77,42 @@ def test_a_boolean_soft_delete_column_deletes_only_when_true(tmp_path):
     pq.write_table(pa.table({"id": [1, 2, 3], "gone": [True, False, None], "v": [1, 2, 3]}, schema=schema), path)
     files = [WrittenFile(str(path), 3, path.stat().st_size, 0)]
 
-    def write(rows, prefix):
-        return write_data_files(rows.to_batches(), schema, str(tmp_path / "staged"), prefix, 0)
-
-    changes = reduce_round(files, MergeKey(("id",), "v", "gone"), schema, write)
-    assert sorted(pq.read_table(changes.files[0].path).column("id").to_pylist()) == [2, 3]
+    changes = reduce_round(files, MergeKey(("id",), "v", "gone"), schema)
+    assert sorted(survivors_of(changes).column("id").to_pylist()) == [2, 3]
     assert changes.deleted_keys == 1
+
+
+def test_only_the_deciding_columns_are_read_to_reduce(tmp_path, monkeypatch):
+    from airflow_provider_tiering.lake import merge_reduce
+
+    first = written(tmp_path, 0, [(1, "a1", None, 10), (1, "a2", None, 20)])
+    asked = []
+    real = merge_reduce.read_round_file
+    monkeypatch.setattr(merge_reduce, "read_round_file", lambda f, s, c=None: asked.append(c) or real(f, s, c))
+    changes = reduce_round([first], KEY, SCHEMA)
+    assert asked == [["id", "version", "deleted_at"]]  # never "name": the rows are read by the rewrite's tasks
+    assert changes.to_filter[0].positions.to_pylist() == [1]
+
+
+def test_rows_without_keys_keep_their_order():
+    rows = pa.table({"id": [5, 3, 9, 1, 7], "v": ["e", "c", "i", "a", "g"]})
+    rest = without_keys(rows, pa.table({"id": [9, 3]}), ["id"])
+    assert rest.to_pylist() == [{"id": 5, "v": "e"}, {"id": 1, "v": "a"}, {"id": 7, "v": "g"}]
+
+
+class FakeDataFile:
+    def __init__(self, size, partition=()):
+        self.file_size_in_bytes = size
+        self.partition = partition
+        self.spec_id = 0
+
+
+def test_a_rewrite_that_fits_one_split_is_one_split_else_one_task_per_group():
+    big = [FakeDataFile(100), FakeDataFile(90), FakeDataFile(30), FakeDataFile(20)]
+    kept = [KeptRows(WrittenFile(f"r{i}", 1, 40, i), pa.array([0], pa.int64())) for i in range(3)]
+    assert len(merge_splits(big[2:], kept[:1], 100)) == 1  # 90 bytes: the task process writes it
+    splits = merge_splits(big, kept, 100)
+    assert [s.index for s in splits] == list(range(len(splits)))
+    assert sorted(s.bytes for s in splits) == [40, 50, 80, 90, 100]  # lake: 100 | 90 | 30+20; round: 40+40 | 40
+    assert sum(len(s.lake_files) for s in splits) == 4 and sum(len(s.round_files) for s in splits) == 3
+    assert merge_splits([], [], 100) == []
