@@ -11,7 +11,12 @@ Both are tiered once (their first rounds, timed too). Then, for each scenario (`
 rows updated, 0.1% deleted; keys scattered over the whole table, so every data file holds some), the same changes
 are made to both tables and, alternating, timed:
 
-* ``merge``       the next round of ``orders_m``;
+* ``merge``       the next round of ``orders_m`` (files of 128 MiB, the default: SF 1 is one file, and the merge's
+                  rewrite fits one split, which the task process writes itself);
+* ``merge-spark`` the next round of ``orders_m`` into a second lake table whose files are cut at
+                  ``--spark-file-mb`` (8 MiB: SF 1 is 5 files), so the rewrite is several splits, written by the
+                  tasks of a Spark session on ``--spark-master`` (``local[2]``: two executor slots), started by the
+                  round as a task's would be;
 * ``cdc``         the next round of ``orders_c``;
 * ``full-load``   a first round of ``orders_m`` into a new lake table: re-tiering the whole table instead;
 * ``dlt``         dlt's ``merge`` write disposition into Iceberg on the same table (``benchmarks/alt_dlt_merge.py``,
@@ -48,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +83,13 @@ def merge_spec(lake_table: str) -> dict[str, Any]:
         "merge": {"soft_delete_column": DELETED},
         "target_rows_per_split": SPLIT_ROWS,
     }
+
+
+SPARK_LAKE_TABLE = "orders_m_spark"
+
+
+def spark_merge_spec(file_mb: int) -> dict[str, Any]:
+    return {**merge_spec(SPARK_LAKE_TABLE), "target_file_size_mb": file_mb}
 
 
 def cdc_spec() -> dict[str, Any]:
@@ -236,19 +249,23 @@ def live_files(catalog: dict[str, str], table: str) -> int:
 
 
 # -- rounds ----------------------------------------------------------------------------------------------------
-def tier(spec_dict: dict[str, Any], dsn: str, catalog: dict[str, str], state: Path) -> dict[str, Any]:
+def tier(
+    spec_dict: dict[str, Any], dsn: str, catalog: dict[str, str], state: Path, spark_master: str | None = None
+) -> dict[str, Any]:
     """One round, built as the operator builds it, timed from before its parts exist to its end."""
     from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.round import RoundOutcome
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
+    from airflow_provider_tiering.spark.session import SparkSettings
     from testbed.rounds import round_parts
 
     spec = TableSpec.parse(spec_dict)
     lake_table = spec.lake.table
     before = snapshot_ids(catalog, lake_table)
     started = time.perf_counter()
-    parts = round_parts(spec, ConnectionInfo.from_uri(dsn), catalog)
+    spark = None if spark_master is None else SparkSettings(master=spark_master)
+    parts = round_parts(spec, ConnectionInfo.from_uri(dsn), catalog, spark=spark)
     with parts:
         result = parts.run(JsonFileStateStore(state))
         seconds = time.perf_counter() - started
@@ -263,6 +280,7 @@ def tier(spec_dict: dict[str, Any], dsn: str, catalog: dict[str, str], state: Pa
         "updated": metrics.updated_rows if metrics else None,
         "deleted": metrics.deleted_rows if metrics else None,
         "spark": spark,
+        "merge": None if metrics is None or metrics.merge is None else asdict(metrics.merge),
         **written_since(catalog, lake_table, before),
     }
 
@@ -354,7 +372,7 @@ def _fmt_bytes(value: int) -> str:
 def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
     print()
     print(
-        f"{'scenario':<10}{'variant':<12}{'seconds':>9}{'rows read':>11}{'written':>13}{'files +/-':>11}"
+        f"{'scenario':<10}{'variant':<13}{'seconds':>9}{'rows read':>11}{'written':>13}{'files +/-':>11}"
         f"{'snapshots':>10}"
     )
     for scenario, variants in results.items():
@@ -362,7 +380,7 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
             files = f"+{r.get('added_files', 0)}/-{r.get('removed_files', 0)}"
             rows = r.get("rows_read", r.get("rows_extracted", 0))
             print(
-                f"{scenario:<10}{name:<12}{r['seconds']:>9.2f}{rows:>11,}{_fmt_bytes(r['added_bytes']):>13}"
+                f"{scenario:<10}{name:<13}{r['seconds']:>9.2f}{rows:>11,}{_fmt_bytes(r['added_bytes']):>13}"
                 f"{files:>11}{r.get('snapshots', 1):>10}"
             )
 
@@ -373,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default="1%,10%")
     parser.add_argument("--dlt-scenarios", default="1%", help="scenarios dlt merges too ('' for none)")
     parser.add_argument("--dlt-timeout", type=float, default=600.0, help="seconds a dlt merge may take")
+    parser.add_argument("--spark-master", default="local[2]", help="Spark of the merge-spark variant")
+    parser.add_argument("--spark-file-mb", type=int, default=8, help="file size of the merge-spark variant's lake")
     parser.add_argument("--small-rounds", type=int, default=50)
     parser.add_argument("--small-inserts", type=int, default=1000)
     parser.add_argument("--small-updates", type=int, default=300)
@@ -403,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
             first = {
                 "merge": tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json"),
                 "cdc": tier(cdc_spec(), dsn, catalog, states / "c.json"),
+                "merge-spark": tier(
+                    spark_merge_spec(args.spark_file_mb), dsn, catalog, states / "ms.json", args.spark_master
+                ),
             }
             for name, r in first.items():
                 print(
@@ -418,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             check(dsn, catalog, MERGE_TABLE)
+            check(dsn, catalog, MERGE_TABLE, SPARK_LAKE_TABLE)
             check(dsn, catalog, CDC_TABLE)
             document["first_rounds"] = first
 
@@ -427,13 +451,19 @@ def main(argv: list[str] | None = None) -> int:
                 percent, per_mille = SCENARIOS[scenario]
                 made = make_changes(dsn, percent, per_mille, seed=number + 1)
                 print(f"scenario {scenario}: {made}", flush=True)
-                order = ["merge", "cdc", "full-load"] if number % 2 == 0 else ["full-load", "cdc", "merge"]
+                order = ["merge", "merge-spark", "cdc", "full-load"]
+                if number % 2:
+                    order.reverse()
                 if scenario in dlt_scenarios:
                     order.append("dlt")
                 found: dict[str, dict[str, Any]] = {}
                 for name in order:
                     if name == "merge":
                         found[name] = tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json")
+                    elif name == "merge-spark":
+                        spec = spark_merge_spec(args.spark_file_mb)
+                        found[name] = tier(spec, dsn, catalog, states / "ms.json", args.spark_master)
+                        checks[f"{scenario}/merge-spark"] = check(dsn, catalog, MERGE_TABLE, SPARK_LAKE_TABLE)
                     elif name == "cdc":
                         found[name] = tier(cdc_spec(), dsn, catalog, states / "c.json")
                     elif name == "full-load":
@@ -443,9 +473,11 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         found[name] = dlt_run(args.bench_python, dsn, workdir, timeout=args.dlt_timeout)
                     r = found[name]
+                    where = r.get("merge") or {}
                     print(
-                        f"  {name:<10} {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} added, "
-                        f"+{r['added_files']}/-{r['removed_files']} files",
+                        f"  {name:<11} {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} added, "
+                        f"+{r['added_files']}/-{r['removed_files']} files"
+                        + (f", rewrite: {where['ran_on']}, {where['tasks']} tasks" if where else ""),
                         flush=True,
                     )
                 checks[f"{scenario}/merge"] = check(dsn, catalog, MERGE_TABLE)

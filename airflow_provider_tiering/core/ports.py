@@ -62,10 +62,13 @@ class WrittenFile:
 
 
 #: The columns a change stream's rows carry beside the table's, in the files a round stages (never in the lake):
-#: the key was deleted last; and, as JSON, the key whose lake row holds the values of the columns an update left
-#: unchanged (TOAST) that no earlier change of the round carried: ``{"key": [...], "columns": [...]}``.
+#: the key was deleted last; as JSON, the key whose latest earlier version (in an earlier chunk of the round, else
+#: the lake's row) holds the values of the columns an update left unchanged (TOAST) that no change of its own chunk
+#: carried: ``{"key": [...], "columns": [...]}``; and the chunk of the round's changes the row belongs to (a key's
+#: version in a later chunk supersedes its earlier ones; a first load's rows are chunk 0).
 CHANGE_DELETED = "__tiering_deleted"
 CHANGE_FILL = "__tiering_fill"
+CHANGE_CHUNK = "__tiering_chunk"
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class MergeKey:
     columns: tuple[str, ...]
     cursor: str | None
     soft_delete_column: str | None = None
-    #: Rows come from a change stream: they carry ``CHANGE_DELETED`` and ``CHANGE_FILL``.
+    #: Rows come from a change stream: they carry ``CHANGE_DELETED``, ``CHANGE_FILL`` and ``CHANGE_CHUNK``.
     from_change_stream: bool = False
     #: This round also reads every key of the hot table in its snapshot (``Source.live_keys``), and the merge
     #: removes the lake's keys that are not among them (hard deletes, the old key of a changed key).
@@ -710,7 +713,8 @@ class Lake(Protocol):
         self, epoch: int, attempt: str, target_file_bytes: int, *, change_stream: bool = False
     ) -> WriteTarget:
         """Where this attempt writes its data files, and in which schema and partitioning; for a change stream's
-        round, with the ``CHANGE_DELETED`` and ``CHANGE_FILL`` columns too (its files are rewritten by the merge)."""
+        round, with the ``CHANGE_DELETED``, ``CHANGE_FILL`` and ``CHANGE_CHUNK`` columns too (its files are rewritten
+        by the merge)."""
         ...
 
     def storage(self) -> Mapping[str, str]:

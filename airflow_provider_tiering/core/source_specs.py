@@ -191,6 +191,19 @@ class PostgresCdcSourceSpec(DatabaseTableSpec):
         gt=0,
         description="WAL the slot may hold back on the hot server before the table's status and metrics alert",
     )
+    max_wal_mb_per_round: float | None = Field(
+        default=None,
+        gt=0,
+        description="a round applies the transactions committed in at most this much WAL after the lake's LSN (and "
+        "always the first one, however large); the rest is the next round's. Unset: only max_rows_per_round bounds "
+        "a round (in changes)",
+    )
+    keys_in_memory: int = Field(
+        default=100_000,
+        ge=100,
+        description="changed keys a round holds in memory at once: a round with more (a large transaction) is read "
+        "and written in chunks of this many, and the merge keeps each key's latest version from the files",
+    )
 
     def describe(self) -> str:
         return f"table {self.db_schema or 'public'}.{self.table} (change stream)"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_tiering.core.errors import CommitConflict, LakeError
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 from airflow_provider_tiering.core.ports import (
+    CHANGE_CHUNK,
     CHANGE_DELETED,
     CHANGE_FILL,
     LakeCommit,
@@ -185,7 +186,7 @@ class IcebergLake:
             import pyarrow as pa
 
             schema = pa.schema([f.with_nullable(True) for f in schema]).append(pa.field(CHANGE_DELETED, pa.bool_()))
-            schema = schema.append(pa.field(CHANGE_FILL, pa.string()))
+            schema = schema.append(pa.field(CHANGE_FILL, pa.string())).append(pa.field(CHANGE_CHUNK, pa.int32()))
         return WriteTarget(
             directory_uri=attempt_uri(table.location(), epoch, attempt),
             schema=schema,

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from airflow_provider_tiering.core.errors import CommitConflict, LakeError, NotRetryable
 from airflow_provider_tiering.core.ports import (
+    CHANGE_CHUNK,
     CHANGE_DELETED,
     CHANGE_FILL,
     MergeKey,
@@ -47,7 +48,13 @@ from airflow_provider_tiering.core.ports import (
 from airflow_provider_tiering.lake.add_files import data_file, set_name_mapping
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
-from airflow_provider_tiering.lake.merge_reduce import RoundChanges, keys_absent, reduce_round, with_keys_removed
+from airflow_provider_tiering.lake.merge_reduce import (
+    RoundChanges,
+    keys_absent,
+    read_round_file,
+    reduce_round,
+    with_keys_removed,
+)
 from airflow_provider_tiering.lake.merge_rewrite import (
     MergeRewriteReader,
     count_keys_in,
@@ -101,31 +108,87 @@ def candidate_files(table: Table, keys: pa.Table, columns: Sequence[str]) -> lis
         return live_data_files(table)
 
 
-def fill_unchanged(to_fill: pa.Table, stored: Sequence[pa.Table], key: MergeKey, schema: pa.Schema) -> pa.Table:
-    """Give the kept versions in ``to_fill`` the values of the columns their update left unchanged (TOAST), from
-    the lake's stored rows of the key each names (``CHANGE_FILL``).
+def _source_key(row: dict[str, Any], fill: dict[str, Any], key: MergeKey) -> tuple[str, ...]:
+    """The key a version takes its unchanged values from: the one its fill names, else its own."""
+    return tuple(fill["key"]) if fill.get("key") is not None else tuple(str(row[c]) for c in key.columns)
+
+
+def earlier_versions(
+    files: Sequence[WrittenFile], to_fill: pa.Table, key: MergeKey, storage: LakeStorage
+) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """The round's versions of the keys that fills of a later chunk than the first name (and, in turn, that those
+    versions' own fills name), by key in chunk order: read from the round's staged files, key columns first."""
+    wanted: set[tuple[str, ...]] = set()
+    for row in to_fill.select([*key.columns, CHANGE_FILL, CHANGE_CHUNK]).to_pylist():
+        if row[CHANGE_CHUNK] > 1:
+            wanted.add(_source_key(row, json.loads(row[CHANGE_FILL]), key))
+    found: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    while wanted:
+        for written in files:
+            keys = read_round_file(written, storage, key.columns)
+            texts = zip(*(map(str, keys.column(c).to_pylist()) for c in key.columns), strict=True)
+            hits = [i for i, text in enumerate(texts) if text in wanted]
+            for row in read_round_file(written, storage).take(hits).to_pylist() if hits else ():
+                found.setdefault(tuple(str(row[c]) for c in key.columns), []).append(row)
+        named = {
+            _source_key(row, json.loads(row[CHANGE_FILL]), key)
+            for versions in found.values()
+            for row in versions
+            if row[CHANGE_FILL] is not None
+        }
+        wanted = named - set(found) - wanted
+    for versions in found.values():
+        versions.sort(key=lambda row: int(row[CHANGE_CHUNK]))
+    return found
+
+
+def fill_unchanged(
+    to_fill: pa.Table,
+    stored: Sequence[pa.Table],
+    key: MergeKey,
+    schema: pa.Schema,
+    earlier: dict[tuple[str, ...], list[dict[str, Any]]] | None = None,
+) -> pa.Table:
+    """Give the kept versions in ``to_fill`` the values of the columns their update left unchanged (TOAST): from
+    the latest version before theirs of the key each names (``CHANGE_FILL``) among ``earlier`` (the round's versions
+    in earlier chunks), else from the lake's stored row of that key (``stored``).
 
     Raises:
-        NotRetryable: the lake holds no row for such a key (it diverged from the hot table: only a new snapshot
-            can tell the value).
+        NotRetryable: neither holds that key (the lake diverged from the hot table: only a new snapshot can tell
+            the value).
     """
     by_key: dict[tuple[str, ...], dict[str, Any]] = {}
     for part in stored:
         for row in part.select(schema.names).to_pylist():
             by_key[tuple(str(row[c]) for c in key.columns)] = row
+    versions_by_key = earlier or {}
+
+    def values_of(source_key: tuple[str, ...], before_chunk: int, columns: Sequence[str]) -> dict[str, Any]:
+        for version in reversed(versions_by_key.get(source_key, [])):
+            if version[CHANGE_CHUNK] >= before_chunk or version[CHANGE_DELETED]:
+                continue  # a delete of the key is never followed by an update without a re-insert between them
+            fill = None if version[CHANGE_FILL] is None else json.loads(version[CHANGE_FILL])
+            unchanged = set() if fill is None else set(fill["columns"])
+            found = {column: version[column] for column in columns if column not in unchanged}
+            rest = [column for column in columns if column in unchanged]
+            if rest and fill is not None:
+                found.update(values_of(_source_key(version, fill, key), int(version[CHANGE_CHUNK]), rest))
+            return found
+        stored_row = by_key.get(source_key)
+        if stored_row is None:
+            raise NotRetryable(
+                f"an update of key {list(source_key)} left columns {list(columns)} unchanged (stored out of line) "
+                "and the lake holds no row for that key to take them from: the lake and the hot table diverged. "
+                "Load the table again (drop the lake table; the next round takes a new snapshot)"
+            )
+        return {column: stored_row.get(column) for column in columns}
+
     filled: list[dict[str, Any]] = []
     for row in to_fill.to_pylist():
         fill = json.loads(row.pop(CHANGE_FILL))
         row.pop(CHANGE_DELETED, None)
-        source_key = tuple(fill["key"]) if fill.get("key") is not None else tuple(str(row[c]) for c in key.columns)
-        stored_row = by_key.get(source_key)
-        if stored_row is None:
-            raise NotRetryable(
-                f"an update of key {list(source_key)} left columns {fill['columns']} unchanged (stored out of line) "
-                "and the lake holds no row for that key to take them from: the lake and the hot table diverged. "
-                "Load the table again (drop the lake table; the next round takes a new snapshot)"
-            )
-        row.update({column: stored_row.get(column) for column in fill["columns"]})
+        chunk = int(row.pop(CHANGE_CHUNK, 0) or 0)
+        row.update(values_of(_source_key(row, fill, key), chunk, fill["columns"]))
         filled.append(row)
     return pa.Table.from_pylist(filled, schema=schema)
 
@@ -196,7 +259,8 @@ def rewrite(
     written = writer.write(reader, splits, target.schema, target.write_target(directory_uri))
     if changes.to_fill is not None:
         stored = stored_rows_of(table, holding.files, changes.keys, key.columns)
-        filled = fill_unchanged(changes.to_fill, stored, key, target.schema)
+        earlier = earlier_versions(changes.round_files, changes.to_fill, key, target.storage)
+        filled = fill_unchanged(changes.to_fill, stored, key, target.schema, earlier)
         written += write_data_files(
             filled.to_batches(),
             target.schema,

@@ -15,13 +15,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_tiering.core.ports import CHANGE_DELETED, CHANGE_FILL, MergeKey, WrittenFile
+from airflow_provider_tiering.core.ports import CHANGE_CHUNK, CHANGE_DELETED, CHANGE_FILL, MergeKey, WrittenFile
 from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE, LakeStorage
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 _POSITION = "__merge_position"
+#: The change columns of a change stream's staged files.
+CHANGE_TYPES: dict[str, pa.Field[Any]] = {
+    CHANGE_DELETED: pa.field(CHANGE_DELETED, pa.bool_()),
+    CHANGE_FILL: pa.field(CHANGE_FILL, pa.string()),
+    CHANGE_CHUNK: pa.field(CHANGE_CHUNK, pa.int32()),
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,8 @@ class RoundChanges:
     to_fill: pa.Table | None = None
     #: The keys whose latest version is a delete (the key columns only).
     deleted: pa.Table | None = None
+    #: Every file the round staged.
+    round_files: tuple[WrittenFile, ...] = ()
 
 
 def is_soft_deleted(column: pa.ChunkedArray[Any]) -> Any:
@@ -71,19 +79,19 @@ def read_round_file(written: WrittenFile, storage: LakeStorage, columns: Sequenc
 def reduce_round(
     files: Sequence[WrittenFile], key: MergeKey, schema: pa.Schema, storage: LakeStorage = LOCAL_STORAGE
 ) -> RoundChanges:
-    """Keep, per key, the version with the greatest cursor among the round's ``files`` (ties: the one read last); a
-    kept version whose soft-delete column (a change stream: its delete marker) is set is dropped, its key still
-    counts as changed. ``schema`` is the lake's (Arrow)."""
+    """Keep, per key, the version with the greatest cursor among the round's ``files`` (ties: the one read last; a
+    change stream's: the one of the latest chunk); a kept version whose soft-delete column (a change stream: its
+    delete marker) is set is dropped, its key still counts as changed. ``schema`` is the lake's (Arrow)."""
     change_stream = key.from_change_stream
     marker = CHANGE_DELETED if change_stream else key.soft_delete_column
-    order = [] if key.cursor is None else [key.cursor]
+    # A change stream's versions are in commit order by chunk, and a key is in a chunk once.
+    order = [CHANGE_CHUNK] if change_stream else [] if key.cursor is None else [key.cursor]
     deciding = list(dict.fromkeys([*key.columns, *order, *([marker] if marker else [])]))
     if change_stream:
         deciding.append(CHANGE_FILL)
     # A change stream's deleted keys carry their key only: its columns are read nullable.
     types = {f.name: (f.with_nullable(True) if change_stream else f) for f in schema}
-    types[CHANGE_DELETED] = pa.field(CHANGE_DELETED, pa.bool_())
-    types[CHANGE_FILL] = pa.field(CHANGE_FILL, pa.string())
+    types.update(CHANGE_TYPES)
     deciding_schema = pa.schema([types[name] for name in deciding])
     parts = [read_round_file(f, storage, deciding).select(deciding).cast(deciding_schema) for f in files]
     rows = pa.concat_tables(parts) if parts else deciding_schema.empty_table()
@@ -121,7 +129,7 @@ def reduce_round(
             as_written.append(written)
         elif survivors:
             to_filter.append(KeptRows(written, pc.indices_nonzero(mask).cast(pa.int64())))
-    fill_schema = pa.schema([*(f.with_nullable(True) for f in schema), types[CHANGE_DELETED], types[CHANGE_FILL]])
+    fill_schema = pa.schema([*(f.with_nullable(True) for f in schema), *CHANGE_TYPES.values()])
     return RoundChanges(
         latest.select(list(key.columns)),
         tuple(as_written),
@@ -130,6 +138,7 @@ def reduce_round(
         deleted_keys,
         pa.concat_tables([t.select(fill_schema.names).cast(fill_schema) for t in to_fill]) if to_fill else None,
         deleted_rows,
+        tuple(files),
     )
 
 

@@ -8,10 +8,10 @@ with a filtered replication origin (the tiering's own eviction) are skipped whol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
+from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError, TableTruncated
 from airflow_provider_tiering.sources.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
@@ -26,6 +26,10 @@ from airflow_provider_tiering.sources.pgoutput import (
 )
 
 Key = tuple[str | None, ...]
+
+#: A transaction's changes are held until its commit up to this many; a larger one's are applied as they come
+#: (its commit is then known to fall in the window from its Begin message), so memory does not grow with it.
+BUFFERED_CHANGES = 10_000
 
 
 @dataclass
@@ -52,6 +56,8 @@ class ChangeSet:
     transactions: int = 0
     #: Transactions skipped whole for their origin (eviction's): nothing to apply, but the lake's LSN may pass them.
     skipped: int = 0
+    #: False when the changes held more keys than were kept in memory: ``rows`` is empty, the counts are complete.
+    rows_complete: bool = True
 
     @property
     def changes(self) -> int:
@@ -67,50 +73,133 @@ def apply_changes(
     skip_origins: frozenset[str] = frozenset(),
     table: str = "the table",
     names: Callable[[Relation], tuple[str | None, ...]] | None = None,
+    keys_in_memory: int | None = None,
+    stop_after_lsn: int | None = None,
 ) -> ChangeSet:
     """Apply ``messages`` (one slot's, in order) to a :class:`ChangeSet`. ``names`` gives, for a Relation message,
     the name each of its columns has now (None: a column whose values no longer count); by default its own names.
+    With ``keys_in_memory``, the rows are dropped once they hold more keys than that (``rows_complete`` is then
+    False): what was read is counted, its rows are read again in chunks (:func:`changes_in_chunks`). With
+    ``stop_after_lsn``, no transaction is applied after the first one ending at or past it.
 
     Raises:
         TableTruncated: a transaction in the window truncated the table.
         ChangeStreamUnavailable: a change does not carry the key columns (the table's replica identity lacks them).
     """
+    reducing = changes_in_chunks(
+        messages,
+        key=key,
+        start_lsn=start_lsn,
+        end_lsn=end_lsn,
+        skip_origins=skip_origins,
+        table=table,
+        names=names,
+        keys_per_chunk=keys_in_memory,
+        stop_after_lsn=stop_after_lsn,
+    )
+    chunks = 0
+    while True:
+        try:
+            rows = next(reducing)
+        except StopIteration as done:
+            result: ChangeSet = done.value
+            break
+        chunks += 1
+    if chunks == 1:
+        result.rows = rows
+    else:  # counted only: more keys than a round holds in memory
+        result.rows = {}
+        result.rows_complete = chunks == 0
+    return result
+
+
+def changes_in_chunks(
+    messages: Iterable[Message],
+    *,
+    key: Sequence[str],
+    start_lsn: int,
+    end_lsn: int | None,
+    skip_origins: frozenset[str] = frozenset(),
+    table: str = "the table",
+    names: Callable[[Relation], tuple[str | None, ...]] | None = None,
+    keys_per_chunk: int | None = None,
+    stop_after_lsn: int | None = None,
+) -> Generator[dict[Key, RowVersion | None], None, ChangeSet]:
+    """Apply ``messages`` as :func:`apply_changes` does, yielding the rows in chunks of at most about
+    ``keys_per_chunk`` keys (None: one chunk), in order: a key's version in a later chunk supersedes its versions in
+    earlier ones, and an update there whose unchanged TOAST values no change of its own chunk carried names the key
+    to take them from (``fill_from``), in the earlier chunks or the lake. A chunk may end inside a transaction.
+    Returns the counts (a :class:`ChangeSet` without rows)."""
     result = ChangeSet()
     relations: dict[int, tuple[str | None, ...]] = {}
     pending: list[Change | Truncate] = []
-    commit_end: int | None = None
+    begin: Begin | None = None
     origin: str | None = None
+    streaming = False  # the transaction is large: its changes are applied as they come, not held until its commit
+
+    def apply(change: Change | Truncate, commit_lsn: int) -> Iterator[dict[Key, RowVersion | None]]:
+        if isinstance(change, Truncate):
+            raise TableTruncated(
+                f"{table} was truncated (transaction committed at {format_lsn(commit_lsn)}): the lake still holds "
+                "its rows, and a truncate says nothing about which of them to remove. Ways out: drop the lake table "
+                "and reset the table (the next round loads it again); or keep the lake's rows as history and tier "
+                "the table as it is now from its start: airflow tiering reset <table> --adopt-hot-table; or restore "
+                "the rows. Nothing after the truncate was tiered"
+            )
+        _apply(result, change, relations[change.relation], key, table)
+        if keys_per_chunk is not None and len(result.rows) >= keys_per_chunk:
+            yield result.rows
+            result.rows = {}
+
     for message in messages:
         if isinstance(message, Relation):
             relations[message.oid] = message.columns if names is None else names(message)
         elif isinstance(message, Begin):
-            pending, origin = [], None
+            # The window's bounds are record boundaries (a commit's end, or an insert position read before the
+            # flushed one): a transaction commits in it exactly when its commit record starts in it.
+            if end_lsn is not None and message.final_lsn >= end_lsn:
+                break
+            pending, begin, origin, streaming = [], message, None, False
         elif isinstance(message, Origin):
             origin = message.name
         elif isinstance(message, (Change, Truncate)):
+            if streaming:
+                yield from apply(message, begin.final_lsn if begin is not None else 0)
+                continue
             pending.append(message)
+            counts = begin is not None and begin.final_lsn >= start_lsn and origin not in skip_origins
+            if len(pending) >= BUFFERED_CHANGES and counts and begin is not None:
+                streaming = True
+                for change in pending:
+                    yield from apply(change, begin.final_lsn)
+                pending = []
+            elif len(pending) >= BUFFERED_CHANGES:
+                pending = []  # a transaction the lake holds, or eviction's: nothing of it is applied
         elif isinstance(message, Commit):
             commit_end = message.end_lsn
+            if end_lsn is not None and commit_end > end_lsn:
+                if streaming:  # never with record boundaries as bounds; its changes are applied already
+                    raise SourceError(
+                        f"{table}: a transaction committed across the round's end LSN {format_lsn(end_lsn)}; "
+                        "the round is retried from the lake's LSN"
+                    )
+                break
             if commit_end <= start_lsn:
                 continue
-            if end_lsn is not None and commit_end > end_lsn:
-                break
             if origin in skip_origins:
                 result.skipped += 1
-                result.last_end_lsn = commit_end
-                continue
-            for change in pending:
-                if isinstance(change, Truncate):
-                    raise TableTruncated(
-                        f"{table} was truncated (transaction committed at {format_lsn(message.commit_lsn)}): the "
-                        "lake still holds its rows, and a truncate says nothing about which of them to remove. Ways "
-                        "out: drop the lake table and reset the table (the next round loads it again); or keep the "
-                        "lake's rows as history and tier the table as it is now from its start: airflow tiering "
-                        "reset <table> --adopt-hot-table; or restore the rows. Nothing after the truncate was tiered"
-                    )
-                _apply(result, change, relations[change.relation], key, table)
+            else:
+                if not streaming:
+                    for change in pending:
+                        yield from apply(change, message.commit_lsn)
+                result.transactions += 1
+            pending, streaming = [], False
             result.last_end_lsn = commit_end
-            result.transactions += 1
+            if stop_after_lsn is not None and commit_end >= stop_after_lsn:
+                break
+    if result.rows:
+        yield result.rows
+        result.rows = {}
     return result
 
 

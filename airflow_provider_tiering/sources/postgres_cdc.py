@@ -32,6 +32,7 @@ import pyarrow as pa
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
 from airflow_provider_tiering.core.ports import (
+    CHANGE_CHUNK,
     CHANGE_DELETED,
     CHANGE_FILL,
     HeldRows,
@@ -46,7 +47,13 @@ from airflow_provider_tiering.core.ports import (
 )
 from airflow_provider_tiering.core.shape import AddedValues, ColumnHistory, HotIdentity
 from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
-from airflow_provider_tiering.sources.change_stream import ChangeSet, apply_changes
+from airflow_provider_tiering.sources.change_stream import (
+    ChangeSet,
+    Key,
+    RowVersion,
+    apply_changes,
+    changes_in_chunks,
+)
 from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.sources.pgoutput import (
     UNCHANGED_TOAST,
@@ -92,8 +99,10 @@ class ChangePlan:
     skipped: int = 0
     #: The slot's exported snapshot the first load reads (None: a round of changes).
     snapshot: str | None = None
-    #: More changes were waiting than a round takes.
+    #: More changes were waiting than a round takes (``max_rows_per_round`` or ``max_wal_mb_per_round``).
     capped: bool = False
+    #: The WAL between the round's end and the flushed position it planned against, when capped: what is left.
+    backlog_bytes: int = 0
     #: No change of the table, but the WAL since the lake's LSN grew past ``IDLE_ADVANCE_BYTES``: the round commits
     #: only the new LSN, so the slot can follow and release that WAL.
     advance: bool = False
@@ -107,7 +116,12 @@ class ChangePlan:
 
     @property
     def backlog(self) -> int:
-        return 1 if self.capped else 0
+        """Changes left for later rounds, estimated from this round's changes per byte of WAL (the stream is not
+        read ahead to count them)."""
+        if not self.capped:
+            return 0
+        span = max(1, self.end_lsn - (self.start_lsn or 0))
+        return max(1, round(self.changes * self.backlog_bytes / span))
 
 
 @dataclass(frozen=True)
@@ -280,6 +294,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         #: A load of the whole table that replaces the lake's rows (a reload): its keys are read in its snapshot.
         self._reconciles = False
         self._live_keys: pa.Table | None = None
+        #: The WAL the last plan left for later rounds (its cap), for the status.
+        self._backlog_bytes = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -516,6 +532,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         found = self.slot_status().to_json()
         found["publication"] = self.publication
         found["max_retained_wal_bytes"] = int(self.spec.max_retained_wal_mb * 1024 * 1024)
+        found["backlog_wal_bytes"] = self._backlog_bytes
         return found
 
     def _slot_position(self, conn: Any) -> int | None:
@@ -550,18 +567,33 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         except Exception as exc:
             raise SourceError(f"{self.display_name}: reading replication slot {self.slot} failed: {exc}") from exc
 
-    def _changes(self, conn: Any, start: int, end: int | None, upto_changes: int | None = None) -> ChangeSet:
-        """The changes of transactions committed in ``(start, end]``; with ``upto_changes``, those of the first
-        transactions holding at least that many applied changes (or all there are). The server counts the messages
-        it sends, skipped transactions' too (eviction's, already in the lake, are thousands of deletes), so a read
-        that sent as many messages as it was allowed without finding enough changes is repeated over more."""
-        budget = upto_changes
+    def _relation_names(self) -> Callable[[Relation], tuple[str | None, ...]]:
+        """What each Relation message's columns are called now (the table's columns read once, on the first)."""
         current: set[str] = set()
 
         def names(relation: Relation) -> tuple[str | None, ...]:
-            if not current:  # the table's columns, read once, on the first Relation message
+            if not current:
                 current.update(self.table.identity().columns)
             return self._current_names(relation, current)
+
+        return names
+
+    def _changes(
+        self,
+        conn: Any,
+        start: int,
+        end: int | None,
+        upto_changes: int | None = None,
+        stop_after: int | None = None,
+    ) -> ChangeSet:
+        """The changes of transactions committed in ``(start, end]``; with ``upto_changes``, those of the first
+        transactions holding at least that many applied changes (or all there are); with ``stop_after``, none after
+        the first transaction ending at or past it. The server counts the messages it sends, skipped transactions'
+        too (eviction's, already in the lake, are thousands of deletes), so a read that sent as many messages as it
+        was allowed without finding enough changes is repeated over more. Past ``keys_in_memory`` keys, the rows
+        are dropped and only counted (``ChangeSet.rows_complete``)."""
+        budget = upto_changes
+        names = self._relation_names()
 
         while True:
             sent = 0
@@ -582,10 +614,47 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     skip_origins=frozenset({self.eviction_origin}),
                     table=self.display_name,
                     names=names,
+                    keys_in_memory=self.spec.keys_in_memory,
+                    stop_after_lsn=stop_after,
                 )
             if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
                 return found
+            if stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after:
+                return found
             budget *= 8
+
+    def _change_chunks(self, conn: Any, start: int, end: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The changes of transactions committed in ``(start, end]``, typed, in chunks of ``keys_in_memory`` keys
+        (numbered from 1: a key's version in a later chunk supersedes its earlier ones)."""
+        with closing(self._peek(conn, end, None)) as messages:
+            chunks = changes_in_chunks(
+                messages,
+                key=self.key or self.primary_key(),
+                start_lsn=start,
+                end_lsn=end,
+                skip_origins=frozenset({self.eviction_origin}),
+                table=self.display_name,
+                names=self._relation_names(),
+                keys_per_chunk=self.spec.keys_in_memory,
+            )
+            number = 0
+            while True:
+                try:
+                    rows = next(chunks)
+                except StopIteration as done:
+                    counts: ChangeSet = done.value
+                    break
+                number += 1
+                yield from self._typed(rows, schema, number)
+        log.info(
+            "%s: %d transactions: %d inserts, %d updates, %d deletes, read in %d chunks",
+            self.display_name,
+            counts.transactions,
+            counts.inserted,
+            counts.updated,
+            counts.deleted,
+            number,
+        )
 
     def _advance(self, conn: Any, lsn: int) -> None:
         position = self._slot_position(conn)
@@ -666,9 +735,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             return self._plan_first_load()
         start_lsn, upto = parse_lsn(str(start["lsn"])), parse_lsn(str(end["lsn"]))
         boundary = None if end.get("boundary") is None else parse_lsn(str(end["boundary"]))
+        bound = self.spec.max_wal_mb_per_round
+        stop_after = None if bound is None else start_lsn + int(bound * 1024 * 1024)
         with self._psycopg() as conn:
-            found = self._changes(conn, start_lsn, upto, upto_changes=max_rows)
-        capped = found.changes >= max_rows
+            found = self._changes(conn, start_lsn, upto, upto_changes=max_rows, stop_after=stop_after)
+        capped = found.changes >= max_rows or (
+            stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after
+        )
         # A commit's end, or the boundary (see safe_watermark); never the flushed position itself.
         ends = [lsn for lsn in (found.last_end_lsn, None if capped else boundary) if lsn is not None]
         plan_end = max(ends, default=start_lsn)
@@ -679,10 +752,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             found.changes,
             found.skipped,
             capped=capped,
+            backlog_bytes=max(0, upto - plan_end) if capped else 0,
             advance=idle and boundary is not None and self._worth_advancing(start_lsn, boundary),
         )
-        # Exactly the transactions ending in (start, plan end]: what read_split would read again.
-        self._planned = (plan.start_lsn, plan.end_lsn, found)
+        self._backlog_bytes = plan.backlog_bytes
+        # Exactly the transactions ending in (start, plan end]: what read_split would read again (when they fit in
+        # memory; otherwise it reads them again in chunks).
+        self._planned = (plan.start_lsn, plan.end_lsn, found) if found.rows_complete else None
         return plan
 
     def _plan_first_load(self) -> ChangePlan:
@@ -772,19 +848,19 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         planned = self._planned
         if planned is not None and planned[:2] == (split.start_lsn, split.end_lsn):
             found = planned[2]  # written by the process that planned it: the slot is not read a second time
-        else:
-            with self._psycopg() as conn:
-                found = self._changes(conn, split.start_lsn, split.end_lsn)
-        log.info(
-            "%s: %d transactions: %d inserts, %d updates, %d deletes -> %d keys",
-            self.display_name,
-            found.transactions,
-            found.inserted,
-            found.updated,
-            found.deleted,
-            len(found.rows),
-        )
-        yield from self._typed(found, schema)
+            log.info(
+                "%s: %d transactions: %d inserts, %d updates, %d deletes -> %d keys",
+                self.display_name,
+                found.transactions,
+                found.inserted,
+                found.updated,
+                found.deleted,
+                len(found.rows),
+            )
+            yield from self._typed(found.rows, schema, 1)
+            return
+        with self._psycopg() as conn:
+            yield from self._change_chunks(conn, split.start_lsn, split.end_lsn, schema)
 
     def _select_list(self, schema: pa.Schema) -> str:
         return ", ".join(self.table.select_expression(field) for field in schema)
@@ -815,20 +891,21 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         finally:
             conn.close()
 
-    def _typed(self, found: ChangeSet, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """The change set's rows typed by the server, each with its change columns. A column a change does not carry
-        (made before the column was added) gets what rows written before it hold: the lake's initial default of it,
-        else NULL. The key whose lake row holds an update's unchanged TOAST values is typed too, so it compares with
-        the lake's stored keys whatever the key's type (pgoutput's text of a timestamptz or bytea is not Python's)."""
-        items = list(found.rows.items())
+    def _typed(self, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int) -> Iterator[pa.RecordBatch]:
+        """A chunk of the change set's rows typed by the server, each with its change columns. A column a change does
+        not carry (made before the column was added) gets what rows written before it hold: the lake's initial
+        default of it, else NULL. The key whose lake row holds an update's unchanged TOAST values is typed too, so it
+        compares with the lake's stored keys whatever the key's type (pgoutput's text of a timestamptz or bytea is
+        not Python's)."""
+        items = list(rows.items())
         key = self.key or self.primary_key()
         defaults = {c: _key_text(v) for c, v in self._history.defaults.items() if c in schema.names}
         for begin in range(0, len(items), TYPING_BATCH_ROWS):
-            chunk = items[begin : begin + TYPING_BATCH_ROWS]
+            batch = items[begin : begin + TYPING_BATCH_ROWS]
             records: list[dict[str, Any]] = []
             deleted: list[bool] = []
             unchanged: list[tuple[str, ...]] = []
-            for number, (row_key, version) in enumerate(chunk):
+            for number, (row_key, version) in enumerate(batch):
                 if version is None:
                     record: dict[str, Any] = dict(zip(key, row_key, strict=True))
                     unchanged.append(())
@@ -847,7 +924,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 None if not columns else json.dumps({"key": fill_keys[number], "columns": list(columns)})
                 for number, columns in enumerate(unchanged)
             ]
-            yield _with_change_columns(typed, deleted=deleted, fill=fills)
+            yield _with_change_columns(typed, deleted=deleted, fill=fills, chunk=chunk)
 
     def _type_on_server(
         self, records: list[dict[str, Any]], schema: pa.Schema, key: Sequence[str]
@@ -956,18 +1033,20 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
 
 def _with_change_columns(
-    batch: pa.RecordBatch, deleted: list[bool] | None, fill: list[str | None] | None
+    batch: pa.RecordBatch, deleted: list[bool] | None, fill: list[str | None] | None, chunk: int = 0
 ) -> pa.RecordBatch:
     rows = batch.num_rows
     flags = pa.array(deleted if deleted is not None else [False] * rows, pa.bool_())
     fills = pa.array(fill if fill is not None else [None] * rows, pa.string())
+    chunks = pa.array([chunk] * rows, pa.int32())
     return pa.RecordBatch.from_arrays(
-        [*batch.columns, flags, fills],
+        [*batch.columns, flags, fills, chunks],
         schema=pa.schema(
             [
                 *(f.with_nullable(True) for f in batch.schema),
                 pa.field(CHANGE_DELETED, pa.bool_()),
                 pa.field(CHANGE_FILL, pa.string()),
+                pa.field(CHANGE_CHUNK, pa.int32()),
             ]
         ),
     )

@@ -181,3 +181,62 @@ def test_a_truncate_or_a_change_without_its_key_is_refused():
 
 def delete_without_key() -> bytes:
     return b"D" + struct.pack("!i", OID) + b"K" + _tuple((None, None, None))
+
+
+def chunks_of(messages, start=0, end=None, keys_per_chunk=None, **options):
+    from airflow_provider_tiering.sources.change_stream import changes_in_chunks
+
+    found = []
+    reducing = changes_in_chunks(
+        messages, key=("id",), start_lsn=start, end_lsn=end, keys_per_chunk=keys_per_chunk, **options
+    )
+    while True:
+        try:
+            found.append(next(reducing))
+        except StopIteration as done:
+            return found, done.value
+
+
+def test_a_transaction_larger_than_a_chunk_is_applied_in_chunks_of_keys_a_later_one_superseding():
+    big = transaction(
+        0x300,
+        *(insert(str(i), f"n{i}", "d") for i in range(5)),
+        update("1", "n1b", UNCHANGED_TOAST),  # its insert is in the first chunk: the update names it to fill from
+        delete("0"),
+    )
+    chunks, counts = chunks_of(stream(transaction(0x100, insert("9", "x", "y")), big), keys_per_chunk=3)
+    assert [list(c) for c in chunks] == [[("9",), ("0",), ("1",)], [("2",), ("3",), ("4",)], [("1",), ("0",)]]
+    assert chunks[2][("0",)] is None  # deleted after its insert, in a later chunk
+    assert chunks[2][("1",)] == RowVersion({"id": "1", "name": "n1b", "doc": UNCHANGED_TOAST}, ("doc",), ("1",))
+    assert (counts.inserted, counts.updated, counts.deleted, counts.transactions) == (6, 1, 1, 2)
+    assert counts.last_end_lsn == 0x300 and counts.rows == {}
+    one, _ = chunks_of(stream(transaction(0x100, insert("9", "x", "y")), big))
+    assert len(one) == 1 and one[0][("1",)].values["doc"] == "d"  # one chunk: filled from its own insert
+
+
+def test_a_plan_over_more_keys_than_it_holds_counts_them_and_keeps_no_rows():
+    messages = stream(transaction(0x100, *(insert(str(i), "n", "d") for i in range(10))))
+    found = apply(messages, keys_in_memory=4)
+    assert not found.rows_complete and found.rows == {} and found.inserted == 10
+    assert apply(messages, keys_in_memory=40).rows_complete
+
+
+def test_a_large_transaction_is_applied_as_it_comes_and_one_the_lake_holds_is_not_held(monkeypatch):
+    from airflow_provider_tiering.sources import change_stream
+
+    monkeypatch.setattr(change_stream, "BUFFERED_CHANGES", 2)
+    held = transaction(0x100, *(insert(str(i), "a", "d") for i in range(5)))  # the lake has it (start 0x100)
+    new = transaction(0x200, *(insert(str(i), "b", "d") for i in range(5)))
+    found = apply(stream(held, new), start=0x100)
+    assert {k: v.values["name"] for k, v in found.rows.items()} == {(str(i),): "b" for i in range(5)}
+    assert found.transactions == 1
+
+
+def test_a_round_bounded_in_wal_stops_after_the_transaction_that_crosses_the_bound():
+    messages = stream(
+        transaction(0x100, insert("1", "a", "d")),
+        transaction(0x900, insert("2", "b", "d")),  # far larger than the bound: applied whole, then the round ends
+        transaction(0xA00, insert("3", "c", "d")),
+    )
+    found = apply(messages, stop_after_lsn=0x200)
+    assert sorted(found.rows) == [("1",), ("2",)] and found.last_end_lsn == 0x900
