@@ -78,9 +78,9 @@ def test_a_transaction_over_every_row_is_applied_in_chunks_with_the_task_memory_
         hot = ChangingTable(pg_server.dsn, name, seed=3)
         hot.create()
         hot.conn.execute(
-            f"INSERT INTO \"{name}\" SELECT g, "
-            "(SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 32) i), g %% 1000, 'doc ' || g, NULL "
-            "FROM generate_series(1, %s) AS g",
+            f'INSERT INTO "{name}" SELECT g, '
+            "(SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 32) i), "
+            "g %% 1000, 'doc ' || g, NULL FROM generate_series(1, %s) AS g",
             (rows,),
         )
         keys = 5_000 if mode == "chunked" else 1_000_000
