@@ -7,9 +7,10 @@ TPC-H ``orders`` at ``--sf`` (SF 1: 1.5M rows) is loaded into PostgreSQL twice, 
                 ``o_deleted`` (a delete is ``o_deleted = true`` with a new version);
 * ``orders_c``  change data capture (source kind ``postgres_cdc``): a delete is a ``DELETE``.
 
-Both are tiered once (their first rounds, timed too). Then, for each scenario (``--scenarios``: 1% and 10% of the
-rows updated, 0.1% deleted; keys scattered over the whole table, so every data file holds some), the same changes
-are made to both tables and, alternating, timed:
+Both are tiered once (their first rounds, timed too). Then, for each scenario (``--scenarios``: 0.1%, 1% and 10% of
+the rows updated and 0.1% deleted, keys scattered over the whole table, so every data file holds some; and
+``recent-1%``: 1% updated and 0.1% deleted among the orders of the last 3 months), the same changes are made to both
+tables and, alternating, timed:
 
 * ``merge``       the next round of ``orders_m`` (files of 128 MiB, the default: SF 1 is one file, and the merge's
                   rewrite fits one split, which the task process writes itself);
@@ -17,7 +18,13 @@ are made to both tables and, alternating, timed:
                   ``--spark-file-mb`` (8 MiB: SF 1 is 5 files), so the rewrite is several splits, written by the
                   tasks of a Spark session on ``--spark-master`` (``local[2]``: two executor slots), started by the
                   round as a task's would be;
+* ``merge-monthly`` the next round of ``orders_m`` into a third lake table, partitioned by ``month(o_orderdate)``
+                  (the ``recent-1%`` scenario changes only the last 3 months' orders: its merge rewrites only their
+                  partitions' files);
 * ``cdc``         the next round of ``orders_c``;
+* ``pyiceberg-upsert`` pyiceberg's own ``Table.upsert`` (and ``Table.delete`` of the soft-deleted keys) of the rows
+                  changed since the scenario's changes began, into a fourth lake table (``alt_pyiceberg_upsert.py``,
+                  in its own process with ``--upsert-timeout``; ``--upsert-scenarios``);
 * ``full-load``   a first round of ``orders_m`` into a new lake table: re-tiering the whole table instead;
 * ``dlt``         dlt's ``merge`` write disposition into Iceberg on the same table (``benchmarks/alt_dlt_merge.py``,
                   in the bench virtualenv, with its own lake, fully loaded by the first call), unless
@@ -71,8 +78,18 @@ DELETED = "o_deleted"
 SEQUENCE = "orders_ver"
 SPLIT_ROWS = 2_000_000
 MB = 1024 * 1024
-#: Scenario -> (percent of rows updated, per mille deleted).
-SCENARIOS = {"1%": (1, 1), "10%": (10, 1)}
+#: Scenario -> (rows updated per 10,000, deleted per 10,000, whether only recent orders change).
+SCENARIOS = {
+    "0.1%": (10, 10, False),
+    "1%": (100, 10, False),
+    "10%": (1000, 10, False),
+    # 1% of the table updated and 0.1% deleted among the orders of its last 3 months (about 3.8% of them).
+    "recent-1%": (2600, 260, True),
+}
+#: The date from which an order is recent (TPC-H orders end on 1998-08-02).
+RECENT = "1998-05-03"
+MONTHLY_LAKE_TABLE = "orders_m_monthly"
+UPSERT_LAKE_TABLE = "orders_upsert"
 
 
 def merge_spec(lake_table: str) -> dict[str, Any]:
@@ -90,6 +107,12 @@ SPARK_LAKE_TABLE = "orders_m_spark"
 
 def spark_merge_spec(file_mb: int) -> dict[str, Any]:
     return {**merge_spec(SPARK_LAKE_TABLE), "target_file_size_mb": file_mb}
+
+
+def monthly_merge_spec() -> dict[str, Any]:
+    spec = merge_spec(MONTHLY_LAKE_TABLE)
+    spec["lake"]["partition_by"] = ["month(o_orderdate)"]
+    return spec
 
 
 def cdc_spec() -> dict[str, Any]:
@@ -124,12 +147,14 @@ def prepare_tables(dsn: str, sf: float, workdir: Path) -> int:
     return rows
 
 
-def make_changes(dsn: str, percent_updated: int, per_mille_deleted: int, seed: int) -> dict[str, int]:
-    """The same changes to both tables: scattered keys, chosen by a hash of the key and ``seed``."""
+def make_changes(dsn: str, updated_bp: int, deleted_bp: int, seed: int, recent: bool = False) -> dict[str, int]:
+    """The same changes to both tables: keys chosen by a hash of the key and ``seed``, scattered over the table or
+    (``recent``) among the orders since ``RECENT``; ``updated_bp`` and ``deleted_bp`` of them per 10,000."""
     import psycopg
 
-    updated = f"(({KEY} * 7919 + {seed}) % 100) < {percent_updated}"
-    deleted = f"(({KEY} * 104729 + {seed} * 31) % 1000) < {per_mille_deleted}"
+    where = f"o_orderdate >= DATE '{RECENT}' AND " if recent else ""
+    updated = f"{where}(({KEY} * 7919 + {seed}) % 10000) < {updated_bp}"
+    deleted = f"{where}(({KEY} * 104729 + {seed} * 31) % 10000) < {deleted_bp}"
     counts: dict[str, int] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = on")  # a change stream reads flushed WAL only
@@ -324,6 +349,33 @@ def dlt_run(
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
+def upsert_run(dsn: str, catalog: dict[str, str], since: int, timeout: float) -> dict[str, Any]:
+    """pyiceberg's ``Table.upsert`` of the rows changed since version ``since`` (``alt_pyiceberg_upsert.py``)."""
+    command = [
+        sys.executable, str(REPO / "benchmarks" / "alt_pyiceberg_upsert.py"), "--dsn", dsn, "--catalog",
+        json.dumps(catalog), "--namespace", NAMESPACE, "--lake-table", UPSERT_LAKE_TABLE, "--table", MERGE_TABLE,
+        "--key", KEY, "--cursor", CURSOR, "--deleted", DELETED, "--since", str(since),
+    ]  # fmt: skip
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"seconds": time.perf_counter() - started, "timed_out": True, "added_bytes": 0, "added_files": 0,
+                "removed_files": 0, "snapshots": 0, "rows_read": 0}  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"pyiceberg upsert failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return dict(json.loads(lines[-1].removeprefix("RESULT ")))
+
+
+def max_version(dsn: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"SELECT coalesce(max({CURSOR}), 0) FROM {MERGE_TABLE}").fetchone()
+    return int(row[0]) if row else 0
+
+
 def read_time(catalog: dict[str, str], table: str, repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
@@ -388,8 +440,12 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor of orders (1 = 1.5M rows)")
-    parser.add_argument("--scenarios", default="1%,10%")
+    parser.add_argument("--scenarios", default="0.1%,1%,10%,recent-1%")
     parser.add_argument("--dlt-scenarios", default="1%", help="scenarios dlt merges too ('' for none)")
+    parser.add_argument(
+        "--upsert-scenarios", default="0.1%,1%", help="scenarios pyiceberg's upsert applies too ('' for none)"
+    )
+    parser.add_argument("--upsert-timeout", type=float, default=600.0, help="seconds a pyiceberg upsert may take")
     parser.add_argument("--dlt-timeout", type=float, default=600.0, help="seconds a dlt merge may take")
     parser.add_argument("--spark-master", default="local[2]", help="Spark of the merge-spark variant")
     parser.add_argument("--spark-file-mb", type=int, default=8, help="file size of the merge-spark variant's lake")
@@ -403,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
     dlt_scenarios = [s for s in args.dlt_scenarios.split(",") if s]
+    upsert_scenarios = [s for s in args.upsert_scenarios.split(",") if s]
     if dlt_scenarios and not args.bench_python.exists():
         raise SystemExit(f"{args.bench_python} is missing: run scripts/setup_bench_venv.sh, or --dlt-scenarios ''")
 
@@ -426,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
                 "merge-spark": tier(
                     spark_merge_spec(args.spark_file_mb), dsn, catalog, states / "ms.json", args.spark_master
                 ),
+                "merge-monthly": tier(monthly_merge_spec(), dsn, catalog, states / "mm.json"),
             }
+            if upsert_scenarios:
+                first["upsert (initial)"] = tier(merge_spec(UPSERT_LAKE_TABLE), dsn, catalog, states / "u.json")
             for name, r in first.items():
                 print(
                     f"  first round {name:<6} {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} in "
@@ -442,18 +502,22 @@ def main(argv: list[str] | None = None) -> int:
                 )
             check(dsn, catalog, MERGE_TABLE)
             check(dsn, catalog, MERGE_TABLE, SPARK_LAKE_TABLE)
+            check(dsn, catalog, MERGE_TABLE, MONTHLY_LAKE_TABLE)
             check(dsn, catalog, CDC_TABLE)
             document["first_rounds"] = first
 
             results: dict[str, dict[str, dict[str, Any]]] = {}
             checks: dict[str, Any] = {}
             for number, scenario in enumerate(scenarios):
-                percent, per_mille = SCENARIOS[scenario]
-                made = make_changes(dsn, percent, per_mille, seed=number + 1)
+                updated_bp, deleted_bp, recent = SCENARIOS[scenario]
+                since = max_version(dsn)
+                made = make_changes(dsn, updated_bp, deleted_bp, seed=number + 1, recent=recent)
                 print(f"scenario {scenario}: {made}", flush=True)
-                order = ["merge", "merge-spark", "cdc", "full-load"]
+                order = ["merge", "merge-spark", "merge-monthly", "cdc", "full-load"]
                 if number % 2:
                     order.reverse()
+                if scenario in upsert_scenarios:
+                    order.append("pyiceberg-upsert")
                 if scenario in dlt_scenarios:
                     order.append("dlt")
                 found: dict[str, dict[str, Any]] = {}
@@ -464,6 +528,15 @@ def main(argv: list[str] | None = None) -> int:
                         spec = spark_merge_spec(args.spark_file_mb)
                         found[name] = tier(spec, dsn, catalog, states / "ms.json", args.spark_master)
                         checks[f"{scenario}/merge-spark"] = check(dsn, catalog, MERGE_TABLE, SPARK_LAKE_TABLE)
+                    elif name == "merge-monthly":
+                        found[name] = tier(monthly_merge_spec(), dsn, catalog, states / "mm.json")
+                        checks[f"{scenario}/merge-monthly"] = check(dsn, catalog, MERGE_TABLE, MONTHLY_LAKE_TABLE)
+                    elif name == "pyiceberg-upsert":
+                        found[name] = upsert_run(dsn, catalog, since, args.upsert_timeout)
+                        if found[name].get("timed_out"):
+                            upsert_scenarios = []  # its lake no longer follows the table
+                        else:
+                            checks[f"{scenario}/pyiceberg-upsert"] = check(dsn, catalog, MERGE_TABLE, UPSERT_LAKE_TABLE)
                     elif name == "cdc":
                         found[name] = tier(cdc_spec(), dsn, catalog, states / "c.json")
                     elif name == "full-load":
