@@ -191,6 +191,13 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
         if held is not None:
             over = " — over the bound" if bound is not None and held > bound else ""
             found.append(("retained WAL", f"{size(held)} (bound {size(bound) if bound else '-'}){over}"))
+        if stream.get("backlog_wal_bytes"):  # the last round was capped: what it left for the next ones
+            found.append(
+                (
+                    "backlog",
+                    f"~{count(record.get('backlog_rows'))} changes in {size(stream['backlog_wal_bytes'])} of WAL",
+                )
+            )
     return found
 
 

@@ -119,7 +119,8 @@ class TableStatusResponse(BaseModel):
     change_stream: dict[str, Any] | None = Field(
         default=None,
         description="A change-stream table's replication slot as its last round saw it: slot, position, "
-        "retained_wal_bytes, max_retained_wal_bytes",
+        "retained_wal_bytes, max_retained_wal_bytes, backlog_wal_bytes (the WAL a capped round left for the next "
+        "ones; its changes, estimated, are backlog_rows)",
     )
     in_place_changes: dict[str, Any] | None = Field(
         default=None,

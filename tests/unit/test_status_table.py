@@ -8,7 +8,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from airflow_provider_tiering.cli import status_table
-from airflow_provider_tiering.core.state import CommittedSnapshot, RoundMetrics, TableState, TableStatus
+from airflow_provider_tiering.core.state import (
+    CommittedSnapshot,
+    MergeRewriteMetrics,
+    RoundMetrics,
+    TableState,
+    TableStatus,
+)
 from airflow_provider_tiering.core.units import count, duration, size, timestamp
 from airflow_provider_tiering.status import TieringStatus
 
@@ -121,7 +127,16 @@ def test_one_table_field_by_field_with_its_whole_error() -> None:
 def test_one_change_stream_table_shows_its_mode_key_changes_and_slot() -> None:
     state = TableState(table="orders", status=TableStatus.TIERED, mode="change_stream", merge_key=["id"])
     state.last_round = RoundMetrics(
-        rows=12, bytes=1, files=1, splits=1, duration_seconds=1.0, inserted_rows=5, updated_rows=4, deleted_rows=3
+        rows=12,
+        bytes=1,
+        files=1,
+        splits=1,
+        duration_seconds=1.0,
+        backlog_rows=240_000,
+        inserted_rows=5,
+        updated_rows=4,
+        deleted_rows=3,
+        merge=MergeRewriteMetrics("spark", 7, 6, 48 * 1024**2, 47 * 1024**2),
     )
     state.change_stream = {
         "slot": "tiering_public_orders",
@@ -129,6 +144,7 @@ def test_one_change_stream_table_shows_its_mode_key_changes_and_slot() -> None:
         "confirmed_flush_lsn": "0/1A2B3C",
         "retained_wal_bytes": 3 * 1024**3,
         "max_retained_wal_bytes": 1024**3,
+        "backlog_wal_bytes": 512 * 1024**2,
     }
     record = TieringStatus(1, "tiering/shop/orders", "tiering://shop/orders", "shop", "orders", "d", "orders", state)
     text = status_table.render_one(record.to_json(NOW))
@@ -136,6 +152,8 @@ def test_one_change_stream_table_shows_its_mode_key_changes_and_slot() -> None:
     assert "5 inserted, 4 updated, 3 deleted" in text
     assert "tiering_public_orders at 0/1A2B3C" in text
     assert "3.0 GiB (bound 1.0 GiB) — over the bound" in text
+    assert "~240,000 changes in 512.0 MiB of WAL" in text
+    assert "6 lake files, on Spark in 7 tasks: 48.0 MiB read, 47.0 MiB written" in text
     state.mode, state.change_stream, state.last_round = "append", None, None
     assert "mode" in status_table.render_one(record.to_json(NOW)) and "slot" not in status_table.render_one(
         record.to_json(NOW)
