@@ -255,7 +255,9 @@ def rewrite(
     only their kept versions, on ``writer``; the updates that left values unchanged get them from the lake."""
     holding = files_holding_keys(table, changes, key)
     splits = merge_splits(holding.files, changes.to_filter, target.target_file_bytes)
-    reader = MergeRewriteReader(table, changes.keys, key.columns, target.storage)
+    # The changed keys travel with every task only when there are lake files to remove them from (a first load's
+    # millions of keys would not).
+    reader = MergeRewriteReader(table, changes.keys if holding.files else None, key.columns, target.storage)
     written = writer.write(reader, splits, target.schema, target.write_target(directory_uri))
     if changes.to_fill is not None:
         stored = stored_rows_of(table, holding.files, changes.keys, key.columns)

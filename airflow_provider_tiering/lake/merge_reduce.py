@@ -32,10 +32,15 @@ CHANGE_TYPES: dict[str, pa.Field[Any]] = {
 
 @dataclass(frozen=True)
 class KeptRows:
-    """The rows of one of the round's files that survive: their positions in the file, in file order."""
+    """The rows of one of the round's files that survive: their positions in the file, in file order (None: all of
+    them, the file is written again only without its change columns)."""
 
     file: WrittenFile
-    positions: pa.Array[Any]  # int64
+    positions: pa.Array[Any] | None = None  # int64
+
+    def read(self, storage: LakeStorage) -> pa.Table:
+        rows = read_round_file(self.file, storage)
+        return rows if self.positions is None else rows.take(self.positions)
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,8 @@ def reduce_round(
         survivors = count_true(mask)
         if survivors == size and filling is None:
             as_written.append(written)
+        elif survivors == size:
+            to_filter.append(KeptRows(written))
         elif survivors:
             to_filter.append(KeptRows(written, pc.indices_nonzero(mask).cast(pa.int64())))
     fill_schema = pa.schema([*(f.with_nullable(True) for f in schema), *CHANGE_TYPES.values()])

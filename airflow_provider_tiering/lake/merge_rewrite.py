@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_tiering.lake.merge_reduce import KeptRows, read_round_file
+from airflow_provider_tiering.lake.merge_reduce import KeptRows
 from airflow_provider_tiering.lake.rewrite_files import LakeFileReader, partition_groups
 from airflow_provider_tiering.lake.warehouse import LakeStorage
 
@@ -59,7 +59,8 @@ class MergeRewriteReader(LakeFileReader):
     """Reads a :class:`MergeSplit` as the rows its task writes (a
     :class:`~airflow_provider_tiering.core.ports.SplitReader`); pickled into each task with the changed keys."""
 
-    def __init__(self, table: Table, keys: pa.Table, key_columns: Sequence[str], storage: LakeStorage) -> None:
+    def __init__(self, table: Table, keys: pa.Table | None, key_columns: Sequence[str], storage: LakeStorage) -> None:
+        """``keys``: the changed keys, which a task removes from the lake's files (None: the splits rewrite none)."""
         super().__init__(table)
         self.keys = keys
         self.key_columns = tuple(key_columns)
@@ -72,11 +73,12 @@ class MergeRewriteReader(LakeFileReader):
 
         storage = LakeStorage(self.storage_properties)
         for kept in split.round_files:
-            rows = read_round_file(kept.file, storage).take(kept.positions)
-            yield from rows.select(schema.names).cast(schema).to_batches()
+            yield from kept.read(storage).select(schema.names).cast(schema).to_batches()
         # The scan's reader of one file, as compaction uses it: files of an older schema come out in the current one.
         scan = ArrowScan(self.metadata, PyArrowFileIO(self.io_properties), self.metadata.schema(), AlwaysTrue())
         for entry in split.lake_files:
+            if self.keys is None:
+                raise ValueError("a merge split rewrites lake files, but its reader holds no changed keys")
             rows = scan.to_table([FileScanTask(entry)])
             yield from without_keys(rows, self.keys, self.key_columns).select(schema.names).cast(schema).to_batches()
 

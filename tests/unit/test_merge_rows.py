@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_tiering.core.ports import MergeKey, WrittenFile
-from airflow_provider_tiering.lake.merge_reduce import KeptRows, read_round_file, reduce_round
+from airflow_provider_tiering.lake.merge_reduce import KeptRows, reduce_round
 from airflow_provider_tiering.lake.merge_rewrite import merge_splits, without_keys
 from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE
 
@@ -38,7 +38,7 @@ KEY = MergeKey(("id",), "version", "deleted_at")
 def survivors_of(changes):
     """What the merge's tasks would write of the round's files, and the files committed as written."""
     parts = [pq.read_table(f.path) for f in changes.as_written]
-    parts += [read_round_file(k.file, LOCAL_STORAGE).take(k.positions) for k in changes.to_filter]
+    parts += [k.read(LOCAL_STORAGE) for k in changes.to_filter]
     return pa.concat_tables(parts) if parts else None
 
 
