@@ -537,7 +537,9 @@ def run_round(
                         epoch,
                         attempt,
                         spec.target_file_size_mb * 1024 * 1024,
-                        change_stream=merge_key is not None and merge_key.from_change_stream,
+                        # A change stream planned from no offsets loads the table from a snapshot: whole rows,
+                        # one per key, so its files need no change columns and are committed as written.
+                        change_stream=merge_key is not None and merge_key.from_change_stream and read_from is not None,
                     ),
                     rejects_uri=None if rejects is None else rejects.staging_uri(epoch, attempt),
                 )

@@ -134,7 +134,7 @@ def earlier_versions(
             _source_key(row, json.loads(row[CHANGE_FILL]), key)
             for versions in found.values()
             for row in versions
-            if row[CHANGE_FILL] is not None
+            if row.get(CHANGE_FILL) is not None
         }
         wanted = named - set(found) - wanted
     for versions in found.values():

@@ -81,6 +81,24 @@ def read_round_file(written: WrittenFile, storage: LakeStorage, columns: Sequenc
     return pq.read_table(path, filesystem=filesystem, columns=None if columns is None else list(columns))
 
 
+def _deciding_columns(written: WrittenFile, storage: LakeStorage, deciding: pa.Schema) -> tuple[pa.Table, bool]:
+    """The deciding columns of one of the round's files, and whether it has change columns: a change stream's load
+    from a snapshot is written without them (no deletes, no fills, chunk 0)."""
+    filesystem, path = storage.filesystem_and_path(written.path)
+    present = set(pq.read_schema(path, filesystem=filesystem).names)
+    with_changes = CHANGE_DELETED in present
+    rows = read_round_file(written, storage, [name for name in deciding.names if name in present])
+    for field in deciding:
+        if field.name not in present:
+            column = pa.nulls(rows.num_rows, field.type)
+            if field.name == CHANGE_DELETED:
+                column = pc.fill_null(column, pa.scalar(False))
+            elif field.name == CHANGE_CHUNK:
+                column = pc.fill_null(column, pa.scalar(0, field.type))
+            rows = rows.append_column(field, column)
+    return rows.select(deciding.names).cast(deciding), with_changes
+
+
 def reduce_round(
     files: Sequence[WrittenFile], key: MergeKey, schema: pa.Schema, storage: LakeStorage = LOCAL_STORAGE
 ) -> RoundChanges:
@@ -98,8 +116,8 @@ def reduce_round(
     types = {f.name: (f.with_nullable(True) if change_stream else f) for f in schema}
     types.update(CHANGE_TYPES)
     deciding_schema = pa.schema([types[name] for name in deciding])
-    parts = [read_round_file(f, storage, deciding).select(deciding).cast(deciding_schema) for f in files]
-    rows = pa.concat_tables(parts) if parts else deciding_schema.empty_table()
+    parts = [_deciding_columns(f, storage, deciding_schema) for f in files]
+    rows = pa.concat_tables([part for part, _ in parts]) if parts else deciding_schema.empty_table()
     positions = pa.array(range(rows.num_rows), pa.int64())
     ordering = rows.select([*key.columns, *order]).append_column(_POSITION, positions)
     ordering = ordering.sort_by([*((c, "ascending") for c in order), (_POSITION, "ascending")])
@@ -119,10 +137,10 @@ def reduce_round(
     to_filter: list[KeptRows] = []
     to_fill: list[pa.Table] = []
     offset = 0
-    for written, part in zip(files, parts, strict=True):
+    for written, (part, with_changes) in zip(files, parts, strict=True):
         size = part.num_rows
         mask = keep.slice(offset, size)
-        if filling is not None:  # staged with the change columns: always written again, less those waiting for a fill
+        if filling is not None and with_changes:  # written again without its change columns, less rows to fill
             fill_mask = filling.slice(offset, size)
             if count_true(fill_mask):
                 fill_positions = pc.indices_nonzero(fill_mask)
@@ -130,7 +148,7 @@ def reduce_round(
                 mask = pc.and_(mask, pc.invert(fill_mask))
         offset += size
         survivors = count_true(mask)
-        if survivors == size and filling is None:
+        if survivors == size and not with_changes:
             as_written.append(written)
         elif survivors == size:
             to_filter.append(KeptRows(written))
