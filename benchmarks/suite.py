@@ -7,7 +7,10 @@ In order, sharing one PostgreSQL (a throw-away server on 127.0.0.1 unless ``--ds
    (``bench_many_tables``: a real Airflow);
 3. B4 peak memory while tiering 1M, 3M, 6M rows (``bench_memory``);
 4. B2 an incremental round of 1% new rows vs a first round of a 1%-size table (``bench_incremental``, on its
-   own copy of lineitem).
+   own copy of lineitem);
+5. B5 rounds of tables whose rows change, merged by cursor and from the change stream, next to a full reload,
+   pyiceberg's upsert and dlt's merge (``bench_merge``, on its own copies of orders);
+6. B6 a change-stream round's peak memory against the number of changes (``bench_change_memory``).
 
 Each writes ``benchmarks/results/<name>.json``; ``benchmarks/report.py`` (run by the bench virtualenv's Python,
 which has matplotlib and dlt: ``scripts/setup_bench_venv.sh``) turns them into tables and PNG plots.
@@ -46,10 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quick_b3 = ["--tables", "region,nation"] if args.quick else []
     quick_b2 = ["--modes", "operator"] if args.quick else []  # no Spark session: every quick round is one split
+    quick_b5 = ["--scenarios", "1%", "--dlt-scenarios", "", "--upsert-scenarios", "", "--small-rounds", "0"]
+    quick_b6 = ["--sizes", "2000"]
     if args.quick:
         args.sf, args.repeat, args.memory_rows = 0.01, 1, "20000,40000"
 
-    from benchmarks import bench_incremental, bench_many_tables, bench_memory, bench_round
+    from benchmarks import (
+        bench_change_memory,
+        bench_incremental,
+        bench_many_tables,
+        bench_memory,
+        bench_merge,
+        bench_round,
+    )
     from benchmarks.scratch import postgres_scratch
     from benchmarks.tpch_data import load_lineitem
 
@@ -85,6 +97,21 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: bench_incremental.main(
                     [*common, "--sf", str(args.sf), "--repeat", str(args.repeat), "--workdir", str(workdir / "b2")]
                     + [*quick_b2, "--output", str(args.results / "incremental.json")]
+                ),
+            ),
+            (
+                "B5 merges",
+                lambda: bench_merge.main(
+                    [*common, "--sf", str(args.sf), "--workdir", str(workdir / "b5"), "--bench-python"]
+                    + [str(args.bench_python), *(quick_b5 if args.quick else []), "--output"]
+                    + [str(args.results / "merge.json")]
+                ),
+            ),
+            (
+                "B6 change memory",
+                lambda: bench_change_memory.main(
+                    [*common, "--workdir", str(workdir / "b6"), *(quick_b6 if args.quick else [])]
+                    + ["--output", str(args.results / "change_memory.json")]
                 ),
             ),
         ]

@@ -56,6 +56,18 @@ def test_quick_suite_measures_everything_and_writes_the_report(pg_server, tmp_pa
     assert incremental["results"]["incremental/operator"]["rows"] == incremental["new_rows"] > 0
     assert all(check["ok"] for check in incremental["lake_checks"])
 
+    assert full["results"]["cdc-first-load"]["last"]["rows"] == rows
+
+    merges = json.loads((results / "merge.json").read_text())
+    scenario = merges["scenarios"]["1%"]
+    assert {"merge", "merge-spark", "merge-monthly", "cdc", "full-load"} <= set(scenario)
+    assert scenario["merge"]["merge"]["files_rewritten"] >= 1 and scenario["full-load"]["rows_read"] > 0
+    assert set(merges["checks"]) >= {"1%/merge", "1%/cdc", "1%/merge-spark", "1%/merge-monthly", "1%/full-load"}
+
+    change_memory = json.loads((results / "change_memory.json").read_text())
+    assert {(r["rows"], r["mode"]) for r in change_memory} == {(2000, "chunked"), (2000, "held")}
+    assert all(r["rounds"] >= 1 and r["growth_written"] > 0 for r in change_memory)
+
     text = docs.read_text()
     for heading in ("## B1", "## B2", "## B3", "## B4", "| target | measured |"):
         assert heading in text
