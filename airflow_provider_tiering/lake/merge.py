@@ -123,7 +123,9 @@ def earlier_versions(
         if row[CHANGE_CHUNK] > 1:
             wanted.add(_source_key(row, json.loads(row[CHANGE_FILL]), key))
     found: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    seen: set[tuple[str, ...]] = set()
     while wanted:
+        seen |= wanted
         for written in files:
             keys = read_round_file(written, storage, key.columns)
             texts = zip(*(map(str, keys.column(c).to_pylist()) for c in key.columns), strict=True)
@@ -136,7 +138,7 @@ def earlier_versions(
             for row in versions
             if row.get(CHANGE_FILL) is not None
         }
-        wanted = named - set(found) - wanted
+        wanted = named - seen
     for versions in found.values():
         versions.sort(key=lambda row: int(row[CHANGE_CHUNK]))
     return found

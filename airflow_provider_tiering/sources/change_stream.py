@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError, TableTruncated
+from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
 from airflow_provider_tiering.sources.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
@@ -105,11 +105,11 @@ def apply_changes(
             result: ChangeSet = done.value
             break
         chunks += 1
-    if chunks == 1:
+    if chunks == 1 and result.rows_complete:
         result.rows = rows
-    else:  # counted only: more keys than a round holds in memory
+    else:  # counted only: more keys than a round holds in memory, or a transaction cut by the window's end
         result.rows = {}
-        result.rows_complete = chunks == 0
+        result.rows_complete = chunks == 0 and result.rows_complete
     return result
 
 
@@ -136,6 +136,7 @@ def changes_in_chunks(
     begin: Begin | None = None
     origin: str | None = None
     streaming = False  # the transaction is large: its changes are applied as they come, not held until its commit
+    counted = (0, 0, 0)
 
     def apply(change: Change | Truncate, commit_lsn: int) -> Iterator[dict[Key, RowVersion | None]]:
         if isinstance(change, Truncate):
@@ -160,6 +161,7 @@ def changes_in_chunks(
             if end_lsn is not None and message.final_lsn >= end_lsn:
                 break
             pending, begin, origin, streaming = [], message, None, False
+            counted = (result.inserted, result.updated, result.deleted)
         elif isinstance(message, Origin):
             origin = message.name
         elif isinstance(message, (Change, Truncate)):
@@ -178,11 +180,12 @@ def changes_in_chunks(
         elif isinstance(message, Commit):
             commit_end = message.end_lsn
             if end_lsn is not None and commit_end > end_lsn:
-                if streaming:  # never with record boundaries as bounds; its changes are applied already
-                    raise SourceError(
-                        f"{table}: a transaction committed across the round's end LSN {format_lsn(end_lsn)}; "
-                        "the round is retried from the lake's LSN"
-                    )
+                if streaming:
+                    # An end that is not a record boundary (a plan's flushed position) fell inside this large
+                    # transaction's commit record, and its changes are applied already: they are not counted, and
+                    # the rows are incomplete (read again up to a record boundary).
+                    result.inserted, result.updated, result.deleted = counted
+                    result.rows_complete = False
                 break
             if commit_end <= start_lsn:
                 continue

@@ -646,6 +646,11 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     break
                 number += 1
                 yield from self._typed(rows, schema, number)
+        if not counts.rows_complete:  # never with a plan's end, a record boundary: the written chunks are dropped
+            raise SourceError(
+                f"{self.display_name}: a transaction committed across the round's end LSN {format_lsn(end)}; "
+                "the round is retried from the lake's LSN"
+            )
         log.info(
             "%s: %d transactions: %d inserts, %d updates, %d deletes, read in %d chunks",
             self.display_name,

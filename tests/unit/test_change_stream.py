@@ -240,3 +240,17 @@ def test_a_round_bounded_in_wal_stops_after_the_transaction_that_crosses_the_bou
     )
     found = apply(messages, stop_after_lsn=0x200)
     assert sorted(found.rows) == [("1",), ("2",)] and found.last_end_lsn == 0x900
+
+
+def test_a_large_transaction_cut_by_a_plans_end_inside_its_commit_record_is_neither_counted_nor_kept(monkeypatch):
+    from airflow_provider_tiering.sources import change_stream
+
+    monkeypatch.setattr(change_stream, "BUFFERED_CHANGES", 2)
+    before = transaction(0x60, insert("1", "a", "d"))
+    # Its commit record starts before the end (a flushed position inside the record) and ends after it.
+    cut = [begin(0x100), *(insert(str(i), "b", "d") for i in range(10, 15)), commit(0x150)]
+    found = apply(stream(before, cut), start=0x10, end=0x120)
+    assert found.last_end_lsn == 0x60 and found.inserted == 1  # the round ends before it
+    assert not found.rows_complete and found.rows == {}  # read again up to the round's end, in chunks
+    small = apply(stream(before, [begin(0x100), insert("10", "b", "d"), commit(0x150)]), start=0x10, end=0x120)
+    assert small.rows_complete and list(small.rows) == [("1",)]
