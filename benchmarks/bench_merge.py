@@ -362,10 +362,9 @@ def upsert_run(dsn: str, catalog: dict[str, str], since: int, timeout: float) ->
     except subprocess.TimeoutExpired:
         return {"seconds": time.perf_counter() - started, "timed_out": True, "added_bytes": 0, "added_files": 0,
                 "removed_files": 0, "snapshots": 0, "rows_read": 0}  # fmt: skip
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"pyiceberg upsert failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return dict(json.loads(lines[-1].removeprefix("RESULT ")))
+    from testbed.child_result import child_report
+
+    return child_report(proc, "pyiceberg upsert")
 
 
 def max_version(dsn: str) -> int:

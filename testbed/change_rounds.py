@@ -14,6 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from testbed.child_result import child_report
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -85,10 +87,7 @@ def rounds_in_child(config: dict[str, Any], timeout: float = 900) -> dict[str, A
         text=True,
         timeout=timeout,
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"change rounds failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}")
-    report: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    report = child_report(proc, "change rounds")
     return report
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from testbed.child_result import child_report
 from testbed.ports import find_free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -356,10 +357,7 @@ def round_in_child(config: dict[str, Any], timeout: float = 1800) -> dict[str, A
         text=True,
         timeout=timeout,
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"cluster round failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}")
-    report: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    report = child_report(proc, "cluster round")
     report["child_seconds"] = report["timings"]["total"]
     return report
 

@@ -63,10 +63,7 @@ class FirstAttemptFaults(PostgresSource):
         context = TaskContext.get()
         if context is None or self._split_index is None:
             raise RuntimeError("FirstAttemptFaults only runs in Spark split tasks")
-        index, attempt, task_attempt_id = self._split_index, context.attemptNumber(), context.taskAttemptId()
-        written = sorted(str(p) for p in Path(self.lake_dir).rglob(f"split-{index:05d}-task-{task_attempt_id}*"))
-        record = {"split": index, "attempt": attempt, "task_attempt_id": task_attempt_id, "files": written}
-        Path(self.record_dir, f"split-{index}-attempt-{attempt}.json").write_text(json.dumps(record))
+        index, attempt, written = record_attempt(context, self._split_index, self.record_dir, self.lake_dir)
         if attempt == 0 and index in self.fail:
             raise InjectedTaskFailure(f"split {index}: first attempt fails after writing {len(written)} file(s)")
         if attempt == 0 and index in self.stall:
@@ -98,14 +95,22 @@ class MergeRewriteFaults(MergeRewriteReader):
         context = TaskContext.get()
         if context is None or self._split_index is None:
             raise RuntimeError("MergeRewriteFaults only runs in Spark split tasks")
-        index, attempt, task_attempt_id = self._split_index, context.attemptNumber(), context.taskAttemptId()
-        written = sorted(str(p) for p in Path(self.lake_dir).rglob(f"split-{index:05d}-task-{task_attempt_id}-*"))
-        record = {"split": index, "attempt": attempt, "task_attempt_id": task_attempt_id, "files": written}
-        Path(self.record_dir, f"split-{index}-attempt-{attempt}.json").write_text(json.dumps(record))
+        index, attempt, _ = record_attempt(context, self._split_index, self.record_dir, self.lake_dir)
         if attempt == 0 and index in self.kill_executor:
             os.kill(executor_jvm_pid(), signal.SIGKILL)
             time.sleep(60)  # the executor's end takes its Python workers with it
         return []
+
+
+def record_attempt(context: Any, index: int, record_dir: str, lake_dir: str) -> tuple[int, int, list[str]]:
+    """Record a split task's attempt in ``<record_dir>/split-<k>-attempt-<n>.json``: its Spark task attempt id and the
+    data files it has written (found under ``lake_dir`` by the writer's file names); returns (split index, attempt
+    number, those files)."""
+    attempt, task_attempt_id = context.attemptNumber(), context.taskAttemptId()
+    written = sorted(str(p) for p in Path(lake_dir).rglob(f"split-{index:05d}-task-{task_attempt_id}-*"))
+    record = {"split": index, "attempt": attempt, "task_attempt_id": task_attempt_id, "files": written}
+    Path(record_dir, f"split-{index}-attempt-{attempt}.json").write_text(json.dumps(record))
+    return index, attempt, written
 
 
 def executor_jvm_pid() -> int:

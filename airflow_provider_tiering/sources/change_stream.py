@@ -97,20 +97,30 @@ def apply_changes(
         keys_per_chunk=keys_in_memory,
         stop_after_lsn=stop_after_lsn,
     )
+    chunked = Chunks(reducing)
     chunks = 0
-    while True:
-        try:
-            rows = next(reducing)
-        except StopIteration as done:
-            result: ChangeSet = done.value
-            break
-        chunks += 1
+    rows: dict[Key, RowVersion | None] = {}
+    for chunk in chunked:
+        chunks, rows = chunks + 1, chunk  # only the last is kept: the whole of them when there is one
+    result = chunked.counts
     if chunks == 1 and result.rows_complete:
         result.rows = rows
     else:  # counted only: more keys than a round holds in memory, or a transaction cut by the window's end
         result.rows = {}
         result.rows_complete = chunks == 0 and result.rows_complete
     return result
+
+
+class Chunks:
+    """The chunks of :func:`changes_in_chunks`, to iterate; once they are exhausted, ``counts`` holds what it
+    returned (a generator hands its return value only to ``yield from`` or in ``StopIteration``)."""
+
+    def __init__(self, chunks: Generator[dict[Key, RowVersion | None], None, ChangeSet]) -> None:
+        self._chunks = chunks
+        self.counts = ChangeSet()
+
+    def __iter__(self) -> Generator[dict[Key, RowVersion | None], None, None]:
+        self.counts = yield from self._chunks
 
 
 def changes_in_chunks(

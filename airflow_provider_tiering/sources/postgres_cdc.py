@@ -49,6 +49,7 @@ from airflow_provider_tiering.core.shape import AddedValues, ColumnHistory, HotI
 from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
 from airflow_provider_tiering.sources.change_stream import (
     ChangeSet,
+    Chunks,
     Key,
     RowVersion,
     apply_changes,
@@ -627,25 +628,22 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         """The changes of transactions committed in ``(start, end]``, typed, in chunks of ``keys_in_memory`` keys
         (numbered from 1: a key's version in a later chunk supersedes its earlier ones)."""
         with closing(self._peek(conn, end, None)) as messages:
-            chunks = changes_in_chunks(
-                messages,
-                key=self.key or self.primary_key(),
-                start_lsn=start,
-                end_lsn=end,
-                skip_origins=frozenset({self.eviction_origin}),
-                table=self.display_name,
-                names=self._relation_names(),
-                keys_per_chunk=self.spec.keys_in_memory,
+            chunks = Chunks(
+                changes_in_chunks(
+                    messages,
+                    key=self.key or self.primary_key(),
+                    start_lsn=start,
+                    end_lsn=end,
+                    skip_origins=frozenset({self.eviction_origin}),
+                    table=self.display_name,
+                    names=self._relation_names(),
+                    keys_per_chunk=self.spec.keys_in_memory,
+                )
             )
             number = 0
-            while True:
-                try:
-                    rows = next(chunks)
-                except StopIteration as done:
-                    counts: ChangeSet = done.value
-                    break
-                number += 1
+            for number, rows in enumerate(chunks, start=1):
                 yield from self._typed(rows, schema, number)
+        counts = chunks.counts
         if not counts.rows_complete:  # never with a plan's end, a record boundary: the written chunks are dropped
             raise SourceError(
                 f"{self.display_name}: a transaction committed across the round's end LSN {format_lsn(end)}; "
