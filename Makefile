@@ -2,7 +2,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup spark-cds demo test test-fast lint bench bench-dag-run bench-status-page soak spark-connect spark-standalone clean
+.PHONY: setup spark-cds demo test test-fast bench-smoke lint bench bench-dag-run bench-status-page soak spark-connect spark-standalone clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,11 @@ test: setup spark-cds
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	VENV=$(VENV) bash scripts/run_tests.sh
+
+## The benchmarks at a tiny size (tests marked `bench`): each still runs, compares and reports. CI runs it after `make test`.
+bench-smoke: setup spark-cds
+	tmp=$$(mktemp -d) && chmod 755 $$tmp && $(BIN)/python -m pytest tests -m bench --basetemp $$tmp/bench; \
+	  rc=$$?; rm -rf $$tmp; exit $$rc
 
 ## Unit tests only (seconds).
 test-fast: setup

@@ -25,7 +25,8 @@ from typing import Any, Self
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus, MaintenanceStore, run_maintenance
 from airflow_provider_tiering.core.ports import Source, SplitWriter
-from airflow_provider_tiering.core.round import RoundResult, run_round
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.round_result import RoundResult
 from airflow_provider_tiering.core.spec import LakeSpec, TableSpec
 from airflow_provider_tiering.core.state_store import StateStore
 from airflow_provider_tiering.lake.catalog import CatalogHandle

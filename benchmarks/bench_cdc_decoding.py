@@ -149,7 +149,7 @@ def make_changes(conn: Any, table_rows: int, changes: int, per_transaction: int)
 # -- the two readers -----------------------------------------------------------------------------------------
 def read_pgoutput(conn: Any) -> tuple[Rows, int]:
     """The product's path: binary pgoutput messages, its decoder, its per-key reduction."""
-    from airflow_provider_tiering.sources.change_stream import apply_changes
+    from airflow_provider_tiering.sources.change_stream import ChangeWindow, apply_changes
     from airflow_provider_tiering.sources.pgoutput import decode
 
     stream = conn.cursor().stream(
@@ -157,7 +157,7 @@ def read_pgoutput(conn: Any) -> tuple[Rows, int]:
         "'proto_version', '1', 'publication_names', %s)",
         (PGOUTPUT_SLOT, PUBLICATION),
     )
-    found = apply_changes((decode(data) for (data,) in stream), key=KEY, start_lsn=0, end_lsn=None)
+    found = apply_changes((decode(data) for (data,) in stream), ChangeWindow(KEY, 0, None))
     rows: Rows = {k: None if v is None else v.values for k, v in found.rows.items()}
     return rows, found.changes
 

@@ -279,7 +279,7 @@ def tier(
 ) -> dict[str, Any]:
     """One round, built as the operator builds it, timed from before its parts exist to its end."""
     from airflow_provider_tiering.core.connections import ConnectionInfo
-    from airflow_provider_tiering.core.round import RoundOutcome
+    from airflow_provider_tiering.core.round_result import RoundOutcome
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
     from airflow_provider_tiering.spark.session import SparkSettings

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite in two passes, to keep CI short on 2 cores: the e2e tests, which mostly wait on Airflow's
+# The whole test suite but the benchmarks' smoke tests (marked `bench`, run by `make bench-smoke`), in two passes, to keep CI short on 2 cores: the e2e tests, which mostly wait on Airflow's
 # scheduler loops, run beside the unit and integration tests, in two halves (their output follows those's); then the tests
 # marked `serial` (timing-sensitive or machine-hogging) run alone. Fails if any pass fails.
 # Each pytest gets its own --basetemp: a second pytest on the default one would reset /tmp/pytest-of-<user> to
@@ -13,10 +13,9 @@ chmod 755 "$TMP"
 # The e2e tests mostly wait on Airflow's scheduler loops: two halves of them run at once, beside the others. The
 # first half holds the longest modules (a wheel installed into a fresh virtualenv, a round past its timeout, the CLI
 # and the demo), the second the rest. Long integration modules ride along, so the unit and integration tests are not
-# the critical path: with the first half the benchmarks at a tiny size and the rounds on a standalone cluster, with
-# the second the changes of a hot table's shape.
-SIDE_FIRST=(tests/integration/test_bench_smoke.py tests/integration/test_spark_standalone.py
-  tests/integration/test_split_attempts.py)
+# the critical path: with the first half the rounds on a standalone cluster, with the second the changes of a hot
+# table's shape.
+SIDE_FIRST=(tests/integration/test_spark_standalone.py tests/integration/test_split_attempts.py)
 SIDE_REST=(tests/integration/test_shape_changes.py)
 E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_cli.py tests/e2e/test_demo.py)
 E2E_REST=()
@@ -27,12 +26,12 @@ MAIN_IGNORES=()
 for module in "${SIDE_FIRST[@]}" "${SIDE_REST[@]}"; do
   MAIN_IGNORES+=(--ignore "$module")
 done
-"$PY" -m pytest "${E2E_FIRST[@]}" "${SIDE_FIRST[@]}" -m "not serial" --basetemp "$TMP/e2e1" "$@" >"$TMP/e2e1.log" 2>&1 &
+"$PY" -m pytest "${E2E_FIRST[@]}" "${SIDE_FIRST[@]}" -m "not serial and not bench" --basetemp "$TMP/e2e1" "$@" >"$TMP/e2e1.log" 2>&1 &
 e2e1_pid=$!
-"$PY" -m pytest "${E2E_REST[@]}" "${SIDE_REST[@]}" -m "not serial" --basetemp "$TMP/e2e2" "$@" >"$TMP/e2e2.log" 2>&1 &
+"$PY" -m pytest "${E2E_REST[@]}" "${SIDE_REST[@]}" -m "not serial and not bench" --basetemp "$TMP/e2e2" "$@" >"$TMP/e2e2.log" 2>&1 &
 e2e2_pid=$!
 trap 'kill "$e2e1_pid" "$e2e2_pid" 2>/dev/null' INT TERM
-"$PY" -m pytest tests/unit tests/integration "${MAIN_IGNORES[@]}" -m "not serial" --basetemp "$TMP/main" "$@"
+"$PY" -m pytest tests/unit tests/integration "${MAIN_IGNORES[@]}" -m "not serial and not bench" --basetemp "$TMP/main" "$@"
 main=$?
 wait "$e2e1_pid"
 e2e1=$?
@@ -44,7 +43,7 @@ cat "$TMP/e2e1.log"
 echo "================ e2e tests, second half, and the changes of shape (ran beside the tests above) ================"
 cat "$TMP/e2e2.log"
 echo "================ serial tests (alone) ================"
-"$PY" -m pytest tests -m serial --basetemp "$TMP/serial" "$@"
+"$PY" -m pytest tests -m "serial and not bench" --basetemp "$TMP/serial" "$@"
 serial=$?
 echo "exit codes: unit+integration $main, e2e $e2e, serial $serial"
 rm -rf "$TMP"

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -198,7 +199,7 @@ class AirflowCluster:
                 self.port = find_free_port()
                 self._write_config()
                 if attempt == 0:
-                    self._migrate()
+                    self._prepare_database()
                     self.timings["db_migrate"] = time.monotonic() - t0
                 self._spawn_all()
                 try:
@@ -379,6 +380,32 @@ class AirflowCluster:
         )
         env.update(self.extra_env)
         return env
+
+    def _template_database(self) -> Path | None:
+        """Where a freshly migrated metadata database of this cluster's Airflow version is kept for the next
+        clusters to copy (a migration costs seconds of CPU per cluster); None when the version cannot be told."""
+        found = sorted(self.venv.glob("lib/python*/site-packages/apache_airflow-*.dist-info"))
+        if not found:
+            return None
+        return Path(__file__).resolve().parents[1] / ".cache" / "airflow-metadata-db" / f"{found[0].name}.db"
+
+    def _prepare_database(self) -> None:
+        """A fresh metadata database: a copy of the migrated template, else migrated here (and kept as the
+        template, written aside then renamed into place, so parallel test runs never read half of one)."""
+        database = self.home / "airflow.db"
+        on_sqlite = self.config()["database"]["sql_alchemy_conn"] == f"sqlite:///{database}" and not any(
+            key.startswith("AIRFLOW__DATABASE__") for key in self.extra_env
+        )
+        template = self._template_database() if on_sqlite else None
+        if template is not None and template.exists():
+            shutil.copyfile(template, database)
+            return
+        self._migrate()
+        if template is not None:
+            template.parent.mkdir(parents=True, exist_ok=True)
+            aside = template.with_suffix(f".{os.getpid()}.tmp")
+            shutil.copyfile(database, aside)
+            os.replace(aside, template)
 
     def _migrate(self) -> None:
         log_path = self.proc_log_dir / "db-migrate.log"

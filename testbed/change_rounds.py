@@ -30,7 +30,8 @@ def peak_rss_bytes() -> int:
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
     from airflow_provider_tiering.build import build_writer
-    from airflow_provider_tiering.core.round import RoundOutcome, run_round
+    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.core.round_result import RoundOutcome
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
     from airflow_provider_tiering.sources.registry import build_source

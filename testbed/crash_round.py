@@ -23,7 +23,7 @@ import pyarrow as pa
 from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.ports import VerifyRows
-from airflow_provider_tiering.core.round import RoundPhase
+from airflow_provider_tiering.core.round_result import RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.catalog import CatalogHandle

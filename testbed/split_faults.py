@@ -130,3 +130,23 @@ def attempts(record_dir: Path) -> dict[int, list[dict[str, Any]]]:
         record = json.loads(path.read_text())
         found.setdefault(record["split"], []).append(record)
     return {index: sorted(records, key=lambda r: r["attempt"]) for index, records in found.items()}
+
+
+class RefusingReader:
+    """A split reader (pickled to Spark tasks) whose split ``refuse`` fails with an error no retry cures; the others
+    read ``rows`` rows of ``id``."""
+
+    display_name = "a refusing reader"
+
+    def __init__(self, refuse: int, rows: int = 10) -> None:
+        self.refuse, self.rows = refuse, rows
+
+    def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        from airflow_provider_tiering.core.errors import UnsupportedColumnType
+
+        if split.index == self.refuse:
+            raise UnsupportedColumnType(f"split {split.index}: column 'c' holds a value no lake type can hold")
+        yield pa.RecordBatch.from_pydict({"id": pa.array(range(self.rows), pa.int64())}, schema=schema)
+
+    def take_rejects(self) -> list[dict[str, Any]]:
+        return []

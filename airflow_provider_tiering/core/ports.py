@@ -855,3 +855,9 @@ class RejectsSink(Protocol):
     def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
         """Delete this attempt's rejects files other than ``keep``."""
         ...
+
+    def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:
+        """Delete rejects files of attempts in epochs ``(since_epoch, committed_epoch)`` that no snapshot of the side
+        table references (attempts that failed or were fenced after writing them); returns how many. Only after a
+        commit, as :meth:`Lake.clean`."""
+        ...

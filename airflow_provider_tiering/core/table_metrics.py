@@ -15,7 +15,7 @@ from airflow_provider_tiering.core.in_place_changes import changed_in_place
 from airflow_provider_tiering.core.state import TableState
 
 if TYPE_CHECKING:
-    from airflow_provider_tiering.core.round import RoundResult
+    from airflow_provider_tiering.core.round_result import RoundResult
 
 
 class MetricKind(enum.StrEnum):

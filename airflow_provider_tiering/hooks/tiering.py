@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
@@ -175,10 +176,17 @@ def spark_settings(spec: SparkSpec) -> SparkSettings:
         conn = BaseHook.get_connection(spec.conn_id)
     except AirflowNotFoundException:
         return SparkSettings(master=DEFAULT_MASTER, conf=dict(spec.conf), class_data_sharing=spec.class_data_sharing)
-    if (conn.conn_type or "").lower() == "spark_connect":
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    settings = SPARK_CONNECTION_TYPES.get((conn.conn_type or "").lower(), _spark_master_settings)
+    return settings(spec, conn)
 
-        return SparkSettings(remote=SparkConnectHook(conn_id=spec.conn_id).get_connection_url(), conf=dict(spec.conf))
+
+def _spark_connect_settings(spec: SparkSpec, conn: Connection) -> SparkSettings:
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    return SparkSettings(remote=SparkConnectHook(conn_id=spec.conn_id).get_connection_url(), conf=dict(spec.conf))
+
+
+def _spark_master_settings(spec: SparkSpec, conn: Connection) -> SparkSettings:
     # The master as the Spark provider's SparkSubmitHook resolves it (its resolver is private and builds
     # spark-submit arguments, not a session).
     host = conn.host or DEFAULT_MASTER
@@ -196,6 +204,12 @@ def spark_settings(spec: SparkSpec) -> SparkSettings:
             log.info("spark connection %r: extra %r is spark-submit's; a session does not use it", spec.conn_id, key)
     conf.update(spec.conf)
     return SparkSettings(master=host, conf=conf, class_data_sharing=spec.class_data_sharing)
+
+
+#: The Spark provider's connection types other than a master URL's (``spark``, the default), by what they build.
+SPARK_CONNECTION_TYPES: dict[str, Callable[[SparkSpec, Connection], SparkSettings]] = {
+    "spark_connect": _spark_connect_settings,
+}
 
 
 class TieringHook(BaseHook):

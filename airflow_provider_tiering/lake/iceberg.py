@@ -8,11 +8,10 @@ lake holds, the fence), ``add_files.py`` (the commit), ``staging.py`` (where att
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_tiering.core.errors import CommitConflict, LakeError
+from airflow_provider_tiering.core.errors import LakeError
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 from airflow_provider_tiering.core.ports import (
     CHANGE_CHUNK,
@@ -35,6 +34,7 @@ from airflow_provider_tiering.core.shape import (
 )
 from airflow_provider_tiering.lake.add_files import append_files
 from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.fenced_commit import current_snapshot_id, fenced_commit
 from airflow_provider_tiering.lake.hot_table_record import identity_property, lake_shape, reload_property
 from airflow_provider_tiering.lake.partitioner import Partitioner
 from airflow_provider_tiering.lake.range_reads import CursorRangeReader
@@ -249,33 +249,26 @@ class IcebergLake:
         (table property ``commit.retry.num-retries``) re-check the fence first, and when they are exhausted this
         starts over at most ``max_conflict_retries`` times, then raises :class:`CommitConflict`.
         """
-        from pyiceberg.exceptions import CommitFailedException
-
         properties = commit_properties(epoch, start, end, table_name, attempt)
         table_properties = _commit_table_properties(epoch, end, attempt, identity, reloaded)
 
         def fence(table: Table) -> None:
             check_fence(table, epoch=epoch, start=start)
 
-        for attempt_number in range(max_conflict_retries + 1):
-            table = self.load_table()
-            if table is None:
-                raise LakeError(f"Iceberg table {self.name} disappeared before the commit")
+        def commit_once(table: Table, try_number: int) -> int:
             fence(table)
-            try:
-                append_files(table, files, properties, fence=fence, table_properties=table_properties)
-            except CommitFailedException as exc:
-                log.warning("commit lost the catalog swap (try %d): %s; re-validating", attempt_number + 1, exc)
-                time.sleep(min(2.0, 0.1 * 2**attempt_number))
-                continue
+            append_files(table, files, properties, fence=fence, table_properties=table_properties)
             self._table = table
-            snapshot = table.current_snapshot()
-            assert snapshot is not None  # the transaction just committed one
-            return int(snapshot.snapshot_id)
-        raise CommitConflict(
-            f"commit of epoch {epoch} lost the catalog's atomic swap {max_conflict_retries + 1} times; "
-            "nothing was committed"
+            return current_snapshot_id(lambda: table, name=self.name, what=f"commit of epoch {epoch}")
+
+        snapshot_id, _ = fenced_commit(
+            self.load_table,
+            commit_once,
+            name=self.name,
+            what=f"commit of epoch {epoch}",
+            max_tries=max_conflict_retries + 1,
         )
+        return snapshot_id
 
     def merge(
         self,

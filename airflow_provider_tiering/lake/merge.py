@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,7 @@ from airflow_provider_tiering.core.ports import (
     WrittenFile,
 )
 from airflow_provider_tiering.lake.add_files import data_file, set_name_mapping
+from airflow_provider_tiering.lake.fenced_commit import current_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
 from airflow_provider_tiering.lake.merge_reduce import (
@@ -306,29 +306,17 @@ def merge_files(
         LakeError: the table disappeared, or holds delete files this merge would not apply.
         SourceError: a rewrite task failed (its error, condensed).
     """
-    from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.table.snapshots import Operation
-
-    # pyiceberg's public overwrite deletes by row filter, not by file: its file-level producer, as compaction uses.
-    from pyiceberg.table.update.snapshot import _OverwriteFiles
-
-    def fenced_now() -> Table:
-        table = target.load_table()
-        if table is None:
-            raise LakeError(f"Iceberg table {target.name} disappeared before the commit")
-        fence(table)
-        return table
-
     # A newer attempt's commit deletes the files of older epochs: a stale attempt must learn it is fenced, not
     # fail on its vanished files.
-    fenced_now()
+    _fenced_now(target, fence)
     try:
         changes = reduce_round(files, key, target.schema, target.storage)
     except FileNotFoundError:
-        fenced_now()
+        _fenced_now(target, fence)
         raise
-    for try_number in range(max_conflict_retries + 1):
-        table = fenced_now()
+
+    def commit_once(table: Table, try_number: int) -> MergeResult:
+        fence(table)
         if has_live_delete_files(table):
             raise LakeError(
                 f"Iceberg table {'.'.join(table.name())} has delete files (another engine's merge-on-read deletes); "
@@ -338,51 +326,64 @@ def merge_files(
         if hot_keys is not None:  # against the snapshot this try commits onto
             merging = with_keys_removed(changes, keys_absent(table, hot_keys, changes.keys, key.columns))
         done = rewrite(table, merging, key, target, writer, f"{target.directory_uri}/merge-{try_number}")
-        removed_paths = {f.file_path for f in done.holding.files}
-
-        def fenced(refreshed: Table, removed: set[str] = removed_paths) -> None:
-            fence(refreshed)
-            if not removed <= {f.file_path for f in live_data_files(refreshed)}:
-                raise CommitConflict("files the merge rewrites were replaced meanwhile (a compaction)")
-
         added = (*changes.as_written, *done.written)
-        entries = [data_file(table, f) for f in added]
-        try:
-            with fenced_transaction(table, fenced) as tx:
-                set_name_mapping(tx)
-                tx.set_properties(dict(table_properties))
-                overwrite = _OverwriteFiles(
-                    operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties
-                )
-                with overwrite as producer:
-                    for entry in done.holding.files:
-                        producer.delete_data_file(entry)
-                    for entry in entries:
-                        producer.append_data_file(entry)
-        except (CommitConflict, CommitFailedException) as exc:
-            log.warning("merge commit lost (try %d): %s; planning the rewrite again", try_number + 1, exc)
-            time.sleep(min(2.0, 0.1 * 2**try_number))
-            continue
-        committed = target.load_table()
-        snapshot = None if committed is None else committed.current_snapshot()
-        if snapshot is None:
-            raise LakeError(f"Iceberg table {target.name} disappeared after the merge's commit")
-        holding = done.holding
-        return MergeResult(
-            int(snapshot.snapshot_id),
-            added,
-            len(holding.files),
-            changes.kept_rows,
-            changes.deleted_keys,
-            0 if changes.to_fill is None else changes.to_fill.num_rows,
-            inserted_rows=changes.kept_rows - (holding.replaced_keys - holding.deleted_stored_keys),
-            updated_rows=holding.replaced_keys - holding.deleted_stored_keys,
-            deleted_rows=holding.deleted_stored_keys,
-            rewrite_tasks=done.tasks,
-            rewritten_in_process=done.in_process,
-            rewrite_bytes_read=done.bytes_read,
-            rewrite_bytes_written=sum(f.bytes for f in done.written),
-        )
-    raise CommitConflict(
-        f"the merge commit lost {max_conflict_retries + 1} times to other commits; nothing was committed"
+        _replace_files(table, done.holding.files, added, fence, properties, table_properties)
+        snapshot_id = current_snapshot_id(target.load_table, name=target.name, what="merge")
+        return _merge_result(snapshot_id, changes, done, added)
+
+    merged, _ = fenced_commit(
+        target.load_table, commit_once, name=target.name, what="merge commit", max_tries=max_conflict_retries + 1
+    )
+    return merged
+
+
+def _fenced_now(target: MergeTarget, fence: Callable[[Table], None]) -> Table:
+    table = target.load_table()
+    if table is None:
+        raise LakeError(f"Iceberg table {target.name} disappeared before the commit")
+    fence(table)
+    return table
+
+
+def _replace_files(
+    table: Table,
+    removed: Sequence[DataFile],
+    added: Sequence[WrittenFile],
+    fence: Callable[[Table], None],
+    properties: dict[str, str],
+    table_properties: dict[str, str],
+) -> None:
+    """One fenced overwrite snapshot: ``removed`` out, ``added`` in, ``table_properties`` set in the same swap."""
+    removed_paths = {f.file_path for f in removed}
+
+    def fenced(refreshed: Table) -> None:
+        fence(refreshed)
+        if not removed_paths <= {f.file_path for f in live_data_files(refreshed)}:
+            raise CommitConflict("files the merge rewrites were replaced meanwhile (a compaction)")
+
+    entries = [data_file(table, f) for f in added]
+    with fenced_transaction(table, fenced) as tx:
+        set_name_mapping(tx)
+        tx.set_properties(dict(table_properties))
+        replace_data_files(tx, table, removed, entries, properties)
+
+
+def _merge_result(
+    snapshot_id: int, changes: RoundChanges, done: Rewrite, added: tuple[WrittenFile, ...]
+) -> MergeResult:
+    holding = done.holding
+    return MergeResult(
+        snapshot_id,
+        added,
+        len(holding.files),
+        changes.kept_rows,
+        changes.deleted_keys,
+        0 if changes.to_fill is None else changes.to_fill.num_rows,
+        inserted_rows=changes.kept_rows - (holding.replaced_keys - holding.deleted_stored_keys),
+        updated_rows=holding.replaced_keys - holding.deleted_stored_keys,
+        deleted_rows=holding.deleted_stored_keys,
+        rewrite_tasks=done.tasks,
+        rewritten_in_process=done.in_process,
+        rewrite_bytes_read=done.bytes_read,
+        rewrite_bytes_written=sum(f.bytes for f in done.written),
     )

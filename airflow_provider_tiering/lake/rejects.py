@@ -66,3 +66,6 @@ class RejectsTable:
 
     def clean_attempt(self, epoch: int, attempt: str, keep: Sequence[str]) -> int:
         return clean_attempt(self.staging_uri(epoch, attempt), keep, self.lake.lake_storage())
+
+    def clean(self, committed_epoch: int, since_epoch: int = 0) -> int:
+        return self.lake.clean(committed_epoch, since_epoch)

@@ -25,6 +25,7 @@ from pyarrow import fs as pafs
 from airflow_provider_tiering.core.errors import CommitConflict, FencedError, LakeError
 from airflow_provider_tiering.core.ports import LakeCommit, SplitWriter, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.add_files import data_file
+from airflow_provider_tiering.lake.fenced_commit import current_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import live_data_files
 from airflow_provider_tiering.lake.tiering_commits import (
@@ -160,62 +161,36 @@ def commit_rewrite(
     table_properties: Mapping[str, str] | None = None,
 ) -> tuple[int, int]:
     """Commit the rewrite; a tiering commit landing first changes the offsets it must carry: commit again."""
-    from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.table.snapshots import Operation
-
-    # pyiceberg 0.12 cannot summarize a "replace" snapshot (update_snapshot_summaries raises), and its public
-    # overwrite deletes by row filter, not by file: its file-level producer, marked tiering.operation=compaction.
-    from pyiceberg.table.update.snapshot import _OverwriteFiles
-
     old_paths = {f.file_path for f in rewritten}
-    for attempt in range(1, max_tries + 1):
-        table = lake.load_table()
-        if table is None:
-            raise LakeError(f"Iceberg table {lake.name} disappeared during the {operation}")
+
+    def commit_once(table: Table, try_number: int) -> int:
         commit = latest_tiering_commit(table)
 
-        def fence(refreshed: Table, expected: LakeCommit | None = commit) -> None:
+        def fence(refreshed: Table) -> None:
             now = latest_tiering_commit(refreshed)
-            if (now is None) != (expected is None) or (
+            if (now is None) != (commit is None) or (
                 now is not None
-                and expected is not None
-                and (now.epoch, now.end_offsets) != (expected.epoch, expected.end_offsets)
+                and commit is not None
+                and (now.epoch, now.end_offsets) != (commit.epoch, commit.end_offsets)
             ):
                 raise CommitConflict("a tiering round committed during the compaction; its offsets must be carried")
-            live = {f.file_path for f in live_data_files(refreshed)}
-            if not old_paths <= live:
+            if not old_paths <= {f.file_path for f in live_data_files(refreshed)}:
                 raise FencedError(f"files the {operation} rewrote were replaced or removed meanwhile")
 
         fence(table)
-        properties = {
-            OPERATION_PROPERTY: operation,
-            ATTEMPT_PROPERTY: f"{operation}-{run}",
-            TABLE_PROPERTY: table_name,
-        }
+        properties = {OPERATION_PROPERTY: operation, ATTEMPT_PROPERTY: f"{operation}-{run}", TABLE_PROPERTY: table_name}
         if commit is not None:
             properties.update(tiering_summary(table, commit))
         data_files = [data_file(table, f) for f in written]
-        try:
-            with fenced_transaction(table, fence) as tx:
-                if table_properties:
-                    tx.set_properties(dict(table_properties))
-                replace = _OverwriteFiles(
-                    operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=properties
-                )
-                with replace as producer:
-                    for entry in rewritten:
-                        producer.delete_data_file(entry)
-                    for entry in data_files:
-                        producer.append_data_file(entry)
-        except (CommitConflict, CommitFailedException) as exc:
-            log.warning("%s commit try %d: %s", operation, attempt, exc)
-            continue
-        reloaded = lake.load_table()
-        snapshot = None if reloaded is None else reloaded.current_snapshot()
-        if snapshot is None:
-            raise LakeError(f"Iceberg table {lake.name} disappeared after the {operation}'s commit")
-        return int(snapshot.snapshot_id), attempt
-    raise CommitConflict(f"the {operation} commit lost {max_tries} times to other commits; nothing was committed")
+        with fenced_transaction(table, fence) as tx:
+            if table_properties:
+                tx.set_properties(dict(table_properties))
+            replace_data_files(tx, table, rewritten, data_files, properties)
+        return current_snapshot_id(lake.load_table, name=lake.name, what=operation)
+
+    return fenced_commit(
+        lake.load_table, commit_once, name=lake.name, what=f"{operation} commit", max_tries=max_tries, back_off=False
+    )
 
 
 def tiering_summary(table: Table, commit: LakeCommit) -> dict[str, str]:

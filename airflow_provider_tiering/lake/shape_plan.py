@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table, Transaction
-    from pyiceberg.types import IcebergType
+    from pyiceberg.types import IcebergType, NestedField
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,21 @@ def plan_shape(
     return _plan(table, schema, wanted, matched, identity, record)
 
 
+@dataclass
+class _Draft:
+    """A :class:`ShapePlan` being drawn up, column by column."""
+
+    renamed: list[tuple[str, str]] = field(default_factory=list)
+    widened: list[tuple[str, str, str]] = field(default_factory=list)
+    relaxed: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    displaced: list[tuple[str, str]] = field(default_factory=list)
+    renames: list[tuple[int, str]] = field(default_factory=list)
+    promotions: list[tuple[int, IcebergType]] = field(default_factory=list)
+    relaxed_ids: list[int] = field(default_factory=list)
+    columns: dict[int, RecordedColumn] = field(default_factory=dict)
+
+
 def _plan(
     table: Table,
     schema: Schema,
@@ -146,82 +161,92 @@ def _plan(
 ) -> ShapePlan:
     name = ".".join(table.name())
     by_id = {f.field_id: f for f in schema.fields}
-    key = set(schema.identifier_field_ids)
-    renamed: list[tuple[str, str]] = []
-    widened: list[tuple[str, str, str]] = []
-    relaxed: list[str] = []
-    dropped: list[str] = []
-    displaced: list[tuple[str, str]] = []
-    renames: list[tuple[int, str]] = []
-    promotions: list[tuple[int, IcebergType]] = []
-    relaxed_ids: list[int] = []
-    columns: dict[int, RecordedColumn] = {}
+    draft = _Draft()
     for field_id, hot_name in matched.items():
-        lake, hot = by_id[field_id], wanted.find_field(hot_name)
-        if lake.name != hot_name:
-            renamed.append((lake.name, hot_name))
-            renames.append((field_id, hot_name))
-        if not same_type(lake.field_type, hot.field_type):
-            if not widens(lake.field_type, hot.field_type):
-                raise SchemaConflict(
-                    f"column {hot_name!r}: the hot store's type {hot.field_type} cannot be written into the lake's "
-                    f"{lake.field_type} (only int -> long, float -> double and wider decimals are applied; a narrowing "
-                    f"or any other type change would lose data). Cast it back, tier it as a new column (add one and "
-                    f"leave this one out with source.columns), or drop lake table {name} to tier the table again; "
-                    "nothing was committed"
-                )
-            widened.append((hot_name, str(lake.field_type), str(hot.field_type)))
-            promotions.append((field_id, hot.field_type))
-        if lake.required and not hot.required:
-            relaxed.append(hot_name)
-            relaxed_ids.append(field_id)
-        columns[field_id] = RecordedColumn(identity.columns.get(hot_name))
+        _follow_matched(draft, by_id[field_id], wanted.find_field(hot_name), identity.columns.get(hot_name), name)
     final_names = {f.name for f in wanted.fields}
+    key = set(schema.identifier_field_ids)
     for lake in schema.fields:
-        if lake.field_id in matched:
-            continue
-        was = (record or {}).get(lake.field_id, RecordedColumn())
-        if keep is not None and lake.name in keep:  # absent from what this round reads, not dropped
-            if lake.required:
-                raise SchemaConflict(
-                    f"column {lake.name!r}: required ({lake.field_type}) in the lake but absent from what this round "
-                    "reads; nothing was committed"
-                )
-            columns[lake.field_id] = was
-            continue
-        if lake.field_id in key:
-            raise SchemaConflict(
-                f"column {lake.name!r}: a merge key column of Iceberg table {name} is gone from the hot table (or was "
-                "dropped and added again); the lake's rows could no longer be merged by it. Declare another key in "
-                f"merge.primary_key and drop lake table {name} to tier the table again; nothing was committed"
-            )
-        if not was.dropped:
-            dropped.append(lake.name)
-        if lake.required:
-            relaxed_ids.append(lake.field_id)
-        if lake.name in final_names:
-            displaced.append((lake.name, _moved_aside(lake.name, lake.field_id)))
-            renames.append((lake.field_id, _moved_aside(lake.name, lake.field_id)))
-        columns[lake.field_id] = RecordedColumn(was.hot_id, dropped=True)
+        if lake.field_id not in matched:
+            was = (record or {}).get(lake.field_id, RecordedColumn())
+            _follow_unmatched(draft, lake, was, keep, lake.field_id in key, lake.name in final_names, name)
     adds = tuple((f.name, f.field_type) for f in wanted.fields if f.name not in matched.values())
     changes = ShapeChanges(
-        renamed=tuple(renamed),
+        renamed=tuple(draft.renamed),
         added=tuple(n for n, _ in adds),
-        dropped=tuple(dropped),
-        displaced=tuple(displaced),
-        widened=tuple(widened),
-        relaxed=tuple(relaxed),
+        dropped=tuple(draft.dropped),
+        displaced=tuple(draft.displaced),
+        widened=tuple(draft.widened),
+        relaxed=tuple(draft.relaxed),
     )
     return ShapePlan(
         changes,
-        tuple(renames),
+        tuple(draft.renames),
         adds,
-        tuple(promotions),
-        tuple(relaxed_ids),
-        columns,
+        tuple(draft.promotions),
+        tuple(draft.relaxed_ids),
+        draft.columns,
         {n: identity.columns.get(n) for n, _ in adds},
-        records=record is None or any(record.get(i) != c for i, c in columns.items()),
+        records=record is None or any(record.get(i) != c for i, c in draft.columns.items()),
     )
+
+
+def _follow_matched(draft: _Draft, lake: NestedField, hot: NestedField, hot_id: int | None, name: str) -> None:
+    """A lake column matched to a hot one: renamed, promoted, made optional."""
+    field_id, hot_name = lake.field_id, hot.name
+    if lake.name != hot_name:
+        draft.renamed.append((lake.name, hot_name))
+        draft.renames.append((field_id, hot_name))
+    if not same_type(lake.field_type, hot.field_type):
+        if not widens(lake.field_type, hot.field_type):
+            raise SchemaConflict(
+                f"column {hot_name!r}: the hot store's type {hot.field_type} cannot be written into the lake's "
+                f"{lake.field_type} (only int -> long, float -> double and wider decimals are applied; a narrowing "
+                f"or any other type change would lose data). Cast it back, tier it as a new column (add one and "
+                f"leave this one out with source.columns), or drop lake table {name} to tier the table again; "
+                "nothing was committed"
+            )
+        draft.widened.append((hot_name, str(lake.field_type), str(hot.field_type)))
+        draft.promotions.append((field_id, hot.field_type))
+    if lake.required and not hot.required:
+        draft.relaxed.append(hot_name)
+        draft.relaxed_ids.append(field_id)
+    draft.columns[field_id] = RecordedColumn(hot_id)
+
+
+def _follow_unmatched(
+    draft: _Draft,
+    lake: NestedField,
+    was: RecordedColumn,
+    keep: set[str] | None,
+    in_key: bool,
+    name_taken: bool,
+    name: str,
+) -> None:
+    """A lake column no hot column matches: absent from what a partial round reads (kept), or dropped (made
+    optional, and moved aside when a hot column takes its name)."""
+    if keep is not None and lake.name in keep:  # absent from what this round reads, not dropped
+        if lake.required:
+            raise SchemaConflict(
+                f"column {lake.name!r}: required ({lake.field_type}) in the lake but absent from what this round "
+                "reads; nothing was committed"
+            )
+        draft.columns[lake.field_id] = was
+        return
+    if in_key:
+        raise SchemaConflict(
+            f"column {lake.name!r}: a merge key column of Iceberg table {name} is gone from the hot table (or was "
+            "dropped and added again); the lake's rows could no longer be merged by it. Declare another key in "
+            f"merge.primary_key and drop lake table {name} to tier the table again; nothing was committed"
+        )
+    if not was.dropped:
+        draft.dropped.append(lake.name)
+    if lake.required:
+        draft.relaxed_ids.append(lake.field_id)
+    if name_taken:
+        draft.displaced.append((lake.name, _moved_aside(lake.name, lake.field_id)))
+        draft.renames.append((lake.field_id, _moved_aside(lake.name, lake.field_id)))
+    draft.columns[lake.field_id] = RecordedColumn(was.hot_id, dropped=True)
 
 
 def apply_shape(

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_tiering.core.round import RetryDelay
+from airflow_provider_tiering.core.round_failure import RetryDelay
 from airflow_provider_tiering.core.state import utcnow
 
 log = logging.getLogger(__name__)

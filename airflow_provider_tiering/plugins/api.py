@@ -8,7 +8,6 @@ caller may not read is not found, and does not make a name ambiguous.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
@@ -25,6 +24,7 @@ from airflow_provider_tiering.plugins.access import (
     readable_by,
 )
 from airflow_provider_tiering.status import (
+    TableStatusRecord,
     TieringRound,
     TieringStatus,
     get_tiering_status,
@@ -45,101 +45,8 @@ TablePath = Annotated[
 ]
 
 
-class MaintenanceResponse(BaseModel):
-    """The table's lake maintenance: its last run, what compaction, expiry and orphan removal did, its last error."""
-
-    last_run_at: datetime | None
-    last_outcome: str | None = Field(description='"maintained" or "failed"')
-    data_files: int | None = Field(description="Data files of the current snapshot after the last run")
-    snapshots: int | None = Field(description="Snapshots of the table after the last run")
-    last_compaction_at: datetime | None
-    files_before_compaction: int | None
-    files_after_compaction: int | None
-    last_compaction_check: str | None = Field(description='"compacted", "below_threshold", "gave_up" or "skipped"')
-    snapshots_expired: int
-    snapshots_expired_total: int
-    orphans_removed: int
-    orphans_removed_total: int
-    consecutive_failures: int
-    last_error: str | None = Field(description="The failing step and its root cause, masked; kept after a success")
-    last_error_time: datetime | None
-
-
-class TableStatusResponse(BaseModel):
-    """One tiered table: its status, position, last round and last error (the state document, flattened)."""
-
-    table: str = Field(description="Name of the table in its DAG spec (the task id)")
-    namespace: str
-    lake_table: str
-    asset: str = Field(description="The Airflow asset of the table, tiering/<namespace>/<table>")
-    asset_id: int
-    dag_id: str | None = Field(description="DAG that tiers the table (the newest one emitting its asset)")
-    task_id: str | None
-    status: TableStatus
-    epoch: int
-    last_tiered_time: datetime | None
-    last_checked_time: datetime | None
-    staleness_seconds: float | None = Field(description="Seconds since the table was last tiered")
-    lag_seconds: float | None = Field(
-        description="For time cursors: how old the last round's newest row was when the round ended; else null"
-    )
-    newest_data_age_seconds: float | None = Field(
-        description="For time cursors: how old the lake's newest row is now; null for other cursors (an integer "
-        "cursor says nothing about time)"
-    )
-    backlog_rows: int | None = Field(
-        description="Rows beyond its end the last round saw and left for later rounds (its max_rows_per_round cap); "
-        "rows that arrived since are not counted (null: no round yet)"
-    )
-    last_round_rows: int | None
-    committed_offsets: dict[str, Any] | None
-    snapshot_id: int | None
-    consecutive_failures: int
-    next_retry_at: datetime | None
-    quarantined: bool
-    quarantined_since: datetime | None
-    last_error: str | None = Field(description="Last error, masked and truncated to 2 KiB; kept after a success")
-    last_error_time: datetime | None
-    watermark_blockers: list[dict[str, Any]] = Field(description="Open transactions holding the safe watermark")
-    note: str | None
-    last_round_evicted_rows: int | None = Field(description="Tiered rows the last round deleted from the hot store")
-    evicted_rows_total: int = Field(description="Tiered rows deleted from the hot store so far (eviction)")
-    eviction_note: str | None = Field(description="Why the last round's eviction did not run or stopped")
-    maintenance: MaintenanceResponse | None = Field(description="None before the table's first maintenance run")
-    mode: str | None = Field(default=None, description="append, merge (by cursor) or change_stream (CDC)")
-    merge_key: list[str] | None = Field(default=None, description="The key a merge or change-stream table merges by")
-    last_round_inserted_rows: int | None = Field(default=None, description="Keys the last merge added to the lake")
-    last_round_updated_rows: int | None = Field(default=None, description="Keys whose lake row the last merge replaced")
-    last_round_deleted_rows: int | None = Field(default=None, description="Keys the last merge removed from the lake")
-    last_round_merge: dict[str, Any] | None = Field(
-        default=None,
-        description="Where the last merge wrote files again and at what cost: ran_on (task_process or spark), tasks, "
-        "files_rewritten, bytes_read, bytes_written",
-    )
-    change_stream: dict[str, Any] | None = Field(
-        default=None,
-        description="A change-stream table's replication slot as its last round saw it: slot, position, "
-        "retained_wal_bytes, max_retained_wal_bytes, backlog_wal_bytes (the WAL a capped round left for the next "
-        "ones; its changes, estimated, are backlog_rows)",
-    )
-    in_place_changes: dict[str, Any] | None = Field(
-        default=None,
-        description="An append table's hot rows updated and deleted in place behind the lake's back (PostgreSQL "
-        "counts them): updated_since_last_round, deleted_since_last_round, updated_total, deleted_total, "
-        "watched_since",
-    )
-    shape_change: dict[str, Any] | None = Field(
-        default=None, description="The last change of the hot table's shape the lake followed: at, changes, reload"
-    )
-    replaced_hot_table: dict[str, Any] | None = Field(
-        default=None,
-        description="The hot table a round refused as another one (dropped and created again, or its rows "
-        "replaced): what a reset with adopt_hot_table continues with",
-    )
-
-
 class TableListResponse(BaseModel):
-    tables: list[TableStatusResponse]
+    tables: list[TableStatusRecord]
     total_entries: int
 
 
@@ -163,8 +70,8 @@ class TriggerResponse(BaseModel):
     runs: list[TriggeredRunResponse]
 
 
-def _response(found: TieringStatus) -> TableStatusResponse:
-    return TableStatusResponse.model_validate(found.to_json())
+def _response(found: TieringStatus) -> TableStatusRecord:
+    return found.record()
 
 
 def _not_found(err: TableNotFound) -> HTTPException:
@@ -220,11 +127,11 @@ def get_history(
 
 @router.post(
     "/tables/{table:path}/reset",
-    response_model=TableStatusResponse,
+    response_model=TableStatusRecord,
     summary="Lift a table's quarantine so its next round runs",
     responses={400: {}, 403: {}, 404: {}},
 )
-def reset(table: TablePath, user: GetUserDep) -> TableStatusResponse:
+def reset(table: TablePath, user: GetUserDep) -> TableStatusRecord:
     with session_scope(None) as session:
         found = _one(table, user, session)
         authorize_reset(user, found.asset_id, found.table)
@@ -235,11 +142,11 @@ def reset(table: TablePath, user: GetUserDep) -> TableStatusResponse:
 
 @router.get(
     "/tables/{table:path}",
-    response_model=TableStatusResponse,
+    response_model=TableStatusRecord,
     summary="One table's status",
     responses={400: {}, 404: {}},
 )
-def get_table(table: TablePath, user: GetUserDep) -> TableStatusResponse:
+def get_table(table: TablePath, user: GetUserDep) -> TableStatusRecord:
     return _response(_one(table, user))
 
 

@@ -8,7 +8,7 @@ with a filtered replication origin (the tiering's own eviction) are skipped whol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
@@ -64,40 +64,32 @@ class ChangeSet:
         return self.inserted + self.updated + self.deleted
 
 
-def apply_changes(
-    messages: Iterable[Message],
-    *,
-    key: Sequence[str],
-    start_lsn: int,
-    end_lsn: int | None,
-    skip_origins: frozenset[str] = frozenset(),
-    table: str = "the table",
-    names: Callable[[Relation], tuple[str | None, ...]] | None = None,
-    keys_in_memory: int | None = None,
-    stop_after_lsn: int | None = None,
-) -> ChangeSet:
-    """Apply ``messages`` (one slot's, in order) to a :class:`ChangeSet`. ``names`` gives, for a Relation message,
-    the name each of its columns has now (None: a column whose values no longer count); by default its own names.
-    With ``keys_in_memory``, the rows are dropped once they hold more keys than that (``rows_complete`` is then
-    False): what was read is counted, its rows are read again in chunks (:func:`changes_in_chunks`). With
-    ``stop_after_lsn``, no transaction is applied after the first one ending at or past it.
+@dataclass(frozen=True)
+class ChangeWindow:
+    """Which of one slot's changes a round applies, and by what: the transactions committed in
+    ``(start_lsn, end_lsn]`` (None: no end), none after the first one ending at or past ``stop_after_lsn``, none of
+    the ``skip_origins`` (eviction's own); rows keyed by ``key``; ``names`` gives, for a Relation message, the name
+    each of its columns has now (None: a column whose values no longer count; by default its own names)."""
+
+    key: Sequence[str]
+    start_lsn: int
+    end_lsn: int | None
+    skip_origins: frozenset[str] = frozenset()
+    table: str = "the table"
+    names: Callable[[Relation], tuple[str | None, ...]] | None = None
+    stop_after_lsn: int | None = None
+
+
+def apply_changes(messages: Iterable[Message], window: ChangeWindow, *, keys_in_memory: int | None = None) -> ChangeSet:
+    """Apply ``messages`` (one slot's, in order) in ``window`` to a :class:`ChangeSet`. With ``keys_in_memory``, the
+    rows are dropped once they hold more keys than that (``rows_complete`` is then False): what was read is counted,
+    its rows are read again in chunks (:func:`changes_in_chunks`).
 
     Raises:
         TableTruncated: a transaction in the window truncated the table.
         ChangeStreamUnavailable: a change does not carry the key columns (the table's replica identity lacks them).
     """
-    reducing = changes_in_chunks(
-        messages,
-        key=key,
-        start_lsn=start_lsn,
-        end_lsn=end_lsn,
-        skip_origins=skip_origins,
-        table=table,
-        names=names,
-        keys_per_chunk=keys_in_memory,
-        stop_after_lsn=stop_after_lsn,
-    )
-    chunked = Chunks(reducing)
+    chunked = Chunks(changes_in_chunks(messages, window, keys_per_chunk=keys_in_memory))
     chunks = 0
     rows: dict[Key, RowVersion | None] = {}
     for chunk in chunked:
@@ -124,96 +116,117 @@ class Chunks:
 
 
 def changes_in_chunks(
-    messages: Iterable[Message],
-    *,
-    key: Sequence[str],
-    start_lsn: int,
-    end_lsn: int | None,
-    skip_origins: frozenset[str] = frozenset(),
-    table: str = "the table",
-    names: Callable[[Relation], tuple[str | None, ...]] | None = None,
-    keys_per_chunk: int | None = None,
-    stop_after_lsn: int | None = None,
+    messages: Iterable[Message], window: ChangeWindow, *, keys_per_chunk: int | None = None
 ) -> Generator[dict[Key, RowVersion | None], None, ChangeSet]:
     """Apply ``messages`` as :func:`apply_changes` does, yielding the rows in chunks of at most about
     ``keys_per_chunk`` keys (None: one chunk), in order: a key's version in a later chunk supersedes its versions in
     earlier ones, and an update there whose unchanged TOAST values no change of its own chunk carried names the key
     to take them from (``fill_from``), in the earlier chunks or the lake. A chunk may end inside a transaction.
     Returns the counts (a :class:`ChangeSet` without rows)."""
-    result = ChangeSet()
-    relations: dict[int, tuple[str | None, ...]] = {}
-    pending: list[Change | Truncate] = []
+    reducer = _Reducer(window, keys_per_chunk)
+    for message in messages:
+        if (yield from reducer.take(message)):
+            break
+    if reducer.result.rows:
+        yield reducer.result.rows
+        reducer.result.rows = {}
+    return reducer.result
+
+
+Chunk = Generator[dict[Key, RowVersion | None], None, None]
+
+
+@dataclass
+class _Reducer:
+    """The state of :func:`changes_in_chunks` between messages: the transaction being read and what is applied."""
+
+    window: ChangeWindow
+    keys_per_chunk: int | None
+    result: ChangeSet = field(default_factory=ChangeSet)
+    relations: dict[int, tuple[str | None, ...]] = field(default_factory=dict)
+    pending: list[Change | Truncate] = field(default_factory=list)
     begin: Begin | None = None
     origin: str | None = None
-    streaming = False  # the transaction is large: its changes are applied as they come, not held until its commit
-    counted = (0, 0, 0)
+    #: The transaction is large: its changes are applied as they come, not held until its commit.
+    streaming: bool = False
+    #: The counts before the transaction being read.
+    counted: tuple[int, int, int] = (0, 0, 0)
 
-    def apply(change: Change | Truncate, commit_lsn: int) -> Iterator[dict[Key, RowVersion | None]]:
-        if isinstance(change, Truncate):
-            raise TableTruncated(
-                f"{table} was truncated (transaction committed at {format_lsn(commit_lsn)}): the lake still holds "
-                "its rows, and a truncate says nothing about which of them to remove. Ways out: drop the lake table "
-                "and reset the table (the next round loads it again); or keep the lake's rows as history and tier "
-                "the table as it is now from its start: airflow tiering reset <table> --adopt-hot-table; or restore "
-                "the rows. Nothing after the truncate was tiered"
-            )
-        _apply(result, change, relations[change.relation], key, table)
-        if keys_per_chunk is not None and len(result.rows) >= keys_per_chunk:
-            yield result.rows
-            result.rows = {}
-
-    for message in messages:
+    def take(self, message: Message) -> Generator[dict[Key, RowVersion | None], None, bool]:
+        """Apply one message, yielding the chunks it fills; returns whether the window ends here."""
         if isinstance(message, Relation):
-            relations[message.oid] = message.columns if names is None else names(message)
+            names = self.window.names
+            self.relations[message.oid] = message.columns if names is None else names(message)
         elif isinstance(message, Begin):
             # The window's bounds are record boundaries (a commit's end, or an insert position read before the
             # flushed one): a transaction commits in it exactly when its commit record starts in it.
-            if end_lsn is not None and message.final_lsn >= end_lsn:
-                break
-            pending, begin, origin, streaming = [], message, None, False
-            counted = (result.inserted, result.updated, result.deleted)
+            if self.window.end_lsn is not None and message.final_lsn >= self.window.end_lsn:
+                return True
+            self.pending, self.begin, self.origin, self.streaming = [], message, None, False
+            self.counted = (self.result.inserted, self.result.updated, self.result.deleted)
         elif isinstance(message, Origin):
-            origin = message.name
+            self.origin = message.name
         elif isinstance(message, (Change, Truncate)):
-            if streaming:
-                yield from apply(message, begin.final_lsn if begin is not None else 0)
-                continue
-            pending.append(message)
-            counts = begin is not None and begin.final_lsn >= start_lsn and origin not in skip_origins
-            if len(pending) >= BUFFERED_CHANGES and counts and begin is not None:
-                streaming = True
-                for change in pending:
-                    yield from apply(change, begin.final_lsn)
-                pending = []
-            elif len(pending) >= BUFFERED_CHANGES:
-                pending = []  # a transaction the lake holds, or eviction's: nothing of it is applied
+            yield from self._change(message)
         elif isinstance(message, Commit):
-            commit_end = message.end_lsn
-            if end_lsn is not None and commit_end > end_lsn:
-                if streaming:
-                    # An end that is not a record boundary (a plan's flushed position) fell inside this large
-                    # transaction's commit record, and its changes are applied already: they are not counted, and
-                    # the rows are incomplete (read again up to a record boundary).
-                    result.inserted, result.updated, result.deleted = counted
-                    result.rows_complete = False
-                break
-            if commit_end <= start_lsn:
-                continue
-            if origin in skip_origins:
-                result.skipped += 1
-            else:
-                if not streaming:
-                    for change in pending:
-                        yield from apply(change, message.commit_lsn)
-                result.transactions += 1
-            pending, streaming = [], False
-            result.last_end_lsn = commit_end
-            if stop_after_lsn is not None and commit_end >= stop_after_lsn:
-                break
-    if result.rows:
-        yield result.rows
-        result.rows = {}
-    return result
+            return (yield from self._commit(message))
+        return False
+
+    def _change(self, message: Change | Truncate) -> Chunk:
+        begin = self.begin
+        if self.streaming:
+            yield from self._apply(message, begin.final_lsn if begin is not None else 0)
+            return
+        self.pending.append(message)
+        if len(self.pending) < BUFFERED_CHANGES:
+            return
+        if (
+            begin is not None
+            and begin.final_lsn >= self.window.start_lsn
+            and self.origin not in self.window.skip_origins
+        ):
+            self.streaming = True
+            for change in self.pending:
+                yield from self._apply(change, begin.final_lsn)
+        self.pending = []  # applied; or a transaction the lake holds, or eviction's: nothing of it is applied
+
+    def _commit(self, message: Commit) -> Generator[dict[Key, RowVersion | None], None, bool]:
+        result, commit_end = self.result, message.end_lsn
+        window = self.window
+        if window.end_lsn is not None and commit_end > window.end_lsn:
+            if self.streaming:
+                # An end that is not a record boundary (a plan's flushed position) fell inside this large
+                # transaction's commit record, and its changes are applied already: they are not counted, and
+                # the rows are incomplete (read again up to a record boundary).
+                result.inserted, result.updated, result.deleted = self.counted
+                result.rows_complete = False
+            return True
+        if commit_end <= window.start_lsn:
+            return False
+        if self.origin in window.skip_origins:
+            result.skipped += 1
+        else:
+            if not self.streaming:
+                for change in self.pending:
+                    yield from self._apply(change, message.commit_lsn)
+            result.transactions += 1
+        self.pending, self.streaming = [], False
+        result.last_end_lsn = commit_end
+        return window.stop_after_lsn is not None and commit_end >= window.stop_after_lsn
+
+    def _apply(self, change: Change | Truncate, commit_lsn: int) -> Chunk:
+        if isinstance(change, Truncate):
+            raise TableTruncated(
+                f"{self.window.table} was truncated (transaction committed at {format_lsn(commit_lsn)}): the lake "
+                "still holds its rows, and a truncate says nothing about which of them to remove. Ways out: drop the "
+                "lake table and reset the table (the next round loads it again); or keep the lake's rows as history "
+                "and tier the table as it is now from its start: airflow tiering reset <table> --adopt-hot-table; or "
+                "restore the rows. Nothing after the truncate was tiered"
+            )
+        _apply(self.result, change, self.relations[change.relation], self.window.key, self.window.table)
+        if self.keys_per_chunk is not None and len(self.result.rows) >= self.keys_per_chunk:
+            yield self.result.rows
+            self.result.rows = {}
 
 
 def _key_of(values: dict[str, Value], key: Sequence[str], table: str) -> Key:

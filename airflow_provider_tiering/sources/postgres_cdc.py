@@ -49,6 +49,7 @@ from airflow_provider_tiering.core.shape import AddedValues, ColumnHistory, HotI
 from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
 from airflow_provider_tiering.sources.change_stream import (
     ChangeSet,
+    ChangeWindow,
     Chunks,
     Key,
     RowVersion,
@@ -594,7 +595,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         was allowed without finding enough changes is repeated over more. Past ``keys_in_memory`` keys, the rows
         are dropped and only counted (``ChangeSet.rows_complete``)."""
         budget = upto_changes
-        names = self._relation_names()
+        window = self._window(start, end, stop_after)
 
         while True:
             sent = 0
@@ -607,39 +608,26 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
             # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
             with closing(self._peek(conn, end, budget)) as messages:
-                found = apply_changes(
-                    counted(messages),
-                    key=self.key or self.primary_key(),
-                    start_lsn=start,
-                    end_lsn=end,
-                    skip_origins=frozenset({self.eviction_origin}),
-                    table=self.display_name,
-                    names=names,
-                    keys_in_memory=self.spec.keys_in_memory,
-                    stop_after_lsn=stop_after,
-                )
+                found = apply_changes(counted(messages), window, keys_in_memory=self.spec.keys_in_memory)
             if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
                 return found
             if stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after:
                 return found
             budget *= 8
 
+    def _window(self, start: int, end: int | None, stop_after: int | None = None) -> ChangeWindow:
+        """The changes of transactions committed in ``(start, end]``, keyed, eviction's own skipped."""
+        return ChangeWindow(
+            self.key or self.primary_key(), start, end, frozenset({self.eviction_origin}), self.display_name,
+            self._relation_names(), stop_after,
+        )  # fmt: skip
+
     def _change_chunks(self, conn: Any, start: int, end: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """The changes of transactions committed in ``(start, end]``, typed, in chunks of ``keys_in_memory`` keys
         (numbered from 1: a key's version in a later chunk supersedes its earlier ones)."""
         with closing(self._peek(conn, end, None)) as messages:
-            chunks = Chunks(
-                changes_in_chunks(
-                    messages,
-                    key=self.key or self.primary_key(),
-                    start_lsn=start,
-                    end_lsn=end,
-                    skip_origins=frozenset({self.eviction_origin}),
-                    table=self.display_name,
-                    names=self._relation_names(),
-                    keys_per_chunk=self.spec.keys_in_memory,
-                )
-            )
+            window = self._window(start, end)
+            chunks = Chunks(changes_in_chunks(messages, window, keys_per_chunk=self.spec.keys_in_memory))
             number = 0
             for number, rows in enumerate(chunks, start=1):
                 yield from self._typed(rows, schema, number)

@@ -7,16 +7,14 @@ them with pyarrow; only file metadata travels back to the driver, never table da
 from __future__ import annotations
 
 import logging
-import re
+import pickle
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_tiering.core import errors
-from airflow_provider_tiering.core.error_text import condense_python_traceback
 from airflow_provider_tiering.core.errors import InvalidPlan, NotRetryable, SourceError
 from airflow_provider_tiering.core.ports import FileKind, SplitReader, SplitT, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.parquet_writer import write_data_files
@@ -27,7 +25,8 @@ from airflow_provider_tiering.spark.session import SparkSettings, create_spark_s
 
 log = logging.getLogger(__name__)
 
-RESULT_SCHEMA = "split_index INT, path STRING, rows BIGINT, bytes BIGINT, partition STRING, kind STRING"
+#: A Spark Connect task's result rows: a written file each, or (``refused`` set) its split's pickled refusal.
+RESULT_SCHEMA = "split_index INT, path STRING, rows BIGINT, bytes BIGINT, partition STRING, kind STRING, refused BINARY"
 _RESULT_FIELDS: list[pa.Field[Any]] = [
     pa.field("split_index", pa.int32()),
     pa.field("path", pa.string()),
@@ -35,8 +34,37 @@ _RESULT_FIELDS: list[pa.Field[Any]] = [
     pa.field("bytes", pa.int64()),
     pa.field("partition", pa.string()),
     pa.field("kind", pa.string()),
+    pa.field("refused", pa.binary()),
 ]
 _RESULT_ARROW = pa.schema(_RESULT_FIELDS)
+
+
+def _result_row(found: WrittenFile | _Refused) -> dict[str, Any]:
+    if isinstance(found, _Refused):
+        return {
+            "split_index": -1,
+            "path": "",
+            "rows": 0,
+            "bytes": 0,
+            "partition": "",
+            "kind": "",
+            "refused": pickle.dumps(found.error),
+        }
+    return {**asdict(found), "kind": found.kind.value, "refused": None}
+
+
+def _from_result_row(row: Any) -> WrittenFile | _Refused:
+    if row["refused"] is not None:
+        # Pickled by this package's own code in the Spark task, as pyspark pickles every task result.
+        return _Refused(pickle.loads(bytes(row["refused"])))
+    return WrittenFile(
+        row["path"],
+        int(row["rows"]),
+        int(row["bytes"]),
+        int(row["split_index"]),
+        row["partition"],
+        FileKind(row["kind"]),
+    )
 
 
 def _task_attempt_id() -> int:
@@ -81,15 +109,27 @@ def write_split(
     return files
 
 
-def not_retryable_from_task(exc: Exception) -> NotRetryable | None:
-    """The :class:`NotRetryable` error a Spark task failed with, rebuilt on the driver (Spark hands back only the
-    worker's traceback as text), so the round treats it as it would in-process; None for any other failure."""
-    match = re.match(r"(\w+): (.*)", condense_python_traceback(str(exc)), re.DOTALL)
-    kind = None if match is None else getattr(errors, match.group(1), None)
-    if isinstance(kind, type) and issubclass(kind, NotRetryable):
-        rebuilt: NotRetryable = kind(match.group(2) if match else "")
-        return rebuilt
-    return None
+@dataclass(frozen=True)
+class _Refused:
+    """A split's error that no retry cures, handed back as the task's result: pickled with its class and fields
+    (a failed task hands back only its traceback's text), and not retried by Spark in vain."""
+
+    error: NotRetryable
+
+
+def _refused_or_written(write_one: Callable[[SplitT], list[WrittenFile]], split: SplitT) -> list[Any]:
+    try:
+        return list(write_one(split))
+    except NotRetryable as exc:
+        return [_Refused(exc)]
+
+
+def _files_or_refusal(results: Sequence[Any]) -> list[WrittenFile]:
+    """The tasks' files, or the first refusal raised as it was raised in its task."""
+    for found in results:
+        if isinstance(found, _Refused):
+            raise found.error
+    return list(results)
 
 
 class SparkSplitWriter:
@@ -151,13 +191,7 @@ class SparkSplitWriter:
         indexes = sorted(by_index)
         if indexes != list(range(len(indexes))):
             raise InvalidPlan(f"split indexes must be 0..n-1, not {indexes}")
-        try:
-            return self._write_on_spark(write_one, by_index, indexes)
-        except Exception as exc:
-            found = not_retryable_from_task(exc)
-            if found is None:
-                raise
-            raise found from exc
+        return self._write_on_spark(write_one, by_index, indexes)
 
     def _write_on_spark(
         self, write_one: Callable[[SplitT], list[WrittenFile]], by_index: dict[int, SplitT], indexes: list[int]
@@ -165,31 +199,23 @@ class SparkSplitWriter:
         if not self.settings.remote:
             # The RDD API where there is one: no query planning, code generation or Arrow round trip in the JVM
             # (measured: the first job of a session 3.0-3.9 s with mapInArrow, 2.1-2.3 s without).
-            def run_partition(partition: Iterator[int]) -> Iterator[WrittenFile]:
+            def run_partition(partition: Iterator[int]) -> Iterator[Any]:
                 for index in partition:
-                    yield from write_one(by_index[index])
+                    yield from _refused_or_written(write_one, by_index[index])
 
-            return list(
-                self.spark.sparkContext.parallelize(indexes, len(indexes)).mapPartitions(run_partition).collect()
-            )
+            rdd = self.spark.sparkContext.parallelize(indexes, len(indexes))
+            return _files_or_refusal(rdd.mapPartitions(run_partition).collect())
 
         # Spark Connect has no RDD API: a DataFrame job whose Arrow rows carry the file metadata back.
         def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 for index in batch.column(0).to_pylist():
-                    files = write_one(by_index[int(index or 0)])
-                    yield pa.RecordBatch.from_pylist(
-                        [{**asdict(f), "kind": f.kind.value} for f in files], schema=_RESULT_ARROW
-                    )
+                    found = _refused_or_written(write_one, by_index[int(index or 0)])
+                    yield pa.RecordBatch.from_pylist([_result_row(f) for f in found], schema=_RESULT_ARROW)
 
         frame = self.spark.range(0, len(indexes), 1, numPartitions=len(indexes))
         rows = frame.mapInArrow(run_tasks, RESULT_SCHEMA).collect()
-        return [
-            WrittenFile(
-                r["path"], int(r["rows"]), int(r["bytes"]), int(r["split_index"]), r["partition"], FileKind(r["kind"])
-            )
-            for r in rows
-        ]
+        return _files_or_refusal([_from_result_row(r) for r in rows])
 
     def stop(self) -> None:
         """Cancel whatever job still runs (a round stopped by its timeout), then stop a local or cluster session;

@@ -25,7 +25,7 @@ from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.error_text import describe_error
 from airflow_provider_tiering.core.errors import FencedError
 from airflow_provider_tiering.core.ports import SplitWriter
-from airflow_provider_tiering.core.round import RoundPhase
+from airflow_provider_tiering.core.round_result import RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.catalog import CatalogHandle

@@ -56,9 +56,7 @@ DAG_FILE = textwrap.dedent(
 )
 
 
-@pytest.mark.e2e
 @pytest.mark.serial
-@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("metadata", ["sqlite", "postgres"])
 def test_real_cluster_runs_dag_with_asset_state_store(tmp_path: Path, pg_server, metadata: str) -> None:

@@ -71,8 +71,6 @@ class StatsdListener:
         self.sock.close()
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_stale_table_fails_its_task_and_the_summary_naming_the_blocker_and_metrics_arrive(
     pg_server, tmp_path: Path

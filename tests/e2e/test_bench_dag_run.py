@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.bench_dag_run import EMPTY, NOT_DUE, NOTHING_NEW, main
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.bench
 
 
 @pytest.mark.timeout(900)
@@ -29,4 +29,4 @@ def test_bench_dag_run_smoke(tmp_path: Path) -> None:
     assert runs[NOTHING_NEW]["task_states"] == {"skipped": 3, "success": 1}
     assert runs[NOT_DUE]["task_states"] == {"skipped": 3, "success": 1}
     assert {"ratio_run", "ratio_client"} <= set(report["summary"][NOTHING_NEW])
-    assert report["profile"]["tiering_task_steps"]["run_round: nothing to tier"] >= 0
+    assert report["profile"]["tiering_task_steps"]["run_round: nothing to tier"] > 0

@@ -55,8 +55,6 @@ def cli(af: AirflowCluster, *args: str, timeout: float = 300) -> subprocess.Comp
     )
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)

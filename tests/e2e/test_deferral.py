@@ -61,9 +61,7 @@ def wait_for_state(af: AirflowCluster, dag_id: str, run_id: str, task_id: str, w
     raise AssertionError(f"{dag_id}/{run_id}/{task_id} stayed {state}, wanted {wanted}")
 
 
-@pytest.mark.e2e
 @pytest.mark.serial
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_waiting_tables_are_deferred_and_hold_no_worker_slot(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)

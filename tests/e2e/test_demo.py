@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 REPO = Path(__file__).resolve().parents[2]
 NOISE = (
     "[cds",  # the JVM's class data sharing warnings

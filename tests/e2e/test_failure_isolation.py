@@ -109,8 +109,6 @@ def assert_no_secret_anywhere(af: AirflowCluster, run_id: str, secrets: tuple[st
             assert secret not in text, f"a password appears in the {name}"
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, deployment) -> None:
     """On a PostgreSQL metadata DB (the same isolation on the embedded SQLite one: tests/e2e/test_scheduling.py)."""
@@ -210,8 +208,6 @@ def interval(ti: dict[str, Any]) -> tuple[datetime, datetime]:
     return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_four_tables_tiered_at_once_behind_a_sql_catalog_on_postgresql_with_the_lake_on_s3(deployment) -> None:
     """The catalog's database is new: the four tasks' first loads also race to create the catalog's tables."""

@@ -42,8 +42,6 @@ def data_files(catalog: dict[str, str], name: str) -> list[str]:
     return [task.file.file_path for task in table.scan().plan_files()]
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_maintenance_compacts_after_rounds_and_its_failure_fails_only_itself(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)

@@ -32,7 +32,7 @@ def dag_file(kill_marker: Path) -> str:
         from pathlib import Path
 
         from airflow_provider_tiering import build
-        from airflow_provider_tiering.core.round import RoundPhase
+        from airflow_provider_tiering.core.round_result import RoundPhase
         from airflow_provider_tiering.dag_factory import build_tiering_dag
 
         KILL_MARKER = Path({str(kill_marker)!r})
@@ -74,8 +74,6 @@ def assert_chained(rounds: list[dict]) -> None:
         assert after["start_offsets"] == before["end_offsets"], (before, after)
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_round_killed_after_its_commit_is_announced_by_the_next(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)

@@ -51,8 +51,6 @@ def running_reads(dsn: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_round_past_its_timeout_fails_clearly_its_job_is_gone_and_the_next_round_tiers(
     pg_server, tmp_path: Path

@@ -63,8 +63,6 @@ def overlaps(a: tuple[datetime, datetime], b: tuple[datetime, datetime]) -> bool
     return a[0] < b[1] and b[0] < a[1]
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_retries_quarantine_overlapping_runs_and_downstream_asset(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)

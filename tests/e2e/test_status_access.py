@@ -37,8 +37,6 @@ from testbed.lake_check import digest, lake_rows
 from testbed.state_documents import assets_dag_file, state_document, write_in_cluster
 from testbed.tiering_env import tiering_setup
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 REPO = Path(__file__).resolve().parents[2]
 TABLE = "sa_orders"
 EAST, WEST, HIDDEN = "sa_east", "sa_west", "sa_hidden"

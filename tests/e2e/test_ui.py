@@ -24,8 +24,6 @@ from testbed.hot_tables import PostgresHot
 from testbed.state_documents import assets_dag_file, state_document, write_in_cluster
 from testbed.tiering_env import tiering_setup
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 DAG_ID = "tiering_ui"
 WRONG_PASSWORD = "wrong-Secret-pw-71ad"
 VIEWER = "viewer"

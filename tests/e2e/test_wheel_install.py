@@ -33,8 +33,6 @@ from testbed.lake_check import digest
 from testbed.pg_server import PostgresServer
 from tests.integration.test_readme_examples import Block, of, python_kind, shell_commands
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 500
 HOT_COLUMNS = ("order_id", "region", "amount", "created_at", "note")

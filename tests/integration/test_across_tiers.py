@@ -20,8 +20,6 @@ from testbed.hot_tables import COLUMNS, ConcurrentInserter, PostgresHot, SqliteH
 from testbed.lake_check import digest, view_rows
 from testbed.rounds import catalog, lake_of
 
-pytestmark = [pytest.mark.integration]
-
 SPEC = TableSpec.parse(
     {
         "name": "across",

@@ -9,10 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-pytestmark = [pytest.mark.integration]
-
 BAD_DAG = textwrap.dedent(
     """
     from airflow_provider_tiering.dag_factory import build_tiering_dag

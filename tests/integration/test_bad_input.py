@@ -57,7 +57,8 @@ from airflow_provider_tiering.core.errors import (
     SparkUnavailable,
     UnsupportedColumnType,
 )
-from airflow_provider_tiering.core.round import RoundResult, run_round
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.round_result import RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
@@ -71,8 +72,6 @@ from testbed.lake_check import digest, lake_rows, postgres_rows
 from testbed.pg_server import PostgresServer
 from testbed.ports import find_free_port
 from testbed.rounds import catalog as catalog_config
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NAMESPACE = "bad"
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.bench
 
 
 def test_spark_connect_benchmark_runs_both_modes_at_small_size(tmp_path, capsys):

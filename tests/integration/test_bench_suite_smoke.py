@@ -15,7 +15,7 @@ import pytest
 from benchmarks.bench_round import REPO
 
 # serial: run alone after the parallel pass (make test); its timing margins assume the machine to itself.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.serial, pytest.mark.bench]
 
 
 @pytest.mark.timeout(1200)

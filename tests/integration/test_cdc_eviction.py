@@ -18,15 +18,14 @@ from psycopg import sql
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.round import RoundOutcome, RoundPhase, run_round
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.round_result import RoundOutcome, RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.sources.pgoutput import parse_lsn
 from airflow_provider_tiering.sources.postgres_cdc import EVICTION_ORIGIN
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.rounds import lake_of
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COLUMNS = ("id", "name", "amount", "created_at")
 NOW = datetime.now(UTC)

@@ -7,17 +7,15 @@ shows the backlog a capped round left. The lake is read back with pyiceberg and 
 from __future__ import annotations
 
 import psycopg
-import pytest
 
-from airflow_provider_tiering.core.round import RoundOutcome, run_round
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.round_result import RoundOutcome
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.change_rounds import rounds_in_child
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
 from testbed.rounds import lake_of
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MIB = 1024 * 1024
 

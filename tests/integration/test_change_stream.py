@@ -21,7 +21,8 @@ from airflow_provider_tiering.core.errors import (
     TableTruncated,
 )
 from airflow_provider_tiering.core.maintenance import CompactionResult
-from airflow_provider_tiering.core.round import RoundOutcome, RoundResult, run_round
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import retained_wal_alert
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
@@ -33,8 +34,6 @@ from testbed.crash_round import crash_round
 from testbed.lake_check import digest, unreferenced_data_files
 from testbed.pg_server import PostgresServer
 from testbed.rounds import lake_of
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MB = 1024 * 1024
 
@@ -511,3 +510,77 @@ def test_changes_the_stream_would_leave_out_are_refused_not_lost(pg_server, tmp_
         ("tiering_public_gen_cols%",),
     )
     conn.close()
+
+
+def test_the_decoder_reads_the_bytes_postgresql_sends(pg_server):
+    """``sources/pgoutput.py`` decodes a real PostgreSQL 15's pgoutput stream, not only messages the unit tests
+    build: a transaction's Begin, Relation, Insert, key-changing Update, Delete and Commit, an unchanged TOAST value,
+    a replication origin, and a Truncate, each with the values as PostgreSQL sent them."""
+    from airflow_provider_tiering.sources.pgoutput import (
+        UNCHANGED_TOAST,
+        Begin,
+        Change,
+        Commit,
+        Origin,
+        Relation,
+        Truncate,
+        decode,
+    )
+
+    slot, publication = "decoder_bytes", "decoder_bytes_pub"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS decoder_bytes")
+        conn.execute("CREATE TABLE decoder_bytes (id bigint PRIMARY KEY, name text, doc text, amount numeric(10, 2))")
+        conn.execute("ALTER TABLE decoder_bytes ALTER COLUMN doc SET STORAGE EXTERNAL")  # TOASTed, not compressed
+        conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE decoder_bytes")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        try:
+            with conn.transaction():
+                conn.execute("INSERT INTO decoder_bytes VALUES (1, 'one', repeat('x', 5000), 1.50), (2, NULL, 'd', 2)")
+            with conn.transaction():
+                conn.execute("UPDATE decoder_bytes SET id = 3, name = 'three' WHERE id = 1")  # doc left unchanged
+                conn.execute("DELETE FROM decoder_bytes WHERE id = 2")
+            conn.execute("SELECT pg_replication_origin_create('decoder_bytes_origin')")
+            with conn.transaction():
+                conn.execute("SELECT pg_replication_origin_session_setup('decoder_bytes_origin')")
+                conn.execute("TRUNCATE decoder_bytes")
+            rows = conn.execute(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+                "'publication_names', %s, 'messages', 'false')",
+                (slot, publication),
+            ).fetchall()
+        finally:
+            conn.execute("SELECT pg_replication_origin_session_reset()")
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            conn.execute("SELECT pg_replication_origin_drop('decoder_bytes_origin')")
+            conn.execute(f"DROP PUBLICATION {publication}")
+    messages = [decode(bytes(row[0])) for row in rows]
+    kinds = [type(m).__name__ + (f":{m.op}" if isinstance(m, Change) else "") for m in messages]
+    assert kinds == [
+        "Begin", "Relation", "Change:I", "Change:I", "Commit",
+        "Begin", "Change:U", "Change:D", "Commit",  # the relation was described once in this session
+        "Begin", "Origin", "Relation", "Truncate", "Commit",  # described again: a truncate gives it new storage
+    ]  # fmt: skip
+    relation = messages[1]
+    assert isinstance(relation, Relation)
+    assert (relation.namespace, relation.name, relation.columns) == (
+        "public",
+        "decoder_bytes",
+        ("id", "name", "doc", "amount"),
+    )
+    assert relation.key_columns == ("id",) and relation.replica_identity == "d"
+    first, second = messages[2], messages[3]
+    assert isinstance(first, Change) and isinstance(second, Change)
+    assert first.new == ("1", "one", "x" * 5000, "1.50") and second.new == ("2", None, "d", "2.00")
+    update, delete = messages[6], messages[7]
+    assert isinstance(update, Change) and isinstance(delete, Change)
+    assert update.old == ("1", None, None, None) and not update.old_is_row  # the old key: the key changed
+    assert update.new == ("3", "three", UNCHANGED_TOAST, "1.50")  # the TOASTed value was not sent again
+    assert delete.old == ("2", None, None, None) and delete.new is None
+    begins = [m for m in messages if isinstance(m, Begin)]
+    commits = [m for m in messages if isinstance(m, Commit)]
+    assert all(b.final_lsn == c.commit_lsn and c.end_lsn > c.commit_lsn for b, c in zip(begins, commits, strict=True))
+    assert [c.end_lsn for c in commits] == sorted(c.end_lsn for c in commits)
+    origin, truncate = messages[10], messages[12]
+    assert isinstance(origin, Origin) and origin.name == "decoder_bytes_origin"
+    assert isinstance(truncate, Truncate) and truncate.relations == (relation.oid,)

@@ -13,7 +13,7 @@ from tests.chaos.faults import WarehouseMount
 from tests.chaos.harness import KINDS, ChaosConfig, ChaosRun
 
 # serial: run alone after the parallel pass (make test); its timing margins assume the machine to itself.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
+pytestmark = pytest.mark.serial
 
 
 def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path):

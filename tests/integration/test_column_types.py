@@ -30,7 +30,6 @@ from testbed.mariadb_server import MariaDBServer
 from testbed.pg_server import PostgresServer
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NAMESPACE = "types"
 
 
@@ -465,3 +464,23 @@ def test_mariadb_values_and_types_the_lake_cannot_hold_fail_the_first_round(
     document = state.load()
     assert document.quarantined_since is not None and document.next_retry_at is None
     assert lake_table(catalog_properties, durations).current_snapshot() is None
+
+
+def test_a_spark_tasks_refusal_reaches_the_round_with_its_class_and_message(spark_writer: Any, tmp_path: Path) -> None:
+    """An error no retry cures, raised in a Spark task, is handed back as the task's result (pickled, class and
+    arguments kept), not rebuilt from the worker's traceback text; the other splits' files are left to cleanup."""
+    import pyarrow as pa
+
+    from airflow_provider_tiering.core.planner import RangeSplit
+    from airflow_provider_tiering.core.ports import WriteTarget
+    from testbed.split_faults import RefusingReader
+
+    schema = pa.schema([pa.field("id", pa.int64())])
+    splits = [RangeSplit(i, i, i + 1, 10) for i in range(3)]
+    target = WriteTarget(f"file://{tmp_path}/staging", schema)
+    with pytest.raises(UnsupportedColumnType) as refused:
+        spark_writer.write(RefusingReader(refuse=1), splits, schema, target)
+    assert type(refused.value) is UnsupportedColumnType
+    assert refused.value.args == ("split 1: column 'c' holds a value no lake type can hold",)
+    files = spark_writer.write(RefusingReader(refuse=-1), splits, schema, target)
+    assert sorted(f.split_index for f in files) == [0, 1, 2] and sum(f.rows for f in files) == 30

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = [pytest.mark.integration]
-
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -17,8 +17,6 @@ from testbed.hot_tables import COLUMNS, SqliteHot
 from testbed.lake_check import digest, lake_rows, unreferenced_data_files
 from testbed.rounds import lake_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 SPEC = {
     "name": "crashy",
     "source": {"conn_id": "unused", "table": "crashy", "cursor_column": "id"},

@@ -22,8 +22,6 @@ from testbed.hot_tables import COLUMNS, PostgresHot, SqliteHot, make_rows
 from testbed.lake_check import digest, lake_rows
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration]
-
 
 def spec_for(table: str) -> TableSpec:
     return TableSpec.parse(

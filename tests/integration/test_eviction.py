@@ -23,8 +23,6 @@ from testbed.hot_tables import BASE_TIME, COLUMNS, ConcurrentInserter, PostgresH
 from testbed.lake_check import digest, lake_rows, view_rows
 from testbed.rounds import lake_of
 
-pytestmark = [pytest.mark.integration]
-
 #: Rows are dated BASE_TIME + id seconds: with this retention, rows below about id YOUNG_FROM are old enough.
 YOUNG_FROM = 3000
 
@@ -105,7 +103,6 @@ def test_eviction_with_a_writer_inserting_keeps_every_row_in_one_tier_at_least(
     assert digest(view_rows(read_across_tiers(source, lake), COLUMNS)) == digest(written.values())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kill_at", ["cleaned", "evicting"], ids=["between-commit-and-eviction", "inside-eviction"])
 def test_a_crash_around_eviction_loses_nothing_and_the_next_round_finishes_it(
     kill_at: str, tmp_path: Path, catalog_properties

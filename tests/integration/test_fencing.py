@@ -17,8 +17,6 @@ from testbed.lake_check import digest, lake_rows, unreferenced_data_files
 from testbed.lake_faults import CatalogThatPausesBeforeTheSwap
 from testbed.rounds import catalog, lake_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 SPEC = TableSpec.parse(
     {
         "name": "fenced",

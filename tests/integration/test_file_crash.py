@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.spec import TableSpec
@@ -12,8 +11,6 @@ from testbed.crash_round import crash_round
 from testbed.lake_check import digest, lake_rows, unreferenced_data_files
 from testbed.landing_files import COLUMNS, jsonl_rows, write_jsonl
 from testbed.rounds import round_parts
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_round_killed_after_its_commit_tiers_no_file_twice(tmp_path, catalog_properties, spark_writer):

@@ -13,6 +13,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 
 from airflow_provider_tiering.core.ports import WriteTarget
+from airflow_provider_tiering.core.round_result import RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.sources.files.offsets_log import OffsetsLog
@@ -22,8 +23,6 @@ from testbed.lake_check import digest, lake_rows
 from testbed.landing_files import AN_HOUR_AGO, COLUMNS, csv_rows, jsonl_rows, write_jsonl
 from testbed.rounds import round_parts
 from testbed.writers import UntouchableWriter
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def make_spec(name: str, **source) -> TableSpec:
@@ -248,3 +247,32 @@ def test_offsets_log_that_cannot_be_written_fails_the_round_and_is_recorded(
     assert digest(lake_rows(catalog_properties, ("it", "full_disk"), list(COLUMNS))) == digest(
         jsonl_rows([landing / "a.jsonl"])
     )
+
+
+def test_a_failed_attempts_rejects_files_are_removed_by_the_next_committed_round(
+    catalog_properties, spark_writer, tmp_path
+):
+    """An attempt that wrote its bad records and failed before committing them leaves their files in the side
+    table's staging area; the next round that commits removes them, as it removes the main table's."""
+    landing = tmp_path / "landing"
+    spec = make_spec("refunds", path=str(landing), format="csv", columns=COLUMNS, on_bad_record="side_table")
+    csv_file(landing / "a.csv", ["1,c1,1.25,2024-03-01T00:00:01Z", "2,short"])
+    os.utime(landing / "a.csv", (AN_HOUR_AGO, AN_HOUR_AGO))
+    store = JsonFileStateStore(tmp_path / "refunds.json")
+
+    def fail_once_written(phase: RoundPhase) -> None:
+        if phase is RoundPhase.WRITTEN:
+            raise RuntimeError("the task process lost its catalog after writing")
+
+    parts = round_parts(spec, None, catalog_properties, writer=spark_writer)
+    with pytest.raises(RuntimeError, match="lost its catalog"):
+        parts.run(store, observe=fail_once_written)
+    side = ("it", "refunds_rejects")
+    side_location = load_catalog("default", **catalog_properties).load_table(side).location()
+    left = [p for p in Path(side_location.removeprefix("file://")).rglob("*.parquet") if "attempt-" in str(p)]
+    assert left, "the failed attempt wrote no rejects file: the test checks nothing"
+
+    result = run(spec, catalog_properties, spark_writer, tmp_path)
+    assert result.outcome == "tiered" and result.metrics.rows == 1 and result.metrics.rejected_rows == 1
+    assert not [p for p in left if p.exists()], "the failed attempt's rejects files were left behind"
+    assert [r[:2] for r in lake_rows(catalog_properties, side, ["source_file", "line"])] == [("a.csv", 3)]

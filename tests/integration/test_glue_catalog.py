@@ -24,8 +24,6 @@ from testbed.rounds import round_parts
 from testbed.s3_server import REGION, S3Server, wrong_aws_environment
 from tests.fixtures_servers import LAKE_BUCKET
 
-pytestmark = [pytest.mark.integration]
-
 
 def glue_catalog(s3_server: S3Server, **overrides: str) -> dict[str, str]:
     """The extras of an ``iceberg`` connection to a Glue catalog whose tables live in the S3 server's bucket."""

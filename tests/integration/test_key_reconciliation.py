@@ -16,7 +16,8 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.decisions import TaskAction, decide_task
-from airflow_provider_tiering.core.round import RoundOutcome, RoundPhase, run_round
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.round_result import RoundOutcome, RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
@@ -32,8 +33,6 @@ from testbed.mutable_tables import (
     sqlite_mutable,
 )
 from testbed.rounds import lake_of
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def reconciled_spec(name: str, every: float | None = 0, **extra) -> dict:

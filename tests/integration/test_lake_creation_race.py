@@ -5,10 +5,7 @@ from __future__ import annotations
 import multiprocessing
 
 import pyarrow as pa
-import pytest
 from pyiceberg.catalog import load_catalog
-
-pytestmark = [pytest.mark.integration]
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 

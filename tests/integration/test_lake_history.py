@@ -8,7 +8,6 @@ from datetime import datetime
 from decimal import Decimal
 
 import pyarrow as pa
-import pytest
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.spec import TableSpec
@@ -17,8 +16,6 @@ from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from testbed.hot_tables import COLUMNS, SqliteHot
 from testbed.lake_check import digest, lake_rows
 from testbed.rounds import round_parts
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = TableSpec.parse(
     {

@@ -8,7 +8,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.build import build_writer
@@ -27,8 +26,6 @@ from testbed.hot_tables import COLUMNS, SqliteHot
 from testbed.lake_check import digest, lake_rows
 from testbed.lake_faults import CatalogThatPausesBeforeTheSwap
 from testbed.rounds import catalog, lake_of
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = TableSpec.parse(
     {

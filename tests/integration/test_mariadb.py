@@ -25,7 +25,6 @@ from testbed.lake_check import digest, lake_rows, mariadb_rows, view_rows
 from testbed.mariadb_server import MariaDBServer
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NAMESPACE = "maria"
 
 

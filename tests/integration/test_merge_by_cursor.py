@@ -11,7 +11,8 @@ from pyiceberg.catalog import load_catalog
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import FencedError, MergeKeyUnusable
 from airflow_provider_tiering.core.maintenance import CompactionResult
-from airflow_provider_tiering.core.round import RoundOutcome, run_round
+from airflow_provider_tiering.core.round import run_round
+from airflow_provider_tiering.core.round_result import RoundOutcome
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
@@ -28,8 +29,6 @@ from testbed.mutable_tables import (
     sqlite_mutable,
 )
 from testbed.rounds import lake_of
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MB = 1024 * 1024
 

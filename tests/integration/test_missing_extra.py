@@ -22,8 +22,6 @@ from testbed.hot_tables import COLUMNS, PostgresHot
 from testbed.lake_check import digest, lake_rows
 from testbed.pg_server import PostgresServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 REPO = Path(__file__).resolve().parents[2]
 
 # Run in a fresh interpreter: the refused modules must not have been imported before the hook is installed.

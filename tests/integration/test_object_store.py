@@ -39,8 +39,6 @@ from testbed.rounds import lake_of, round_parts
 from testbed.s3_server import REGION, S3Server, wrong_aws_environment
 from tests.fixtures_servers import LAKE_BUCKET
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 SPEC = {
     "name": "orders",
     # Insert-only rows: several splits per round (SQLite reads a consistent snapshot as one split).

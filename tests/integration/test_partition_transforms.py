@@ -18,8 +18,6 @@ from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from testbed.lake_check import digest, lake_rows, postgres_rows
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 HOT = "partitioned_events"
 COLUMNS = ("id", "region", "sku", "ts", "ts_tz", "day")
 ROWS = 2400

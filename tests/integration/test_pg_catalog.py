@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
-import pytest
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.build import build_writer
@@ -26,8 +25,6 @@ from testbed.hot_tables import COLUMNS, PostgresHot
 from testbed.lake_check import digest, lake_rows
 from testbed.rounds import round_parts
 from testbed.tiering_env import postgres_catalog
-
-pytestmark = [pytest.mark.integration]
 
 TABLES = 4
 ROUNDS = 3

@@ -10,7 +10,6 @@ import pytest
 from testbed.pg_server import PostgresServer
 
 # pg_server comes from tests/conftest.py (tests.fixtures_pg)
-pytestmark = pytest.mark.integration
 
 
 def test_password_login_over_tcp(pg_server: PostgresServer) -> None:

@@ -14,8 +14,6 @@ from testbed.hot_tables import COLUMNS, SqliteHot
 from testbed.lake_check import digest, lake_rows
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 
 def test_table_is_quarantined_after_consecutive_failures_and_reset_brings_it_back(
     tmp_path, catalog_properties, spark_writer

@@ -36,8 +36,6 @@ from testbed.hot_tables import COLUMNS, SqliteHot
 from testbed.lake_check import lake_rows
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration]
-
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 #: The connection types the provider's code accepts: hot stores, the Iceberg catalog, Spark.
@@ -186,7 +184,6 @@ DAGBAG = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 def test_python_dag_files_are_imported_by_airflow(airflow_home: Path, tmp_path: Path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
@@ -247,7 +244,6 @@ STORE_STATE = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 def test_python_programs_run(airflow_home: Path, tmp_path: Path) -> None:
     hot = SqliteHot(tmp_path / "hot.db")
     hot.create("orders")
@@ -389,7 +385,6 @@ CLI = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 def test_airflow_commands_parse_and_connections_are_created_as_written(airflow_home: Path) -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     lines = [words[1:] for _, words in all_shell_commands() if words[0] == "airflow"]

@@ -31,8 +31,6 @@ from testbed.rounds import lake_of, round_parts
 from testbed.s3_server import REGION, wrong_aws_environment
 from tests.fixtures_servers import LAKE_BUCKET
 
-pytestmark = [pytest.mark.integration]
-
 TOKEN = "conn-token-7Hq2xP"
 CLIENT, CLIENT_SECRET = "tiering-client", "client-Secret-9w4K"
 

@@ -18,8 +18,6 @@ from testbed.hot_tables import COLUMNS, SqliteHot
 from testbed.lake_check import digest, lake_rows
 from testbed.rounds import lake_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 SPEC = TableSpec.parse(
     {
         "name": "told",

@@ -20,8 +20,6 @@ from testbed.hot_tables import PostgresHot, SqliteHot
 from testbed.lake_check import digest, lake_rows, postgres_rows
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 COLUMNS = ["id", "version", "payload", "updated_at"]
 ROWS = 4000
 

@@ -17,8 +17,6 @@ from testbed.lake_check import digest, lake_rows, unreferenced_data_files
 from testbed.rounds import round_parts
 from testbed.writers import UntouchableWriter
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def hot(request, tmp_path, pg_server):

@@ -18,8 +18,6 @@ from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from testbed.lake_check import digest, lake_rows, postgres_rows
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 
 def _spec(table: str) -> TableSpec:
     return TableSpec.parse(

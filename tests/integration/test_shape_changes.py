@@ -22,14 +22,12 @@ from airflow_provider_tiering.core.errors import (
     SchemaConflict,
     TableTruncated,
 )
-from airflow_provider_tiering.core.round import RoundOutcome, RoundResult
+from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from testbed.lake_check import _normal, digest, duckdb_lake_rows, lake_rows, null_counts
 from testbed.rounds import round_parts
 from testbed.shape_tables import MariaDBShapeTable, PostgresShapeTable, ShapeTable, SqliteShapeTable, Writer
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NAMESPACE = "shape"
 #: Changes each store and mode follows, in the order a table goes through them (the lake is compared after each).

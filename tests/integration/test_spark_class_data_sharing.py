@@ -9,10 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.slow
-
 CHILD = """
 import logging, sys
 from airflow_provider_tiering.spark.session import SparkSettings, create_spark_session, stop_spark_session

@@ -24,8 +24,6 @@ from testbed.ports import find_free_port
 from testbed.rounds import round_parts
 from tests.integration.test_spark_class_data_sharing import run_with_archive_dir
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "spark_connect_server.sh"
 

@@ -25,8 +25,6 @@ from testbed.spark_standalone import (
     running_cluster,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
@@ -98,7 +96,8 @@ def test_a_change_stream_first_load_in_several_splits_on_the_cluster_with_a_writ
 
     import psycopg
 
-    from airflow_provider_tiering.core.round import RoundOutcome, run_round
+    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.core.round_result import RoundOutcome
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
     from airflow_provider_tiering.sources.pgoutput import parse_lsn
@@ -165,7 +164,8 @@ def test_a_merge_round_on_the_cluster_rewrites_its_files_in_executor_tasks_and_s
     import psycopg
     from pyiceberg.catalog import load_catalog
 
-    from airflow_provider_tiering.core.round import RoundOutcome, run_round
+    from airflow_provider_tiering.core.round import run_round
+    from airflow_provider_tiering.core.round_result import RoundOutcome
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
     from testbed.mutable_tables import assert_lake_equals_live_rows, postgres_mutable

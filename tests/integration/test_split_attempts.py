@@ -25,8 +25,6 @@ from testbed.lake_check import digest, lake_rows, unreferenced_data_files
 from testbed.spark_standalone import REPO, StandaloneCluster, round_in_child, running_cluster
 from testbed.split_faults import attempts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 ROWS = 4000
 _SPLIT_FILE = re.compile(r"split-(\d+)-task-(\d+)")
 

@@ -17,8 +17,6 @@ from airflow_provider_tiering.triggers.table_due import TableDueTrigger
 from testbed.airflow_context import saved_state, task_context
 from testbed.hot_tables import SqliteHot, sqlite_events_table
 
-pytestmark = [pytest.mark.integration]
-
 TABLE = {
     "name": "events",
     "source": {"conn_id": "hot_sqlite", "table": "events", "cursor_column": "id"},

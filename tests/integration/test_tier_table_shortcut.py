@@ -21,8 +21,6 @@ from testbed.airflow_context import saved_state, task_context
 from testbed.hot_tables import SqliteHot, sqlite_events_table
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration]
-
 TABLE = {
     "name": "events",
     "source": {"conn_id": "hot_sqlite", "table": "events", "cursor_column": "id"},
@@ -75,7 +73,6 @@ def test_anything_else_runs_the_round_which_opens_the_lake(hot: SqliteHot, state
     assert not isinstance(raised.value, (AirflowSkipException, TieringError))
 
 
-@pytest.mark.slow
 def test_the_lake_ahead_of_the_state_is_repaired_not_skipped(
     hot: SqliteHot, catalog_properties: dict[str, str], spark_writer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,8 +20,6 @@ from airflow_provider_tiering.triggers.table_tiered import TableTieredTrigger
 from testbed.hot_tables import SqliteHot, sqlite_events_table
 from testbed.rounds import round_parts
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 
 def spec(name: str = "events") -> TableSpec:
     return TableSpec.parse(

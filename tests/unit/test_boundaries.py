@@ -10,7 +10,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_provider_tiering"
 REGISTRIES = {PACKAGE / "sources" / "registry.py", PACKAGE / "core" / "source_specs.py"}
-SOURCE_CLASSES = r"(PostgresSource|SqliteSource|MySqlSource|FileSource|SqlSource|SqlSourceSpec|FileSourceSpec)"
+SOURCE_CLASSES = (
+    r"(PostgresSource|SqliteSource|MySqlSource|FileSource|SqlSource|SqlSourceSpec|FileSourceSpec|PostgresCdcSource|"
+    r"PostgresCdcSourceSpec|StreamedTable|DatabaseTableSpec)"
+)
 
 
 def python_files() -> list[Path]:
@@ -31,7 +34,7 @@ def test_the_kernel_imports_neither_airflow_spark_pyiceberg_nor_pyarrow() -> Non
 
 def test_no_switch_on_source_kinds_outside_the_registries() -> None:
     switches = re.compile(
-        rf"isinstance\([^)]*{SOURCE_CLASSES}|(source|spec)\.kind\s*(==|!=|in)\s|conn_type\s*(==|in)\s|"
+        rf"isinstance\([^)]*{SOURCE_CLASSES}|(source|spec)\.kind\s*(==|!=|in)\s|conn_type\b[^=]*(==|!=|\sin\s)|"
         r"frozenset\(\{\"(postgres|sqlite|mysql|mariadb)\""
     )
     found = [

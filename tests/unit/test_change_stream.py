@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
-from airflow_provider_tiering.sources.change_stream import RowVersion, apply_changes
+from airflow_provider_tiering.sources.change_stream import ChangeWindow, RowVersion, apply_changes
 from airflow_provider_tiering.sources.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
@@ -85,8 +85,8 @@ def stream(*transactions: list[bytes]) -> list:
     return [decode(m) for m in [relation(), *(m for t in transactions for m in t)]]
 
 
-def apply(messages, start=0, end=None, **options):
-    return apply_changes(messages, key=("id",), start_lsn=start, end_lsn=end, **options)
+def apply(messages, start=0, end=None, keys_in_memory=None, **window):
+    return apply_changes(messages, ChangeWindow(("id",), start, end, **window), keys_in_memory=keys_in_memory)
 
 
 def test_messages_decode_as_the_protocol_lays_them_out():
@@ -187,9 +187,7 @@ def chunks_of(messages, start=0, end=None, keys_per_chunk=None, **options):
     from airflow_provider_tiering.sources.change_stream import changes_in_chunks
 
     found = []
-    reducing = changes_in_chunks(
-        messages, key=("id",), start_lsn=start, end_lsn=end, keys_per_chunk=keys_per_chunk, **options
-    )
+    reducing = changes_in_chunks(messages, ChangeWindow(("id",), start, end, **options), keys_per_chunk=keys_per_chunk)
     while True:
         try:
             found.append(next(reducing))

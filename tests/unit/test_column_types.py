@@ -6,7 +6,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_tiering.core.error_text import describe_error
 from airflow_provider_tiering.core.errors import NotRetryable, SourceError, UnsupportedColumnType
 from airflow_provider_tiering.sources.mysql import arrow_type, time_of_day
 from airflow_provider_tiering.sources.postgres_types import (
@@ -17,7 +16,6 @@ from airflow_provider_tiering.sources.postgres_types import (
     numeric_typmod,
     select_expression,
 )
-from airflow_provider_tiering.spark.write_job import not_retryable_from_task
 
 
 def pg(data_type: str, declared: str | None = None, kind: str = "b", **more: object) -> PgColumn:
@@ -128,18 +126,3 @@ def test_nested_lake_types_compare_without_field_ids() -> None:
     assert same_type(ListType(3, IntegerType(), False), ListType(9, IntegerType(), False))
     assert not same_type(ListType(3, IntegerType(), False), ListType(3, LongType(), False))
     assert not same_type(ListType(3, IntegerType(), True), ListType(3, IntegerType(), False))
-
-
-def test_a_spark_tasks_not_retryable_error_is_rebuilt_on_the_driver() -> None:
-    worker = (
-        "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
-        '  File "x.py", line 1, in f\n'
-        "airflow_provider_tiering.core.errors.UnsupportedColumnType: table t: column 'c' holds a value\nDETAIL: more\n"
-        "\tat org.apache.spark.api.python.BasePythonRunner.handle(PythonRunner.scala:665)\n"
-    )
-    rebuilt = not_retryable_from_task(RuntimeError(worker))
-    assert isinstance(rebuilt, UnsupportedColumnType) and "column 'c' holds a value" in str(rebuilt)
-    assert "UnsupportedColumnType: table t: column 'c'" in describe_error(RuntimeError(worker))
-    other = worker.replace("UnsupportedColumnType", "SourceError")
-    assert not_retryable_from_task(RuntimeError(other)) is None
-    assert not_retryable_from_task(RuntimeError("Connection refused")) is None

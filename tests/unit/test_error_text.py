@@ -122,3 +122,19 @@ def test_spark_python_error_is_not_repeated_by_its_java_cause():
         text
         == "PythonException: OSError: [Errno 28] No space left (in: An exception was thrown from the Python worker)"
     )
+
+
+def test_every_error_crosses_processes_with_its_class_and_arguments() -> None:
+    """Errors travel pickled between processes (a Spark task's refusal, a round in a child process): each keeps its
+    class, its arguments and its message."""
+    import inspect
+    import pickle
+
+    from airflow_provider_tiering.core import errors
+
+    kinds = [k for _, k in inspect.getmembers(errors, inspect.isclass) if issubclass(k, errors.TieringError)]
+    assert len(kinds) > 10
+    for kind in kinds:
+        error = kind(f"{kind.__name__}: table t, column 'c'")
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is kind and back.args == error.args and str(back) == str(error)

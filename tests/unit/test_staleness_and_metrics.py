@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from airflow_provider_tiering.control import TableOutcome, exit_code
-from airflow_provider_tiering.core.round import RoundOutcome, RoundResult
+from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import staleness_alert
 from airflow_provider_tiering.core.state import RoundMetrics, TableState, TableStatus

@@ -65,7 +65,7 @@ def test_json_round_trip():
 
 
 def test_lag_is_measured_for_time_cursors_only():
-    from airflow_provider_tiering.core.round import cursor_lag_seconds
+    from airflow_provider_tiering.core.offsets import cursor_lag_seconds
 
     now = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
     assert cursor_lag_seconds({"cursor": "2026-01-01 00:00:00"}, now) == 60.0

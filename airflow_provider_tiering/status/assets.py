@@ -1,0 +1,103 @@
+"""The tiered tables as Airflow knows them: the tiering group's assets, what names each, and which DAG tiers it."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_tiering.core.errors import TableNotFound
+
+ASSET_GROUP = "tiering"
+
+
+def json_value(value: Any) -> Any:
+    """A value stored as JSON text (or already decoded)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _split_uri(uri: str) -> tuple[str, str]:
+    _, namespace, table = uri.rstrip("/").rsplit("/", 2)
+    return namespace, table
+
+
+@dataclass(frozen=True)
+class TieredAsset:
+    """A tiered table's Airflow asset, what names it and which DAG tiers it: all known before its state is read."""
+
+    id: int
+    name: str
+    uri: str
+    table: str
+    namespace: str
+    lake_table: str
+    dag_id: str | None
+    task_id: str | None
+
+    @property
+    def lake_identifier(self) -> str:
+        return f"{self.namespace}.{self.lake_table}"
+
+    def answers_to(self, ref: str) -> bool:
+        """Whether ``ref`` names this table: its name in the DAG, ``namespace.table``, its asset's name or URI."""
+        return ref in (self.table, self.lake_identifier, self.name, self.uri)
+
+    def describe(self) -> str:
+        return f"{self.lake_identifier} (asset {self.name}, DAG {self.dag_id or '?'})"
+
+
+#: Keeps the assets a caller may read (the plugin asks Airflow's auth manager); None: every asset (CLI, scripts).
+ReadableFilter = Callable[[Sequence[TieredAsset]], Sequence[TieredAsset]]
+
+
+def tiered_assets(session: Any) -> list[TieredAsset]:
+    """Every active asset of the tiering group, with the DAG and task that tier it (the newest reference wins).
+    Active assets only: Airflow keeps names and URIs unique among those, and stops writing the state of others."""
+    from airflow.models.asset import AssetModel, TaskOutletAssetReference
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetModel.extra).where(
+            AssetModel.group == ASSET_GROUP, AssetModel.active.has()
+        )
+    ).all()
+    producers: dict[int, tuple[str, str]] = {}
+    if rows:
+        refs = session.execute(
+            select(TaskOutletAssetReference.asset_id, TaskOutletAssetReference.dag_id, TaskOutletAssetReference.task_id)
+            .join(AssetModel, AssetModel.id == TaskOutletAssetReference.asset_id)
+            .where(AssetModel.group == ASSET_GROUP)
+            .order_by(TaskOutletAssetReference.updated_at)
+        ).all()
+        producers = {asset_id: (dag_id, task_id) for asset_id, dag_id, task_id in refs}  # the newest wins
+    assets = []
+    for asset_id, name, uri, extra in rows:
+        namespace, lake_table = _split_uri(uri)
+        table = (json_value(extra) or {}).get("tiered_table") or lake_table
+        dag_id, task_id = producers.get(asset_id, (None, None))
+        assets.append(TieredAsset(asset_id, name, uri, table, namespace, lake_table, dag_id, task_id))
+    return assets
+
+
+def unknown_table(ref: str, assets: Sequence[TieredAsset]) -> TableNotFound:
+    """The error for a name no tiered table answers to, with the closest known names (if any are close)."""
+    names = sorted({name for a in assets for name in (a.table, a.lake_identifier)})
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    none = "" if assets else " (no tiered table is known yet: has its DAG been parsed?)"
+    return TableNotFound(f"unknown table {ref!r}: no DAG tiers a table of that name{hint}{none}")
+
+
+def matching_assets(ref: str, assets: Sequence[TieredAsset]) -> list[TieredAsset]:
+    """The tiered tables ``ref`` names (see :meth:`TieredAsset.answers_to`); TableNotFound, with the closest
+    names, when none does."""
+    found = [a for a in assets if a.answers_to(ref)]
+    if not found:
+        raise unknown_table(ref, assets)
+    return found
+
+
+def readable_of(assets: Sequence[TieredAsset], readable: ReadableFilter | None) -> Sequence[TieredAsset]:
+    return assets if readable is None or not assets else readable(assets)

@@ -1,0 +1,223 @@
+"""Reading every tiered table's status and history from Airflow's metadata database, through its configured state
+backend; the history also from the lake, for commits no asset event announced."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_provider_tiering.core.errors import AmbiguousTable, TableNotFound
+from airflow_provider_tiering.core.maintenance import MaintenanceStatus
+from airflow_provider_tiering.core.state import TableState, TableStatus
+from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
+from airflow_provider_tiering.status.assets import (
+    ReadableFilter,
+    TieredAsset,
+    json_value,
+    matching_assets,
+    readable_of,
+    tiered_assets,
+)
+from airflow_provider_tiering.status.records import TieringRound
+from airflow_provider_tiering.status.view import TieringStatus
+
+log = logging.getLogger("airflow_provider_tiering.status")
+
+
+@contextmanager
+def session_scope(session: Any | None) -> Iterator[Any]:
+    if session is not None:
+        yield session
+        return
+    from airflow.utils.session import create_session
+
+    with create_session() as new:
+        yield new
+
+
+_IN_CHUNK = 500  # ids per IN (...) list: far below every metadata database's limit on bound parameters
+
+
+def _stored_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, str], Any]:
+    """The state and maintenance documents of these assets, read through Airflow's configured state backend.
+
+    ``BaseStoreBackend`` reads one key of one asset per call and has no bulk read. With Airflow's default backend,
+    whose storage is the ``asset_state_store`` table, every document is read in one query per chunk of ids instead;
+    any other backend (a subclass included: it may keep values elsewhere) is asked key by key.
+    """
+    from airflow.state import AssetScope, get_state_backend
+    from airflow.state.metastore import MetastoreBackend
+
+    keys = (STATE_KEY, MAINTENANCE_KEY)
+    backend = get_state_backend()
+    found: dict[tuple[int, str], Any] = {}
+    if type(backend) is MetastoreBackend:
+        from airflow.models.asset_state_store import AssetStateStoreModel
+        from sqlalchemy import select
+
+        for start in range(0, len(asset_ids), _IN_CHUNK):
+            rows = session.execute(
+                select(AssetStateStoreModel.asset_id, AssetStateStoreModel.key, AssetStateStoreModel.value).where(
+                    AssetStateStoreModel.key.in_(keys),
+                    AssetStateStoreModel.asset_id.in_(asset_ids[start : start + _IN_CHUNK]),
+                )
+            ).all()
+            found.update({(asset_id, key): value for asset_id, key, value in rows})
+        return found
+    for asset_id in asset_ids:
+        for key in keys:
+            value = backend.get(AssetScope(asset_id=asset_id), key, session=session)
+            if value is not None:
+                found[(asset_id, key)] = value
+    return found
+
+
+def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus]:
+    values = _stored_values([a.id for a in assets], session)
+    statuses = []
+    for asset in assets:
+        doc = values.get((asset.id, STATE_KEY))
+        if doc is None:  # a table whose first round has not run yet
+            continue
+        maintenance = values.get((asset.id, MAINTENANCE_KEY))
+        statuses.append(
+            TieringStatus(
+                asset.id,
+                asset.name,
+                asset.uri,
+                asset.namespace,
+                asset.lake_table,
+                asset.dag_id,
+                asset.task_id,
+                TableState.from_json(json_value(doc)),
+                None if maintenance is None else MaintenanceStatus.from_json(json_value(maintenance)),
+            )
+        )
+    return sorted(statuses, key=lambda s: (s.namespace, s.lake_table, s.table))
+
+
+def list_tiering_statuses(
+    namespace: str | None = None,
+    status: str | TableStatus | None = None,
+    *,
+    readable: ReadableFilter | None = None,
+    session: Any | None = None,
+) -> list[TieringStatus]:
+    """Every tiered table that has a state document (of those ``readable`` keeps), sorted by namespace and table;
+    optionally filtered."""
+    with session_scope(session) as s:
+        assets = [a for a in tiered_assets(s) if namespace is None or a.namespace == namespace]
+        found = _statuses(readable_of(assets, readable), s)
+    if status is not None:
+        wanted = TableStatus(str(status).upper())
+        found = [t for t in found if t.status is wanted]
+    return found
+
+
+def get_tiering_status(
+    table: str, *, readable: ReadableFilter | None = None, session: Any | None = None
+) -> TieringStatus:
+    """The status of one tiered table: ``table`` is its name in its DAG, ``namespace.table`` (its lake identifier),
+    or its asset's name or URI. TableNotFound when no table (of those ``readable`` keeps) answers to it (the message
+    says so, with the closest names), or when it has no state document yet (its first round has not run);
+    AmbiguousTable, naming them, when several do (two DAGs tiering tables of the same name)."""
+    with session_scope(session) as s:
+        candidates = matching_assets(table, readable_of(tiered_assets(s), readable))
+        found = _statuses(candidates, s)
+    if not found:
+        where = "; ".join(a.describe() for a in candidates)
+        raise TableNotFound(f"table {table!r} ({where}) has no state yet: its first round has not run")
+    if len(found) > 1:
+        by_id = {a.id: a for a in candidates}
+        names = "; ".join(by_id[f.asset_id].describe() for f in found)
+        raise AmbiguousTable(
+            f"{table!r} names {len(found)} tiered tables: {names}. Name one as <namespace>.<table> or by its asset name"
+        )
+    return found[0]
+
+
+def tiering_history(
+    table: str,
+    limit: int = 50,
+    *,
+    readable: ReadableFilter | None = None,
+    session: Any | None = None,
+    read_lake: bool = True,
+) -> list[TieringRound]:
+    """The table's most recent committed rounds, newest epoch first: its asset events, and, with ``read_lake``, the
+    lake's tiering snapshots that no event announced (a round that died between its commit and its record, not
+    yet announced by a later round). An unreachable catalog leaves the events alone (logged). ``table`` as for
+    :func:`get_tiering_status`."""
+    from airflow.models.asset import AssetEvent
+    from sqlalchemy import select
+
+    with session_scope(session) as s:
+        found = get_tiering_status(table, readable=readable, session=s)
+        events = s.scalars(
+            select(AssetEvent)
+            .where(AssetEvent.asset_id == found.asset_id)
+            .order_by(AssetEvent.timestamp.desc(), AssetEvent.id.desc())
+            .limit(limit)
+        ).all()
+        rounds = []
+        for event in events:
+            extra = event.extra or {}
+            if "epoch" not in extra:  # an event some other producer emitted on the asset
+                continue
+            rounds.append(
+                TieringRound(
+                    timestamp=event.timestamp,
+                    epoch=extra.get("epoch"),
+                    snapshot_id=extra.get("snapshot_id"),
+                    rows=int(extra.get("rows") or 0),
+                    bytes=int(extra.get("bytes") or 0),
+                    files=int(extra.get("files") or 0),
+                    duration_seconds=extra.get("duration_seconds"),
+                    lag_seconds=extra.get("lag_seconds"),
+                    start_offsets=extra.get("start_offsets"),
+                    end_offsets=extra.get("end_offsets"),
+                    dag_id=event.source_dag_id,
+                    run_id=event.source_run_id,
+                    task_id=event.source_task_id,
+                    recovered=bool(extra.get("recovered")),
+                )
+            )
+    if read_lake:
+        rounds += _rounds_only_the_lake_knows(found, {r.epoch for r in rounds}, limit)
+    return sorted(rounds, key=lambda r: (r.epoch or 0, r.timestamp), reverse=True)[:limit]
+
+
+def _rounds_only_the_lake_knows(found: TieringStatus, announced: set[int | None], limit: int) -> list[TieringRound]:
+    """The lake's newest tiering commits (at most ``limit``) that no event in ``announced`` covers."""
+    from airflow_provider_tiering.core.spec import LakeSpec
+    from airflow_provider_tiering.hooks.tiering import lake_of
+
+    catalog_conn_id = found.asset_uri.split("://", 1)[1].split("/", 1)[0]
+    try:
+        lake = lake_of(LakeSpec(catalog_conn_id=catalog_conn_id, namespace=found.namespace, table=found.lake_table))
+        commits = lake.tiering_commits(0)[-limit:]
+    except Exception as exc:  # history stays readable without the catalog
+        log.warning("%s: the lake's commits cannot be read: %s", found.table, exc)
+        return []
+    return [
+        TieringRound(
+            timestamp=commit.committed_at,
+            epoch=commit.epoch,
+            snapshot_id=commit.snapshot_id,
+            rows=commit.rows,
+            bytes=commit.bytes,
+            files=commit.files,
+            duration_seconds=None,
+            lag_seconds=None,
+            start_offsets=commit.start_offsets,
+            end_offsets=commit.end_offsets,
+            dag_id=None,
+            run_id=None,
+            task_id=None,
+            source="lake",
+        )
+        for commit in commits
+        if commit.epoch not in announced
+    ]
