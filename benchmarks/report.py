@@ -270,7 +270,17 @@ def render(results: Path, docs: Path) -> str:
     for name, (value, ok) in targets.items():
         shown = f"{value:.1f}%" if "memory" in name else f"{value:.2f}×"
         header.append(f"| {name} | {shown} | {_mark(ok)} |")
-    return "\n".join([*header, "", *body]).rstrip() + "\n"
+    return "\n".join([*header, "", *body]).rstrip() + "\n" + _kept_by_hand(docs)
+
+
+#: Everything after this line of ``docs/benchmarks.md`` is written by hand and kept when the page is regenerated.
+HAND_KEPT = "<!-- Kept by `make bench`: everything below is measured by hand and not regenerated. -->"
+
+
+def _kept_by_hand(docs: Path) -> str:
+    text = docs.read_text() if docs.exists() else ""
+    at = text.find(HAND_KEPT)
+    return "" if at < 0 else "\n" + text[at:]
 
 
 def main(argv: list[str] | None = None) -> int:
