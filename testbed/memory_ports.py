@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_tiering.core.errors import FencedError, LakeError, SchemaConflict, SourceError
+from airflow_provider_tiering.core.errors import FencedError, LakeError, SchemaConflict, SourceError, TableTruncated
 from airflow_provider_tiering.core.ports import (
     LakeCommit,
     LineageDataset,
@@ -90,6 +90,8 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         self.hold_from: int | None = None
         self.password = password
         self.unreachable = False
+        #: A TRUNCATE waits among the changes to tier (as a change stream finds one when it plans).
+        self.truncated = False
         self._versions = itertools.count(1)
         self._ids = itertools.count(1)
         self._snapshot: dict[int, dict[str, Any]] | None = None
@@ -155,6 +157,8 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         return bool(self._versions_in(start, 2**62))
 
     def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> MemoryPlan:
+        if self.truncated:
+            raise TableTruncated(f"{self.display_name} was truncated")
         low = 0 if start is None else int(start["cursor"])
         versions = self._versions_in(low, int(end["cursor"]))
         if len(versions) > max_rows:
@@ -191,6 +195,9 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
 
     def lineage_dataset(self) -> LineageDataset:
         return LineageDataset("memory", self.display_name)
+
+    def identity(self) -> HotIdentity:
+        return HotIdentity(table="16384")
 
 
 # -- files and the split writer -------------------------------------------------------------------------------

@@ -239,14 +239,14 @@ def run_round(
 @contextmanager
 def _failure_recorded(r: RoundContext[PlanT, SplitT], state: TableState, epoch: int | None = None) -> Iterator[None]:
     """The round's one failure path. A fenced attempt (``epoch``: the attempt's) leaves the state document to the
-    attempt that won and deletes its own files; any other error is recorded as the table's failed round."""
+    attempt that won and deletes its own data files; any other error is recorded as the table's failed round."""
     try:
         yield
     except Exception as exc:
         if isinstance(exc, FencedError) and epoch is not None:
+            # Its rejects may be committed already (before the data): their files are left to the next commit's
+            # cleanup, which keeps those a snapshot references.
             r.lake.clean_attempt(epoch, r.attempt, keep=())
-            if r.rejects is not None:
-                r.rejects.clean_attempt(epoch, r.attempt, keep=())
             raise
         record_failure(state, r.spec, exc, r.secrets, r.clock(), r.retry_delay)
         record_stream(state, r.source, r.secrets)
@@ -276,20 +276,27 @@ def _open(r: RoundContext[PlanT, SplitT], state: TableState) -> _Opened:
 
 
 def _plan(r: RoundContext[PlanT, SplitT], state: TableState, opened: _Opened, announced: int | None) -> _Planned[PlanT]:
-    """Follow the hot table's shape, take the safe watermark and plan the rows up to it."""
-    identity = opened.identity
+    """Follow the hot table's shape, take the safe watermark and plan the rows up to it. A change stream that
+    carried a TRUNCATE (found following the shape, or planning) keeps the hot table's identity in the state: an
+    operator may continue with the table as it is (``reset --adopt-hot-table``)."""
     try:
-        # The hot table's shape and identity: the lake follows a change of columns, reads the whole table again
-        # when it must (``reload``), or the round refuses; an adopted table is read from its start.
-        shape = ShapeOutcome(identity)
-        if len(opened.schema):
-            shape = follow_hot_shape(
-                r.spec, r.source, r.lake, state, opened.schema, opened.key, opened.lake_commit, r.writer, r.clock(),
-                identity,
-            )  # fmt: skip
-    except TableTruncated:  # its rows replaced: an operator may continue with the table as it is
-        state.replaced_hot_table = identity.to_json()
+        return _plan_rows(r, state, opened, announced)
+    except TableTruncated:
+        state.replaced_hot_table = opened.identity.to_json()
         raise
+
+
+def _plan_rows(
+    r: RoundContext[PlanT, SplitT], state: TableState, opened: _Opened, announced: int | None
+) -> _Planned[PlanT]:
+    # The hot table's shape and identity: the lake follows a change of columns, reads the whole table again when it
+    # must (``reload``), or the round refuses; an adopted table is read from its start.
+    shape = ShapeOutcome(opened.identity)
+    if len(opened.schema):
+        shape = follow_hot_shape(
+            r.spec, r.source, r.lake, state, opened.schema, opened.key, opened.lake_commit, r.writer, r.clock(),
+            opened.identity,
+        )  # fmt: skip
     if opened.key is None:
         watch_in_place_changes(state, r.source.in_place_changes(), r.clock())
     read_from = None if shape.reload or shape.adopting else opened.start
@@ -571,13 +578,14 @@ def _clean(
         cleaned = r.lake.clean_attempt(epoch, r.attempt, keep=[f.path for f in committed.files])
         if r.rejects is not None:
             cleaned += r.rejects.clean_attempt(epoch, r.attempt, keep=[f.path for f in written.rejected])
-            cleaned += r.rejects.clean(epoch, since_epoch=state.cleaned_through_epoch)
         cleaned += r.lake.clean(epoch, since_epoch=state.cleaned_through_epoch)
+        if r.rejects is not None:  # failed and fenced attempts' rejects files, those no snapshot references
+            cleaned += r.rejects.clean(epoch, since_epoch=state.cleaned_through_epoch)
         state.cleaned_through_epoch = epoch - 1
         r.state_store.save(state)
         if cleaned:
             log.info("%s: removed %d files of attempts that can no longer commit", r.spec.name, cleaned)
-    except Exception as exc:  # cleanup is best effort: the next committed round retries it
+    except Exception as exc:  # cleanup is best effort: the next committed round retries it (old epochs' too)
         log.warning("%s: cleaning old attempts failed: %s", r.spec.name, describe_error(exc, r.secrets))
     try:
         housekept = r.source.after_commit(dict(written.end))

@@ -12,7 +12,7 @@ import enum
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -53,7 +53,7 @@ class TaskOutcome:
     announcements: tuple[dict[str, Any], ...] = ()
     #: The task's return value (the round's event).
     value: dict[str, Any] | None = None
-    #: The error a failed task ends with (kept as its cause).
+    #: The error the task ends with (kept as the cause of Airflow's skip or failure).
     cause: BaseException | None = None
     #: The round the task ran, if it ran one.
     result: RoundResult | None = None
@@ -161,7 +161,7 @@ class TableTask(Generic[BuiltT]):
         except QuarantinedError as exc:
             state = self.load_quietly()
             self._fail_if_stale(state)
-            raise _Ended(self._quarantined(str(exc), state)) from exc
+            raise _Ended(replace(self._quarantined(str(exc), state), cause=exc)) from exc
         except (NotRetryable, DeploymentIncomplete) as exc:
             # Recorded by the round already (a NotRetryable one quarantined the table): no retry can help.
             raise _Ended(self._failed_round(str(exc), exc)) from exc
@@ -210,7 +210,8 @@ class TableTask(Generic[BuiltT]):
                     self.spec, self.state_store, exc, secrets=self.builder.secrets(), retry_delay=self.retry_delay
                 )
             except QuarantinedError as quarantined:
-                raise _Ended(self._quarantined(str(quarantined), None, failed_round=True)) from quarantined
+                outcome = self._quarantined(str(quarantined), None, failed_round=True)
+                raise _Ended(replace(outcome, cause=quarantined)) from quarantined
             if isinstance(exc, DeploymentIncomplete):
                 raise _Ended(self._failed_round(f"{self.spec.name}: {exc}", exc)) from exc
             raise
@@ -238,12 +239,14 @@ class TableTask(Generic[BuiltT]):
             TaskEnd.FAILED, reason, cause=cause, counted=tuple(failed_round_metrics()), state=self.load_quietly()
         )
 
-    def metrics(self, outcome: TaskOutcome | None) -> list[Metric]:
-        """What the task reports to the metrics; ``outcome`` None: the task raised (a failed round)."""
+    def metrics(self, outcome: TaskOutcome | None, *, failed: bool = False) -> list[Metric]:
+        """What the task reports to the metrics; ``outcome`` None: the task raised, ``failed`` as a failed round
+        (anything else that stopped it, say a termination, counts no round)."""
         if outcome is not None:
             return outcome.metrics(self.clock())
         state = self.load_quietly()
-        return [*failed_round_metrics(), *([] if state is None else table_gauges(state, self.clock()))]
+        counted = failed_round_metrics() if failed else []
+        return [*counted, *([] if state is None else table_gauges(state, self.clock()))]
 
     def load_quietly(self) -> TableState | None:
         try:

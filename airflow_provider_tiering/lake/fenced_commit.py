@@ -48,7 +48,9 @@ def fenced_commit(
         try:
             return commit_once(table, try_number), try_number + 1
         except (CommitConflict, CommitFailedException) as exc:
-            log.warning("%s lost (try %d of %d): %s; trying again", what, try_number + 1, max_tries, exc)
+            log.warning(
+                "%s lost the catalog swap (try %d of %d): %s; trying again", what, try_number + 1, max_tries, exc
+            )
             if back_off:
                 time.sleep(min(2.0, 0.1 * 2**try_number))
     raise CommitConflict(f"the {what} lost {max_tries} times to other commits; nothing was committed")

@@ -87,22 +87,26 @@ class TierTableOperator(BaseOperator):
             AssetStateStore(context["asset_state_store"][self.table_asset]),
             TieringHook(self.table_spec),
             task_retry_delay(self, context),
-            selected=selected_tables(context),
             retried=context["ti"].try_number > 1,
             announced_epoch=lambda: self._announced_epoch(context),
             interrupted_by=(AirflowTaskTimeout,),
             interruption=self._timed_out,
         )
         outcome: TaskOutcome | None = None
+        failed = False
         try:
+            task = replace(task, selected=selected_tables(context))
             outcome = task.run(tiered=self._keep_lineage)
-        finally:  # None: the round (or its set-up) raised, recorded as the table's failed round
-            send_metrics(self.table_spec, self.dag_id, task.metrics(outcome))
+        except (Exception, AirflowTaskTimeout):  # the round or its set-up failed (recorded as a failed round)
+            failed = True
+            raise
+        finally:
+            send_metrics(self.table_spec, self.dag_id, task.metrics(outcome, failed=failed))
         return self._ended(outcome, context)
 
     def _ended(self, outcome: TaskOutcome, context: Any) -> dict[str, Any] | None:
         if outcome.end is TaskEnd.SKIPPED:
-            raise AirflowSkipException(outcome.reason)
+            raise AirflowSkipException(outcome.reason) from outcome.cause
         if outcome.end is TaskEnd.FAILED:
             raise AirflowFailException(outcome.reason) from outcome.cause
         # The newest event directly on the asset, older ones through the alias (registered after it: order events

@@ -6,8 +6,8 @@ them with pyarrow; only file metadata travels back to the driver, never table da
 
 from __future__ import annotations
 
+import json
 import logging
-import pickle
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_tiering.core import errors
 from airflow_provider_tiering.core.errors import InvalidPlan, NotRetryable, SourceError
 from airflow_provider_tiering.core.ports import FileKind, SplitReader, SplitT, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.parquet_writer import write_data_files
@@ -25,8 +26,9 @@ from airflow_provider_tiering.spark.session import SparkSettings, create_spark_s
 
 log = logging.getLogger(__name__)
 
-#: A Spark Connect task's result rows: a written file each, or (``refused`` set) its split's pickled refusal.
-RESULT_SCHEMA = "split_index INT, path STRING, rows BIGINT, bytes BIGINT, partition STRING, kind STRING, refused BINARY"
+#: A Spark Connect task's result rows: a written file each, or (``refused`` set) its split's refusal as JSON: the
+#: error's class in ``core/errors.py`` and its arguments.
+RESULT_SCHEMA = "split_index INT, path STRING, rows BIGINT, bytes BIGINT, partition STRING, kind STRING, refused STRING"
 _RESULT_FIELDS: list[pa.Field[Any]] = [
     pa.field("split_index", pa.int32()),
     pa.field("path", pa.string()),
@@ -34,37 +36,35 @@ _RESULT_FIELDS: list[pa.Field[Any]] = [
     pa.field("bytes", pa.int64()),
     pa.field("partition", pa.string()),
     pa.field("kind", pa.string()),
-    pa.field("refused", pa.binary()),
+    pa.field("refused", pa.string()),
 ]
 _RESULT_ARROW = pa.schema(_RESULT_FIELDS)
 
 
 def _result_row(found: WrittenFile | _Refused) -> dict[str, Any]:
     if isinstance(found, _Refused):
-        return {
-            "split_index": -1,
-            "path": "",
-            "rows": 0,
-            "bytes": 0,
-            "partition": "",
-            "kind": "",
-            "refused": pickle.dumps(found.error),
-        }
+        refused = json.dumps({"error": type(found.error).__name__, "args": [str(a) for a in found.error.args]})
+        return {"split_index": -1, "path": "", "rows": 0, "bytes": 0, "partition": "", "kind": "", "refused": refused}
     return {**asdict(found), "kind": found.kind.value, "refused": None}
 
 
 def _from_result_row(row: Any) -> WrittenFile | _Refused:
     if row["refused"] is not None:
-        # Pickled by this package's own code in the Spark task, as pyspark pickles every task result.
-        return _Refused(pickle.loads(bytes(row["refused"])))
+        return _Refused(_refusal(json.loads(row["refused"])))
+    kind = FileKind(row["kind"])
     return WrittenFile(
-        row["path"],
-        int(row["rows"]),
-        int(row["bytes"]),
-        int(row["split_index"]),
-        row["partition"],
-        FileKind(row["kind"]),
+        row["path"], int(row["rows"]), int(row["bytes"]), int(row["split_index"]), row["partition"], kind
     )
+
+
+def _refusal(found: dict[str, Any]) -> NotRetryable:
+    """The refusal a Spark Connect task sent back, rebuilt from its class name (only one of ``core/errors.py``'s
+    :class:`NotRetryable` errors: a result row is data from a server, never code to run) and its arguments."""
+    kind = getattr(errors, str(found.get("error")), None)
+    if not (isinstance(kind, type) and issubclass(kind, NotRetryable)):
+        raise SourceError(f"a Spark task refused its split with an unknown error: {found}")
+    refusal: NotRetryable = kind(*found.get("args", []))
+    return refusal
 
 
 def _task_attempt_id() -> int:
@@ -111,8 +111,9 @@ def write_split(
 
 @dataclass(frozen=True)
 class _Refused:
-    """A split's error that no retry cures, handed back as the task's result: pickled with its class and fields
-    (a failed task hands back only its traceback's text), and not retried by Spark in vain."""
+    """A split's error that no retry cures, handed back as the task's result with its class and arguments (a failed
+    task hands back only its traceback's text), so Spark does not retry it in vain: pickled by pyspark with the
+    task's other results on the RDD path, as JSON in Spark Connect's result rows."""
 
     error: NotRetryable
 

@@ -5,24 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, Field, PlainSerializer
+from pydantic import BaseModel, Field
 
 from airflow_provider_tiering.core.state import TableStatus
-
-#: Times as the state documents write them (Python's ISO 8601, ``+00:00``), in JSON as in Python mode.
-IsoTime = Annotated[datetime, PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json")]
 
 
 class MaintenanceRecord(BaseModel):
     """The table's lake maintenance: its last run, what compaction, expiry and orphan removal did, its last error."""
 
-    last_run_at: IsoTime | None
+    last_run_at: datetime | None
     last_outcome: str | None = Field(description='"maintained" or "failed"')
     data_files: int | None = Field(description="Data files of the current snapshot after the last run")
     snapshots: int | None = Field(description="Snapshots of the table after the last run")
-    last_compaction_at: IsoTime | None
+    last_compaction_at: datetime | None
     files_before_compaction: int | None
     files_after_compaction: int | None
     last_compaction_check: str | None = Field(description='"compacted", "below_threshold", "gave_up" or "skipped"')
@@ -32,7 +29,7 @@ class MaintenanceRecord(BaseModel):
     orphans_removed_total: int
     consecutive_failures: int
     last_error: str | None = Field(description="The failing step and its root cause, masked; kept after a success")
-    last_error_time: IsoTime | None
+    last_error_time: datetime | None
 
 
 class TableStatusRecord(BaseModel):
@@ -47,8 +44,8 @@ class TableStatusRecord(BaseModel):
     task_id: str | None
     status: TableStatus
     epoch: int
-    last_tiered_time: IsoTime | None
-    last_checked_time: IsoTime | None
+    last_tiered_time: datetime | None
+    last_checked_time: datetime | None
     staleness_seconds: float | None = Field(description="Seconds since the table was last tiered")
     lag_seconds: float | None = Field(
         description="For time cursors: how old the last round's newest row was when the round ended; else null"
@@ -65,11 +62,11 @@ class TableStatusRecord(BaseModel):
     committed_offsets: dict[str, Any] | None
     snapshot_id: int | None
     consecutive_failures: int
-    next_retry_at: IsoTime | None
+    next_retry_at: datetime | None
     quarantined: bool
-    quarantined_since: IsoTime | None
+    quarantined_since: datetime | None
     last_error: str | None = Field(description="Last error, masked and truncated to 2 KiB; kept after a success")
-    last_error_time: IsoTime | None
+    last_error_time: datetime | None
     watermark_blockers: list[dict[str, Any]] = Field(description="Open transactions holding the safe watermark")
     note: str | None
     last_round_evicted_rows: int | None = Field(description="Tiered rows the last round deleted from the hot store")

@@ -138,3 +138,25 @@ def test_every_error_crosses_processes_with_its_class_and_arguments() -> None:
         error = kind(f"{kind.__name__}: table t, column 'c'")
         back = pickle.loads(pickle.dumps(error))
         assert type(back) is kind and back.args == error.args and str(back) == str(error)
+
+
+def test_a_spark_connect_tasks_refusal_travels_as_data_and_only_a_known_refusal_is_rebuilt() -> None:
+    """Spark Connect hands a task's results back as rows: a refusal travels as its class name and arguments (never
+    as code to run), and the driver rebuilds only one of the package's NotRetryable errors."""
+    import json
+
+    import pytest
+
+    from airflow_provider_tiering.core.errors import SourceError, UnsupportedColumnType
+    from airflow_provider_tiering.core.ports import WrittenFile
+    from airflow_provider_tiering.spark.write_job import _from_result_row, _Refused, _result_row
+
+    row = _result_row(_Refused(UnsupportedColumnType("table t: column 'c' holds a value no lake type can hold")))
+    back = _from_result_row(row)
+    assert isinstance(back, _Refused) and type(back.error) is UnsupportedColumnType
+    assert back.error.args == ("table t: column 'c' holds a value no lake type can hold",)
+    written = WrittenFile("s3://b/f.parquet", 3, 10, 1, '["x"]')
+    assert _from_result_row(_result_row(written)) == written
+    for forged in ({"error": "SourceError", "args": ["x"]}, {"error": "os.system", "args": ["rm -rf /"]}):
+        with pytest.raises(SourceError, match="unknown error"):
+            _from_result_row({**row, "refused": json.dumps(forged)})

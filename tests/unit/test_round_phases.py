@@ -12,7 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from airflow_provider_tiering.core.errors import FencedError, NotRetryable, QuarantinedError, SourceError
+from airflow_provider_tiering.core.errors import (
+    FencedError,
+    NotRetryable,
+    QuarantinedError,
+    SourceError,
+    TableTruncated,
+)
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.round_failure import RetryDelay, no_retry
 from airflow_provider_tiering.core.round_result import RoundOutcome, RoundPhase, RoundResult
@@ -278,3 +284,18 @@ def test_a_merge_round_keeps_the_latest_version_of_each_key_and_reconciles_delet
     assert result.metrics.deleted_rows == 10 and result.end_offsets == result.start_offsets
     assert sorted(parts.lake.rows().to_pylist(), key=lambda r: r["id"]) == parts.hot.as_table().to_pylist()
     assert parts.state().keys_reconciled_at == NOW
+
+
+def test_a_truncate_found_while_planning_keeps_the_hot_tables_identity_for_an_adopting_reset() -> None:
+    """A change stream finds a TRUNCATE when it plans: the round fails, quarantined, and keeps the hot table's
+    identity so that ``reset --adopt-hot-table`` can continue with the table as it is."""
+    parts = Parts()
+    parts.hot.insert(10)
+    parts.round()
+    parts.hot.insert(5)
+    parts.hot.truncated = True
+    with pytest.raises(TableTruncated):
+        parts.round()
+    state = parts.state()
+    assert state.replaced_hot_table is not None and state.replaced_hot_table["table"] == "16384"
+    assert state.quarantined_since == NOW
