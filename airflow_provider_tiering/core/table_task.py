@@ -12,7 +12,7 @@ import enum
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -161,7 +161,7 @@ class TableTask(Generic[BuiltT]):
         except QuarantinedError as exc:
             state = self.load_quietly()
             self._fail_if_stale(state)
-            raise _Ended(replace(self._quarantined(str(exc), state), cause=exc)) from exc
+            raise _Ended(self._quarantined(str(exc), state, cause=exc)) from exc
         except (NotRetryable, DeploymentIncomplete) as exc:
             # Recorded by the round already (a NotRetryable one quarantined the table): no retry can help.
             raise _Ended(self._failed_round(str(exc), exc)) from exc
@@ -210,8 +210,8 @@ class TableTask(Generic[BuiltT]):
                     self.spec, self.state_store, exc, secrets=self.builder.secrets(), retry_delay=self.retry_delay
                 )
             except QuarantinedError as quarantined:
-                outcome = self._quarantined(str(quarantined), None, failed_round=True)
-                raise _Ended(replace(outcome, cause=quarantined)) from quarantined
+                outcome = self._quarantined(str(quarantined), None, cause=quarantined, failed_round=True)
+                raise _Ended(outcome) from quarantined
             if isinstance(exc, DeploymentIncomplete):
                 raise _Ended(self._failed_round(f"{self.spec.name}: {exc}", exc)) from exc
             raise
@@ -227,12 +227,20 @@ class TableTask(Generic[BuiltT]):
         if alert is not None:
             raise _Ended(TaskOutcome(TaskEnd.FAILED, alert, counted=counted, state=state))
 
-    def _quarantined(self, reason: str, state: TableState | None, *, failed_round: bool = False) -> TaskOutcome:
+    def _quarantined(
+        self,
+        reason: str,
+        state: TableState | None,
+        *,
+        cause: BaseException | None = None,
+        failed_round: bool = False,
+    ) -> TaskOutcome:
         """A quarantined table skips, unless this task's own failed tries quarantined it: it then fails loudly (so
         the run fails and alerts fire) and stops retrying."""
         counted = tuple(failed_round_metrics()) if failed_round else ()
         state = state if state is not None else self.load_quietly()
-        return TaskOutcome(TaskEnd.FAILED if self.retried else TaskEnd.SKIPPED, reason, counted=counted, state=state)
+        end = TaskEnd.FAILED if self.retried else TaskEnd.SKIPPED
+        return TaskOutcome(end, reason, cause=cause, counted=counted, state=state)
 
     def _failed_round(self, reason: str, cause: BaseException) -> TaskOutcome:
         return TaskOutcome(

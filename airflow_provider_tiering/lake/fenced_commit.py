@@ -56,9 +56,8 @@ def fenced_commit(
     raise CommitConflict(f"the {what} lost {max_tries} times to other commits; nothing was committed")
 
 
-def current_snapshot_id(load_table: Callable[[], Table | None], *, name: str, what: str) -> int:
-    """The snapshot a commit just made (the table reloaded)."""
-    table = load_table()
+def committed_snapshot_id(table: Table | None, *, name: str, what: str) -> int:
+    """The snapshot a commit just made: ``table``'s current one (None: the table is gone)."""
     snapshot = None if table is None else table.current_snapshot()
     if snapshot is None:
         raise LakeError(f"Iceberg table {name} disappeared after the {what}'s commit")

@@ -34,7 +34,7 @@ from airflow_provider_tiering.core.shape import (
 )
 from airflow_provider_tiering.lake.add_files import append_files
 from airflow_provider_tiering.lake.catalog import CatalogHandle
-from airflow_provider_tiering.lake.fenced_commit import current_snapshot_id, fenced_commit
+from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit
 from airflow_provider_tiering.lake.hot_table_record import identity_property, lake_shape, reload_property
 from airflow_provider_tiering.lake.partitioner import Partitioner
 from airflow_provider_tiering.lake.range_reads import CursorRangeReader
@@ -259,7 +259,7 @@ class IcebergLake:
             fence(table)
             append_files(table, files, properties, fence=fence, table_properties=table_properties)
             self._table = table
-            return current_snapshot_id(lambda: table, name=self.name, what=f"commit of epoch {epoch}")
+            return committed_snapshot_id(table, name=self.name, what=f"commit of epoch {epoch}")
 
         snapshot_id, _ = fenced_commit(
             self.load_table,

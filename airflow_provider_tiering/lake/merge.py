@@ -45,7 +45,7 @@ from airflow_provider_tiering.core.ports import (
     WrittenFile,
 )
 from airflow_provider_tiering.lake.add_files import data_file, set_name_mapping
-from airflow_provider_tiering.lake.fenced_commit import current_snapshot_id, fenced_commit, replace_data_files
+from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
 from airflow_provider_tiering.lake.merge_reduce import (
@@ -328,7 +328,7 @@ def merge_files(
         done = rewrite(table, merging, key, target, writer, f"{target.directory_uri}/merge-{try_number}")
         added = (*changes.as_written, *done.written)
         _replace_files(table, done.holding.files, added, fence, properties, table_properties)
-        snapshot_id = current_snapshot_id(target.load_table, name=target.name, what="merge")
+        snapshot_id = committed_snapshot_id(target.load_table(), name=target.name, what="merge")
         return _merge_result(snapshot_id, changes, done, added)
 
     merged, _ = fenced_commit(

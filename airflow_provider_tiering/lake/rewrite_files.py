@@ -25,7 +25,7 @@ from pyarrow import fs as pafs
 from airflow_provider_tiering.core.errors import CommitConflict, FencedError, LakeError
 from airflow_provider_tiering.core.ports import LakeCommit, SplitWriter, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.add_files import data_file
-from airflow_provider_tiering.lake.fenced_commit import current_snapshot_id, fenced_commit, replace_data_files
+from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import live_data_files
 from airflow_provider_tiering.lake.tiering_commits import (
@@ -186,7 +186,7 @@ def commit_rewrite(
             if table_properties:
                 tx.set_properties(dict(table_properties))
             replace_data_files(tx, table, rewritten, data_files, properties)
-        return current_snapshot_id(lake.load_table, name=lake.name, what=operation)
+        return committed_snapshot_id(lake.load_table(), name=lake.name, what=operation)
 
     return fenced_commit(
         lake.load_table, commit_once, name=lake.name, what=f"{operation} commit", max_tries=max_tries, back_off=False
