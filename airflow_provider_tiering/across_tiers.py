@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec, LakeError, SourceError
+from airflow_provider_tiering.core.offsets import Offsets
+from airflow_provider_tiering.core.ports import AnySource
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
 
-    from airflow_provider_tiering.core.ports import Source
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.lake.iceberg import IcebergLake
 
@@ -50,7 +51,7 @@ class AcrossTiers:
     read them themselves, e.g. Spark), ``hot`` the hot rows beyond ``committed_offsets``."""
 
     snapshot_id: int | None
-    committed_offsets: dict[str, Any] | None
+    committed_offsets: Offsets | None
     schema: pa.Schema
     lake_files: tuple[str, ...]
     hot: pa.Table
@@ -117,9 +118,7 @@ class AcrossTiers:
         return lake.unionByName(hot)
 
 
-def read_across_tiers(
-    source: Source[Any, Any], lake: IcebergLake, *, soft_delete_column: str | None = None
-) -> AcrossTiers:
+def read_across_tiers(source: AnySource, lake: IcebergLake, *, soft_delete_column: str | None = None) -> AcrossTiers:
     """Both tiers as of now (see the module's description). A merge table's key is the lake table's identifier
     fields; ``soft_delete_column`` is its ``merge.soft_delete_column``.
 

@@ -17,17 +17,20 @@ failure to reach one is recorded as the table's failed round.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus, MaintenanceStore, run_maintenance
-from airflow_provider_tiering.core.ports import Source, SplitWriter
+from airflow_provider_tiering.core.ports import AnySource, SplitWriter
 from airflow_provider_tiering.core.round import run_round
-from airflow_provider_tiering.core.round_result import RoundResult
+from airflow_provider_tiering.core.round_failure import RetryDelay, no_retry
+from airflow_provider_tiering.core.round_result import RoundPhase, RoundResult
 from airflow_provider_tiering.core.spec import LakeSpec, TableSpec
+from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.core.state_store import StateStore
 from airflow_provider_tiering.lake.catalog import CatalogHandle
 from airflow_provider_tiering.lake.iceberg import IcebergLake
@@ -73,25 +76,36 @@ class RoundParts:
     """Everything one round of a table runs with. A context manager: leaving it stops the writer's Spark session."""
 
     spec: TableSpec
-    source: Source[Any, Any]
+    source: AnySource
     lake: IcebergLake
     writer: SplitWriter
     rejects: RejectsTable | None = None
     secrets: Sequence[str] = ()
 
-    def run(self, state_store: StateStore, **options: Any) -> RoundResult:
-        """One round (:func:`~airflow_provider_tiering.core.round.run_round`; ``options`` are its keywords other
-        than the parts themselves: ``retry_delay``, ``observe``, ``clock``, and ``secrets`` added to the parts')."""
-        secrets = [*self.secrets, *options.pop("secrets", ())]
+    def run(
+        self,
+        state_store: StateStore,
+        *,
+        secrets: Sequence[str] = (),
+        retry_delay: RetryDelay = no_retry,
+        observe: Callable[[RoundPhase], None] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        announced_epoch: int | None = None,
+    ) -> RoundResult:
+        """One round of these parts (:func:`~airflow_provider_tiering.core.round.run_round`, whose keywords these
+        are; ``secrets`` are masked beside the parts' own)."""
         return run_round(
             self.spec,
             self.source,
             self.lake,
             self.writer,
             state_store,
-            secrets=secrets,
+            secrets=[*self.secrets, *secrets],
+            retry_delay=retry_delay,
+            observe=observe,
+            clock=clock,
             rejects=self.rejects,
-            **options,
+            announced_epoch=announced_epoch,
         )
 
     def stop(self) -> None:
@@ -130,7 +144,7 @@ def build_round(
     spec: TableSpec,
     connections: TableConnections,
     *,
-    source: Source[Any, Any] | None = None,
+    source: AnySource | None = None,
     writer: SplitWriter | None = None,
     catalog: CatalogHandle | None = None,
 ) -> RoundParts:

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.offsets import CursorValue
 from airflow_provider_tiering.core.ports import VerifyRows
 from airflow_provider_tiering.core.round_result import RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
@@ -102,8 +103,14 @@ class SqliteSourceKilledInItsSecondEvictionBatch(SqliteSource):
     batches = 0
 
     def evict_batch(
-        self, after: Any, upto: Any, cutoff: datetime, age_column: str | None, limit: int, verify: VerifyRows
-    ) -> tuple[int, Any | None]:
+        self,
+        after: CursorValue | None,
+        upto: CursorValue,
+        cutoff: datetime,
+        age_column: str | None,
+        limit: int,
+        verify: VerifyRows,
+    ) -> tuple[int, CursorValue | None]:
         self.batches += 1
         if self.batches < 2:
             return super().evict_batch(after, upto, cutoff, age_column, limit, verify)

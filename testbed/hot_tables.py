@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.ports import Source
+from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.registry import build_source
 
@@ -59,7 +59,7 @@ class SqliteHot:
     def connection(self) -> ConnectionInfo:
         return ConnectionInfo("sqlite", host=str(self.path))
 
-    def source(self, spec: SqlSourceSpec) -> Source[Any, Any]:
+    def source(self, spec: SqlSourceSpec) -> AnySource:
         return build_source(spec, self.connection())
 
     def rows(self, table: str) -> list[tuple]:
@@ -89,7 +89,7 @@ class PostgresHot:
     def connection(self) -> ConnectionInfo:
         return ConnectionInfo.from_uri(self.dsn)
 
-    def source(self, spec: SqlSourceSpec) -> Source[Any, Any]:
+    def source(self, spec: SqlSourceSpec) -> AnySource:
         return build_source(spec, self.connection())
 
     def rows(self, table: str) -> list[tuple]:
@@ -137,7 +137,7 @@ class MariaDBHot:
     def connection(self) -> ConnectionInfo:
         return ConnectionInfo.from_uri(self.url)
 
-    def source(self, spec: SqlSourceSpec) -> Source[Any, Any]:
+    def source(self, spec: SqlSourceSpec) -> AnySource:
         return build_source(spec, self.connection())
 
     def rows(self, table: str) -> list[tuple]:

@@ -25,13 +25,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import FencedError, LakeError, SchemaConflict, SourceError, TableTruncated
+from airflow_provider_tiering.core.offsets import CursorValue, Offsets, SafeEnd, cursor_offsets
 from airflow_provider_tiering.core.ports import (
     LakeCommit,
     LineageDataset,
     MergeKey,
     MergeResult,
-    Offsets,
     SafeWatermark,
     Source,
     SplitReader,
@@ -141,7 +142,7 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
     def secrets(self) -> list[str]:
         return [self.password] if self.password else []
 
-    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
         newest = max((row["version"] for row in self._reach().values()), default=None)
         if newest is None:
             return SafeWatermark(end=committed, observed=None)
@@ -153,17 +154,17 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         return SafeWatermark(end={"cursor": newest}, observed={"cursor": newest})
 
     def has_rows_after(self, committed: Offsets | None) -> bool:
-        start = 0 if committed is None else int(committed["cursor"])
+        start = 0 if committed is None else int(cursor_offsets(committed)["cursor"])
         return bool(self._versions_in(start, 2**62))
 
-    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> MemoryPlan:
+    def plan(self, start: Offsets | None, end: SafeEnd, max_rows: int) -> MemoryPlan:
         if self.truncated:
             raise TableTruncated(f"{self.display_name} was truncated")
-        low = 0 if start is None else int(start["cursor"])
-        versions = self._versions_in(low, int(end["cursor"]))
+        low = 0 if start is None else int(cursor_offsets(start)["cursor"])
+        versions = self._versions_in(low, int(cursor_offsets(end)["cursor"]))
         if len(versions) > max_rows:
             return MemoryPlan(low, versions[max_rows - 1], max_rows, len(versions) - max_rows)
-        return MemoryPlan(low, int(end["cursor"]), len(versions))
+        return MemoryPlan(low, int(cursor_offsets(end)["cursor"]), len(versions))
 
     def cut_splits(self, plan: MemoryPlan, target_rows_per_split: int, parallelism: int) -> list[MemorySplit]:
         versions = self._versions_in(plan.start, plan.end)
@@ -332,7 +333,11 @@ class MemoryLake:
         return self.rows().num_rows
 
     def rows_not_held(
-        self, rows: pa.Table, *, cursor: tuple[str, Any] | None = None, lake_names: Mapping[str, str] | None = None
+        self,
+        rows: pa.Table,
+        *,
+        cursor: tuple[str, CursorValue] | None = None,
+        lake_names: Mapping[str, str] | None = None,
     ) -> int:
         held = Counter(tuple(row.values()) for row in self.rows().select(rows.schema.names).to_pylist())
         missing = Counter(tuple(row.values()) for row in rows.to_pylist()) - held
@@ -360,22 +365,22 @@ class MemoryLake:
     def tiering_commits(self, after_epoch: int) -> list[TieringCommit]:
         return [s.commit for s in self.snapshots if s.commit is not None and s.commit.epoch > after_epoch]
 
-    def _fence(self, epoch: int, start: Mapping[str, Any] | None, files: Sequence[WrittenFile]) -> None:
+    def _fence(self, epoch: int, start: Offsets | None, files: Sequence[WrittenFile]) -> None:
         """The Iceberg lake's check, made in the same step as the swap (one process: nothing runs in between)."""
         self._catalog()
         lake = self.committed()
-        if (None if lake is None else lake.end_offsets) != (None if start is None else dict(start)) or (
-            lake is not None and lake.epoch >= epoch
-        ):
+        if (None if lake is None else lake.end_offsets) != start or (lake is not None and lake.epoch >= epoch):
             raise FencedError(f"epoch {epoch} fenced: the lake is at {lake}")
         gone = [f.path for f in files if f.path not in self.files]
         if gone:
             raise LakeError(f"files to commit are gone: {gone}")
 
-    def _add(self, files: tuple[str, ...], epoch: int, start: Any, end: Any, written: Sequence[WrittenFile]) -> int:
+    def _add(
+        self, files: tuple[str, ...], epoch: int, start: Offsets | None, end: Offsets, written: Sequence[WrittenFile]
+    ) -> int:
         snapshot_id = next(self._ids)
         commit = TieringCommit(
-            snapshot_id, epoch, None if start is None else dict(start), dict(end), sum(f.rows for f in written),
+            snapshot_id, epoch, start, end, sum(f.rows for f in written),
             sum(f.bytes for f in written), len(written), datetime.now(UTC),
         )  # fmt: skip
         self.snapshots.append(MemorySnapshot(snapshot_id, files, commit))
@@ -386,8 +391,8 @@ class MemoryLake:
         files: Sequence[WrittenFile],
         *,
         epoch: int,
-        start: Mapping[str, Any] | None,
-        end: Mapping[str, Any],
+        start: Offsets | None,
+        end: Offsets,
         table_name: str,
         attempt: str,
         identity: HotIdentity | None = None,
@@ -403,8 +408,8 @@ class MemoryLake:
         key: MergeKey,
         *,
         epoch: int,
-        start: Mapping[str, Any] | None,
-        end: Mapping[str, Any],
+        start: Offsets | None,
+        end: Offsets,
         table_name: str,
         attempt: str,
         hot_keys: pa.Table | None = None,
@@ -458,9 +463,11 @@ class MemoryLake:
             del self.files[path]
         return len(doomed)
 
-    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
+    def rows_in_cursor_range(self, column: str, lower: object, upper: object, like: pa.Table) -> pa.Table:
         rows = self.rows()
-        mask = pc.and_(pc.greater_equal(rows[column], lower), pc.less_equal(rows[column], upper))
+        kind = rows.schema.field(column).type
+        low, high = pa.scalar(lower, type=kind), pa.scalar(upper, type=kind)
+        mask = pc.and_(pc.greater_equal(rows[column], low), pc.less_equal(rows[column], high))
         return rows.filter(mask).select(like.schema.names).cast(like.schema)
 
     def rows_with_keys(self, key: Sequence[str], like: pa.Table) -> pa.Table:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.ports import Source
+from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.lake_check import _normal, digest, lake_rows
@@ -218,7 +218,7 @@ class MutableHot:
     def connection(self) -> ConnectionInfo:
         return self._connection
 
-    def source(self, spec: SqlSourceSpec) -> Source[Any, Any]:
+    def source(self, spec: SqlSourceSpec) -> AnySource:
         return build_source(spec, self._connection)
 
 

@@ -15,10 +15,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.ports import BehindLook, Offsets
+from airflow_provider_tiering.core.offsets import Offsets
+from airflow_provider_tiering.core.ports import BehindLook
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus
 
@@ -52,7 +53,7 @@ class TaskDecision:
     #: The committed offsets of the state (what the hot store is probed beyond).
     committed: Offsets | None = None
     #: The stretch below them that the hot store emptied, as the state knows it (or the probe found it).
-    emptied: dict[str, Any] | None = None
+    emptied: JsonObject | None = None
     #: When a merge table's key reconciliation falls due: from then on the table runs without new rows.
     reconcile_at: datetime | None = None
 
@@ -155,7 +156,7 @@ def decide_task(
 
 
 def probe_hot_store(
-    probe: Callable[[Offsets | None, dict[str, Any] | None], tuple[bool, BehindLook]], decision: TaskDecision
+    probe: Callable[[Offsets | None, JsonObject | None], tuple[bool, BehindLook]], decision: TaskDecision
 ) -> TaskDecision:
     """Answer a ``PROBE`` decision with the hot store's ``probe`` (``Source.probe``: rows beyond the committed
     offsets, or arrived behind them). A probe that fails counts as "there may be rows": the round then reports and

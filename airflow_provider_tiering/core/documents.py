@@ -10,9 +10,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from pydantic import PlainSerializer, TypeAdapter
+from pydantic import BeforeValidator, JsonValue, PlainSerializer, TypeAdapter
+
+from airflow_provider_tiering.core.offsets import Offsets
 
 T = TypeVar("T")
+
+#: A JSON object the kernel keeps for a source without looking inside (a watermark candidate, an emptied stretch).
+JsonObject = dict[str, JsonValue]
+
+#: Offsets in a document; an empty object, which older versions wrote for none, reads as None.
+DocumentOffsets = Annotated[Offsets | None, BeforeValidator(lambda value: value or None)]
 
 #: A time in a document: written as ``datetime.isoformat()`` (``+00:00``, as documents always had it).
 DocumentTime = Annotated[datetime, PlainSerializer(lambda value: value.isoformat(), return_type=str)]

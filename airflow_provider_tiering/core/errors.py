@@ -89,6 +89,11 @@ class TableTruncated(ChangeStreamUnavailable):
     tell which of its rows to remove. Nothing after it is tiered until the table is loaded again."""
 
 
+class OffsetsKindMismatch(SourceError, NotRetryable):
+    """The lake holds offsets of another kind than this table's source reads (a cursor value where a change stream
+    wants a WAL position): the table's spec changed mode over a lake table tiered the other way. Nothing was read."""
+
+
 class MergeKeyUnusable(NotRetryable):
     """A merge table's key cannot be used: the hot table has no primary key to default to, a key column is
     nullable or not tiered, or the lake table holds rows under another key. Raised before anything is written."""

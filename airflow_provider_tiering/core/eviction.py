@@ -23,6 +23,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.offsets import cursor_offsets
 from airflow_provider_tiering.core.ports import EvictionLake, EvictionSource, KeyedEvictionSource, LakeCommit
 from airflow_provider_tiering.core.spec import EvictionSpec
 
@@ -90,7 +91,7 @@ def evict_tiered_rows(
     not_this_round = _not_this_rounds(commit, epoch)
     if not_this_round is not None or commit is None or not commit.end_offsets:
         return EvictionResult(0, 0, 0.0, not_this_round)
-    upto = commit.end_offsets["cursor"]
+    upto = cursor_offsets(commit.end_offsets)["cursor"]
     cutoff = now - timedelta(seconds=spec.retention_seconds)
 
     def verify(rows: pa.Table) -> None:

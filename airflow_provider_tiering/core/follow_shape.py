@@ -28,10 +28,11 @@ import enum
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from airflow_provider_tiering.core.errors import HotTableReplaced, SchemaConflict
-from airflow_provider_tiering.core.ports import Lake, LakeCommit, MergeKey, Offsets, Source, SplitWriter
+from airflow_provider_tiering.core.offsets import Offsets
+from airflow_provider_tiering.core.ports import Lake, LakeCommit, MergeKey, PlanT, Source, SplitT, SplitWriter
 from airflow_provider_tiering.core.shape import (
     AddedValuesKind,
     ColumnHistory,
@@ -86,11 +87,11 @@ def _primitive(value: Any) -> bool:
 
 
 @dataclass
-class _Follow:
+class _Follow(Generic[PlanT, SplitT]):
     """One round's following of its hot table (see the module's description)."""
 
     spec: TableSpec
-    source: Source[Any, Any]
+    source: Source[PlanT, SplitT]
     lake: Lake
     state: TableState
     schema: pa.Schema
@@ -241,7 +242,7 @@ class _Follow:
                 f"{sample.count} rows lie at or below the lake's offsets {tiered}, but the lake "
                 f"holds {held}: rows arrived below them"
             )
-        elif sample.rows is not None and sample.rows.num_rows:
+        elif sample.rows is not None and sample.rows.num_rows and sample.cursor is not None:
             moved = {*changes.added, *(n for n, _, _ in changes.widened), *(n for _, n in changes.renamed)}
             common = [n for n in sample.rows.schema.names if n in recorded.columns and n not in moved]
             missing = self.lake.rows_not_held(sample.rows.select(common), cursor=(sample.column, sample.cursor))
@@ -328,7 +329,7 @@ class _Follow:
 
 def follow_hot_shape(
     spec: TableSpec,
-    source: Source[Any, Any],
+    source: Source[PlanT, SplitT],
     lake: Lake,
     state: TableState,
     schema: pa.Schema,

@@ -3,17 +3,17 @@ columns the round tiers."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_provider_tiering.core.errors import MergeKeyUnusable
-from airflow_provider_tiering.core.ports import MergeKey, Source
+from airflow_provider_tiering.core.ports import MergeKey, PlanT, Source, SplitT
 from airflow_provider_tiering.core.spec import MergeSpec, TableSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def resolve_merge_key(spec: TableSpec, source: Source[Any, Any], schema: pa.Schema) -> MergeKey | None:
+def resolve_merge_key(spec: TableSpec, source: Source[PlanT, SplitT], schema: pa.Schema) -> MergeKey | None:
     """The round's merge key (None: an append-only table).
 
     Raises:

@@ -1,11 +1,120 @@
-"""Comparing a table's committed offsets with a value a reader waits for."""
+"""Offsets, by kind: how far the lake holds a table's hot data. Then comparing them with a value a reader waits for.
+
+Offsets are JSON: the lake keeps them in each tiering snapshot's properties, the state document keeps a copy. A
+SQL table's are a cursor value, a change stream's a WAL position (LSN), a landing zone's a log of the files it
+tiered. The kernel passes them through without looking inside; each source takes its own kind out with
+:func:`cursor_offsets`, :func:`lsn_offsets` or :func:`file_offsets`, which refuse another kind's offsets (a table
+whose spec moved from a cursor to a change stream over a lake that holds cursor offsets) instead of misreading them.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import (
+    NotRequired,  # pydantic needs typing_extensions' TypedDict below Python 3.12
+    TypeAlias,
+    final,
+)
 
-from airflow_provider_tiering.core.errors import CursorNotComparable
+from typing_extensions import TypedDict
+
+from airflow_provider_tiering.core.errors import CursorNotComparable, OffsetsKindMismatch
+
+#: A cursor value as offsets hold it: numbers stay numbers, times and dates are ISO text, strings are strings.
+CursorValue: TypeAlias = int | float | str
+
+
+@final
+class CursorOffsets(TypedDict):
+    """A SQL table's: every row with a cursor value up to ``cursor`` is in the lake."""
+
+    cursor: CursorValue
+
+
+@final
+class LsnOffsets(TypedDict):
+    """A change stream's: every change committed up to WAL position ``lsn`` (PostgreSQL's ``X/Y`` text) is in the
+    lake."""
+
+    lsn: str
+    #: Only in a safe end (``Source.safe_watermark``), never in the lake: the last WAL record boundary at or below
+    #: ``lsn`` (the flushed position may lie inside a record); a plan that finds no commit of the table beyond it
+    #: ends there.
+    boundary: NotRequired[str | None]
+
+
+@final
+class FileOffsets(TypedDict):
+    """A landing zone's: the ``files`` it tiered (``bytes`` in all) are listed in the log at ``log``, whose content
+    hashes to ``sha256``."""
+
+    files: int
+    bytes: int
+    log: str
+    sha256: str
+
+
+#: How far the lake has a table's hot data (see the module description).
+Offsets: TypeAlias = CursorOffsets | LsnOffsets | FileOffsets
+
+
+@final
+class PendingFiles(TypedDict):
+    """A landing zone's safe end: how many complete files (``pending_bytes`` in all) wait beyond the lake's log.
+    Its plan lists them again and writes the offsets (``FileOffsets``) the lake will hold."""
+
+    pending_files: int
+    pending_bytes: int
+
+
+#: How far a round may read (``SafeWatermark.end``, handed back to ``Source.plan``): offsets, or a landing zone's
+#: count of pending files.
+SafeEnd: TypeAlias = CursorOffsets | LsnOffsets | FileOffsets | PendingFiles
+
+
+def _mismatch(offsets: SafeEnd, wanted: str) -> OffsetsKindMismatch:
+    return OffsetsKindMismatch(
+        f"the lake's offsets {dict(offsets)} are not {wanted}: the lake table was tiered by another kind of source "
+        "(did the table's spec change mode?). Restore the spec that tiered it, or tier the table into a new lake "
+        "table"
+    )
+
+
+def cursor_offsets(offsets: SafeEnd) -> CursorOffsets:
+    """``offsets`` as a SQL table's (raises :class:`OffsetsKindMismatch` for another kind's)."""
+    if "cursor" in offsets:
+        return offsets
+    raise _mismatch(offsets, "a cursor value")
+
+
+def cursor_of(offsets: Offsets | None) -> CursorValue | None:
+    """The cursor value of a SQL table's offsets (None for none; raises :class:`OffsetsKindMismatch` for another
+    kind's)."""
+    return None if offsets is None else cursor_offsets(offsets)["cursor"]
+
+
+def cursor_after(value: CursorValue, bound: CursorValue) -> bool:
+    """Whether cursor ``value`` lies beyond ``bound``: numbers compare as numbers, text (times as fixed-format ISO
+    text, strings) as text. Raises :class:`CursorNotComparable` for a number and a text."""
+    if isinstance(value, str) and isinstance(bound, str):
+        return value > bound
+    if not isinstance(value, str) and not isinstance(bound, str):
+        return value > bound
+    raise CursorNotComparable(f"cursor values {value!r} and {bound!r} are not of one kind (a number and a text)")
+
+
+def lsn_offsets(offsets: SafeEnd) -> LsnOffsets:
+    """``offsets`` as a change stream's (raises :class:`OffsetsKindMismatch` for another kind's)."""
+    if "lsn" in offsets:
+        return offsets
+    raise _mismatch(offsets, "a WAL position")
+
+
+def file_offsets(offsets: SafeEnd) -> FileOffsets:
+    """``offsets`` as a landing zone's (raises :class:`OffsetsKindMismatch` for another kind's)."""
+    if "log" in offsets:
+        return offsets
+    raise _mismatch(offsets, "a landing zone's file log")
 
 
 def _as_utc(value: datetime) -> datetime:
@@ -13,7 +122,7 @@ def _as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _as_datetime(value: Any) -> datetime | None:
+def _as_datetime(value: object) -> datetime | None:
     if isinstance(value, datetime):
         return _as_utc(value)
     if isinstance(value, date):
@@ -26,7 +135,7 @@ def _as_datetime(value: Any) -> datetime | None:
     return None
 
 
-def cursor_reached(end_offsets: dict[str, Any] | None, target: Any) -> bool:
+def cursor_reached(end_offsets: Offsets | None, target: object) -> bool:
     """Whether a lake whose committed end offsets are ``end_offsets`` holds every row up to cursor ``target``.
 
     ``target`` may be a number (integer cursors), a date/datetime or an ISO string (time cursors; naive
@@ -57,7 +166,7 @@ def cursor_reached(end_offsets: dict[str, Any] | None, target: Any) -> bool:
     return str(committed) >= str(target)
 
 
-def cursor_lag_seconds(end: dict[str, Any] | None, now: datetime) -> float | None:
+def cursor_lag_seconds(end: Offsets | None, now: datetime) -> float | None:
     """How old the newest row up to ``end`` is at ``now``, for a time cursor (ISO text); None for other cursors,
     whose values say nothing about time."""
     cursor = None if end is None else end.get("cursor")

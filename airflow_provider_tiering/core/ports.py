@@ -20,8 +20,13 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 from urllib.parse import urlsplit
+
+from typing_extensions import TypedDict
+
+from airflow_provider_tiering.core.documents import JsonObject
+from airflow_provider_tiering.core.offsets import CursorValue, Offsets, SafeEnd
 
 if TYPE_CHECKING:  # pyarrow is imported where it is used: probing for new rows needs none of it
     import pyarrow as pa
@@ -37,8 +42,20 @@ if TYPE_CHECKING:  # pyarrow is imported where it is used: probing for new rows 
         ShapeDecision,
     )
 
-#: How far the lake has a table's hot data; JSON-native (e.g. ``{"cursor": 42}`` or a landing zone's file log).
-Offsets = dict[str, Any]
+
+#: A key's values, in key order, as the hot store's driver gives them (ints, strings, times, decimals, UUIDs...):
+#: handed back to the same store only, never written to the lake or a document.
+KeyValues = tuple[object, ...]
+
+
+class RejectedRecord(TypedDict):
+    """A bad record a read set aside (``on_bad_record="side_table"``), a row of the table's rejects side table."""
+
+    source_file: str
+    line: int
+    #: Its raw text, cut at ``text_records.REJECT_RECORD_BYTES``.
+    record: str
+    reason: str
 
 
 class FileKind(enum.StrEnum):
@@ -139,7 +156,7 @@ class TieringCommit:
     files: int
     committed_at: datetime
 
-    def event_extra(self, table: str) -> dict[str, Any]:
+    def event_extra(self, table: str) -> dict[str, object]:
         """The asset event a round announces for this commit, ``recovered``: read back from the lake because the
         round that made it did not live to announce it (its duration and lag are unknown)."""
         return {
@@ -167,9 +184,9 @@ class WatermarkBlocker:
     age_seconds: float | None
     prepared: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         age = None if self.age_seconds is None else round(self.age_seconds, 1)
-        found: dict[str, Any] = {"pid": self.pid, "transaction_start": self.transaction_start, "age_seconds": age}
+        found: JsonObject = {"pid": self.pid, "transaction_start": self.transaction_start, "age_seconds": age}
         if self.prepared is not None:
             found["prepared"] = self.prepared
         return found
@@ -185,10 +202,10 @@ class SafeWatermark:
     keeps it in the state document and hands it back next time (a cache: losing it only delays).
     """
 
-    end: Offsets | None
-    observed: Offsets | None
+    end: SafeEnd | None
+    observed: SafeEnd | None
     blockers: Sequence[WatermarkBlocker] = ()
-    candidate: dict[str, Any] | None = None
+    candidate: JsonObject | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +218,7 @@ class BehindLook:
     """
 
     arrived: int = 0
-    emptied: dict[str, Any] | None = None
+    emptied: JsonObject | None = None
     #: The emptied stretch in words, for messages (e.g. "id in (50, 100]").
     where: str = ""
 
@@ -214,7 +231,7 @@ class TieredSample:
     as an offset value; None: no row is left there), and how many rows lie at or below the offsets."""
 
     column: str
-    cursor: Any
+    cursor: CursorValue | None
     rows: pa.Table | None
     count: int
 
@@ -280,7 +297,7 @@ class SplitReader(Protocol[SplitT_contra]):
         """
         ...
 
-    def take_rejects(self) -> list[dict[str, Any]]:
+    def take_rejects(self) -> list[RejectedRecord]:
         """Bad records set aside by the last ``read_split``; emptied on read."""
         ...
 
@@ -294,13 +311,13 @@ class EvictionSource(Protocol):
 
     def evict_batch(
         self,
-        after: Any | None,
-        upto: Any,
+        after: CursorValue | None,
+        upto: CursorValue,
         cutoff: datetime,
         age_column: str | None,
         limit: int,
         verify: VerifyRows,
-    ) -> tuple[int, Any | None]:
+    ) -> tuple[int, CursorValue | None]:
         """Delete up to ``limit`` rows with ``after < cursor <= upto`` older than ``cutoff``, in cursor order, each
         one only if ``verify`` (given them, as tiered) accepts the lot; one transaction.
 
@@ -327,7 +344,7 @@ class KeyBatch:
 
     read: int
     deleted: int
-    last: tuple[Any, ...] | None
+    last: KeyValues | None
 
 
 class KeyedEvictionSource(Protocol):
@@ -346,7 +363,7 @@ class KeyedEvictionSource(Protocol):
     def evict_key_batch(
         self,
         key: Sequence[str],
-        after: tuple[Any, ...] | None,
+        after: KeyValues | None,
         cutoff: datetime,
         age_column: str,
         limit: int,
@@ -405,7 +422,7 @@ class Source(ABC, Generic[PlanT, SplitT]):
         (a landing zone of Parquet files where none has landed)."""
 
     @abstractmethod
-    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
         """The end offset this round may safely tier up to: no row can still commit at or below it.
 
         ``committed`` is the lake's end offsets; ``candidate`` what the last round kept (see :class:`SafeWatermark`).
@@ -415,13 +432,13 @@ class Source(ABC, Generic[PlanT, SplitT]):
     def has_rows_after(self, committed: Offsets | None) -> bool:
         """Whether the hot store holds any row beyond ``committed`` (a cheap probe, safe or not)."""
 
-    def probe(self, committed: Offsets | None, emptied: dict[str, Any] | None) -> tuple[bool, BehindLook]:
+    def probe(self, committed: Offsets | None, emptied: JsonObject | None) -> tuple[bool, BehindLook]:
         """A due table's probe: whether a round has work (rows beyond ``committed``, or rows that arrived behind
         it: the round then fails naming them), and the look behind (see :meth:`look_behind`)."""
         behind = self.look_behind(committed, emptied)
         return behind.arrived > 0 or self.has_rows_after(committed), behind
 
-    def look_behind(self, committed: Offsets | None, emptied: dict[str, Any] | None) -> BehindLook:
+    def look_behind(self, committed: Offsets | None, emptied: JsonObject | None) -> BehindLook:
         """Whether rows arrived at or below ``committed``, where no round reads. A cursor goes backwards when the
         newest rows the lake holds leave the hot store (a table truncated and reloaded, rows evicted or deleted)
         and new ones take cursor values from below (a restarted sequence, SQLite reusing ``max(rowid) + 1``). A
@@ -431,7 +448,7 @@ class Source(ABC, Generic[PlanT, SplitT]):
         return BehindLook()
 
     @abstractmethod
-    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> PlanT:
+    def plan(self, start: Offsets | None, end: SafeEnd, max_rows: int) -> PlanT:
         """Measure what lies in ``(start, end]`` and cap it at about ``max_rows`` rows."""
 
     @abstractmethod
@@ -484,7 +501,7 @@ class Source(ABC, Generic[PlanT, SplitT]):
         exists, its location (None: not known, e.g. a probe); a source may keep offset logs there."""
         return None
 
-    def take_rejects(self) -> list[dict[str, Any]]:
+    def take_rejects(self) -> list[RejectedRecord]:
         """Bad records set aside by the last ``read_split`` (``on_bad_record="side_table"``); emptied on read."""
         return []
 
@@ -492,7 +509,7 @@ class Source(ABC, Generic[PlanT, SplitT]):
         """Best-effort housekeeping once ``committed`` is in the lake (e.g. archive tiered files); returns a count."""
         return 0
 
-    def stream_status(self) -> dict[str, Any] | None:
+    def stream_status(self) -> JsonObject | None:
         """A change stream's slot as the hot store shows it, JSON (see ``TableState.change_stream``): ``slot``,
         ``retained_wal_bytes``, ``max_retained_wal_bytes``...; None for a source without one."""
         return None
@@ -574,13 +591,20 @@ class Source(ABC, Generic[PlanT, SplitT]):
         return None
 
 
+#: A source of whichever kind, for code that builds one or hands it on without planning with it (a builder, the
+#: registry, reads across tiers): its plan and split types stay between it and its own reader. Python has no
+#: "some PlanT" (existential) type, so they are ``Any`` here; code that plans keeps the generics (``run_round``,
+#: ``follow_hot_shape``, ``resolve_merge_key``).
+AnySource: TypeAlias = "Source[Any, Any]"
+
+
 class RowPartitioner(Protocol):
     """Cuts a batch of rows by the lake table's partition spec (``lake/partitioner.py``); pickled to Spark tasks."""
 
     @property
     def is_partitioned(self) -> bool: ...
 
-    def split(self, table: pa.Table) -> Iterator[tuple[list[Any], str, pa.Table]]:
+    def split(self, table: pa.Table) -> Iterator[tuple[list[object], str, pa.Table]]:
         """Yield ``(partition record values, partition path, rows)`` per partition present in ``table``."""
         ...
 
@@ -696,7 +720,7 @@ class Lake(Protocol):
         self,
         rows: pa.Table,
         *,
-        cursor: tuple[str, Any] | None = None,
+        cursor: tuple[str, CursorValue] | None = None,
         lake_names: Mapping[str, str] | None = None,
     ) -> int:
         """How many of the hot table's ``rows`` (counted with repeats, value for value in their columns) the current
@@ -739,8 +763,8 @@ class Lake(Protocol):
         files: Sequence[WrittenFile],
         *,
         epoch: int,
-        start: Mapping[str, Any] | None,
-        end: Mapping[str, Any],
+        start: Offsets | None,
+        end: Offsets,
         table_name: str,
         attempt: str,
         identity: HotIdentity | None = None,
@@ -764,8 +788,8 @@ class Lake(Protocol):
         key: MergeKey,
         *,
         epoch: int,
-        start: Mapping[str, Any] | None,
-        end: Mapping[str, Any],
+        start: Offsets | None,
+        end: Offsets,
         table_name: str,
         attempt: str,
         hot_keys: pa.Table | None = None,
@@ -797,8 +821,9 @@ class Lake(Protocol):
         """Delete this attempt's files other than ``keep`` (task retries, a fenced attempt); returns how many."""
         ...
 
-    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
-        """The current snapshot's rows with ``lower <= column <= upper``, shaped ``like`` (for eviction).
+    def rows_in_cursor_range(self, column: str, lower: object, upper: object, like: pa.Table) -> pa.Table:
+        """The current snapshot's rows with ``lower <= column <= upper`` (values as Arrow gives the hot rows' cursor),
+        shaped ``like`` (for eviction).
 
         Raises:
             LakeError: the lake's rows cannot be compared with the hot store's.
@@ -828,8 +853,9 @@ class EvictionLake(Protocol):
         """
         ...
 
-    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
-        """The current snapshot's rows with ``lower <= column <= upper``, shaped ``like`` (its columns and types).
+    def rows_in_cursor_range(self, column: str, lower: object, upper: object, like: pa.Table) -> pa.Table:
+        """The current snapshot's rows with ``lower <= column <= upper`` (values as Arrow gives the hot rows' cursor),
+        shaped ``like`` (its columns and types).
 
         Raises:
             LakeError: the lake's rows cannot be compared with the hot store's.

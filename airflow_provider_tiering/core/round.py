@@ -26,14 +26,13 @@ from airflow_provider_tiering.core.errors import CursorBehindLake, FencedError, 
 from airflow_provider_tiering.core.follow_shape import Mode, ShapeOutcome, follow_hot_shape
 from airflow_provider_tiering.core.in_place_changes import watch_in_place_changes
 from airflow_provider_tiering.core.merge_key import resolve_merge_key
-from airflow_provider_tiering.core.offsets import cursor_lag_seconds
+from airflow_provider_tiering.core.offsets import Offsets, cursor_lag_seconds
 from airflow_provider_tiering.core.ports import (
     FileKind,
     Lake,
     LakeCommit,
     MergeKey,
     MergeResult,
-    Offsets,
     PlanT,
     RejectsSink,
     SafeWatermark,
@@ -231,7 +230,7 @@ def run_round(
         r.notify(RoundPhase.EVICTED)
     start = planned.opened.start
     return RoundResult(
-        spec.name, RoundOutcome.TIERED, epoch, committed.snapshot_id, start, dict(written.end), metrics,
+        spec.name, RoundOutcome.TIERED, epoch, committed.snapshot_id, start, written.end, metrics,
         state.watermark_blockers, cleaned, unannounced=planned.unannounced,
     )  # fmt: skip
 
@@ -411,7 +410,7 @@ def _write(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int)
     if planned.plan is None or planned.keys_only:
         if start is None:  # cannot happen: reconciling needs a lake commit
             raise SourceError(f"{r.source.display_name}: a round with no rows to read has no offsets to keep")
-        end, splits = dict(start), []
+        end, splits = start, []
     else:
         end = r.source.end_offsets(planned.plan)  # a landing zone writes its offsets log here: it can fail
         splits = _cut(r, planned.plan)
@@ -520,7 +519,7 @@ def _record(
     now = r.clock()
     metrics = _metrics(r, planned, written, committed, now)
     state.transition(TableStatus.TIERED)
-    state.committed = CommittedSnapshot(committed.snapshot_id, epoch, dict(written.end), now)
+    state.committed = CommittedSnapshot(committed.snapshot_id, epoch, written.end, now)
     state.replaced_hot_table = state.adopt_hot_table = None  # the commit recorded the hot table it tiered
     if planned.reconciling:
         state.keys_reconciled_at = now
@@ -534,7 +533,7 @@ def _record(
     r.state_store.save(state)
     log.info(
         "%s: recorded epoch %d: %s rows tiered, the lake now at %s; round took %s", r.spec.name, epoch,
-        count(metrics.rows), dict(written.end), duration(metrics.duration_seconds),
+        count(metrics.rows), written.end, duration(metrics.duration_seconds),
     )  # fmt: skip
     return metrics
 
@@ -588,7 +587,7 @@ def _clean(
     except Exception as exc:  # cleanup is best effort: the next committed round retries it (old epochs' too)
         log.warning("%s: cleaning old attempts failed: %s", r.spec.name, describe_error(exc, r.secrets))
     try:
-        housekept = r.source.after_commit(dict(written.end))
+        housekept = r.source.after_commit(written.end)
         if housekept:
             log.info("%s: %d tiered source files archived or deleted", r.spec.name, housekept)
     except Exception as exc:  # best effort too: the next committed round catches up (files, a slot's position)

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.ports import TieringCommit
 from airflow_provider_tiering.core.state import RoundMetrics
 
@@ -36,8 +37,8 @@ class RoundResult:
     outcome: RoundOutcome
     epoch: int
     snapshot_id: int | None
-    start_offsets: dict[str, Any] | None
-    end_offsets: dict[str, Any] | None
+    start_offsets: Offsets | None
+    end_offsets: Offsets | None
     metrics: RoundMetrics | None = None
     blockers: list[dict[str, Any]] = field(default_factory=list)
     cleaned_files: int = 0

@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from airflow_provider_tiering.core.documents import DocumentTime, from_document, to_document
+from airflow_provider_tiering.core.documents import (
+    DocumentOffsets,
+    DocumentTime,
+    JsonObject,
+    from_document,
+    to_document,
+)
 from airflow_provider_tiering.core.errors import IllegalTransition
 
 
@@ -44,7 +50,7 @@ class CommittedSnapshot:
 
     snapshot_id: int
     epoch: int
-    end_offsets: dict[str, Any]
+    end_offsets: DocumentOffsets
     committed_at: DocumentTime | None = None
 
 
@@ -101,7 +107,7 @@ class TableState:
     next_retry_at: DocumentTime | None = None
     last_round: RoundMetrics | None = None
     watermark_blockers: list[dict[str, Any]] = field(default_factory=list)
-    watermark_candidate: dict[str, Any] | None = None
+    watermark_candidate: JsonObject | None = None
     attempt: str | None = None
     cleaned_through_epoch: int = 0
     quarantined_since: DocumentTime | None = None
@@ -109,7 +115,7 @@ class TableState:
     evicted_rows_total: int = 0
     #: A stretch at or below the committed offsets that the hot store emptied (its newest rows are gone), watched
     #: for rows arriving in it (see ``Source.look_behind``).
-    emptied_range: dict[str, Any] | None = None
+    emptied_range: JsonObject | None = None
     #: Why the last round's eviction did not run or stopped (its rows stay in the hot store); None when it ran.
     eviction_note: str | None = None
     #: A change-stream table's replication slot as the last round saw it (``Source.stream_status``): its name,

@@ -25,10 +25,10 @@ def reconcile_with_lake(state: TableState, lake: LakeCommit | None, now: datetim
         # Lake maintenance (a compaction's replace snapshot) carries the same commit on: not a repair.
         maintained = state.committed is not None and (state.committed.epoch, state.committed.end_offsets) == (
             lake.epoch,
-            dict(lake.end_offsets or {}),
+            lake.end_offsets,
         )
         committed_at = state.committed.committed_at if maintained and state.committed else lake.committed_at
-        state.committed = CommittedSnapshot(lake.snapshot_id, lake.epoch, dict(lake.end_offsets or {}), committed_at)
+        state.committed = CommittedSnapshot(lake.snapshot_id, lake.epoch, lake.end_offsets, committed_at)
         if not maintained:
             state.note = f"state repaired from lake snapshot {lake.snapshot_id} (epoch {lake.epoch})"
         if state.status is TableStatus.TIERING and lake.epoch >= state.epoch:

@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from types import TracebackType
+from typing import Generic, Protocol, TypeVar
 
 from airflow_provider_tiering.core.decisions import TaskAction, decide_task, probe_hot_store, record_decision
 from airflow_provider_tiering.core.errors import DeploymentIncomplete, NotRetryable, QuarantinedError
 from airflow_provider_tiering.core.in_place_changes import in_place_alert
-from airflow_provider_tiering.core.ports import Source
+from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.round_failure import (
     RetryDelay,
     record_failure_before_round,
@@ -50,9 +51,9 @@ class TaskOutcome:
     reason: str = ""
     #: The asset events the task emits, oldest first: the newest goes on the table's asset, older ones (commits of
     #: rounds that died before announcing them) through its ``recovered`` alias.
-    announcements: tuple[dict[str, Any], ...] = ()
+    announcements: tuple[dict[str, object], ...] = ()
     #: The task's return value (the round's event).
-    value: dict[str, Any] | None = None
+    value: dict[str, object] | None = None
     #: The error the task ends with (kept as the cause of Airflow's skip or failure).
     cause: BaseException | None = None
     #: The round the task ran, if it ran one.
@@ -69,11 +70,13 @@ class TaskOutcome:
 class BuiltRound(Protocol):
     """A round's parts (``build.RoundParts``): a context manager whose exit releases the writer's Spark session."""
 
-    def run(self, state_store: StateStore, **options: Any) -> RoundResult: ...
+    def run(self, state_store: StateStore, *, retry_delay: RetryDelay, announced_epoch: int | None) -> RoundResult: ...
 
-    def __enter__(self) -> Any: ...
+    def __enter__(self) -> object: ...
 
-    def __exit__(self, kind: Any, error: Any, tb: Any) -> None: ...
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
 
 
 BuiltT = TypeVar("BuiltT", bound=BuiltRound)
@@ -83,9 +86,9 @@ BuiltT_co = TypeVar("BuiltT_co", bound=BuiltRound, covariant=True)
 class RoundBuilder(Protocol[BuiltT_co]):
     """Builds a table's source and round from its connections (``hooks/tiering.py: TieringHook``)."""
 
-    def get_source(self) -> Source[Any, Any]: ...
+    def get_source(self) -> AnySource: ...
 
-    def build_round(self, source: Source[Any, Any] | None = None) -> BuiltT_co: ...
+    def build_round(self, source: AnySource | None = None) -> BuiltT_co: ...
 
     def secrets(self) -> list[str]: ...
 

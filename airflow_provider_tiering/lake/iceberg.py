@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.offsets import CursorValue, Offsets
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 from airflow_provider_tiering.core.ports import (
     CHANGE_CHUNK,
@@ -154,7 +155,7 @@ class IcebergLake:
         self,
         rows: pa.Table,
         *,
-        cursor: tuple[str, Any] | None = None,
+        cursor: tuple[str, CursorValue] | None = None,
         lake_names: Mapping[str, str] | None = None,
     ) -> int:
         from airflow_provider_tiering.lake.row_compare import missing_rows
@@ -232,8 +233,8 @@ class IcebergLake:
         files: Sequence[WrittenFile],
         *,
         epoch: int,
-        start: Mapping[str, Any] | None,
-        end: Mapping[str, Any],
+        start: Offsets | None,
+        end: Offsets,
         table_name: str,
         attempt: str,
         identity: HotIdentity | None = None,
@@ -276,8 +277,8 @@ class IcebergLake:
         key: MergeKey,
         *,
         epoch: int,
-        start: Mapping[str, Any] | None,
-        end: Mapping[str, Any],
+        start: Offsets | None,
+        end: Offsets,
         table_name: str,
         attempt: str,
         hot_keys: pa.Table | None = None,
@@ -324,7 +325,7 @@ class IcebergLake:
         return 0 if table is None else keys_absent(table, hot_keys, None, key.columns).num_rows
 
     # -- eviction's reads ----------------------------------------------------------------------
-    def rows_in_cursor_range(self, column: str, lower: Any, upper: Any, like: pa.Table) -> pa.Table:
+    def rows_in_cursor_range(self, column: str, lower: object, upper: object, like: pa.Table) -> pa.Table:
         return self._ranges.rows(self.load_table(), column, lower, upper, like)
 
     def rows_with_keys(self, key: Sequence[str], like: pa.Table) -> pa.Table:
@@ -339,7 +340,7 @@ class IcebergLake:
 
 
 def _commit_table_properties(
-    epoch: int, end: Mapping[str, Any], attempt: str, identity: HotIdentity | None, reloaded: bool
+    epoch: int, end: Offsets, attempt: str, identity: HotIdentity | None, reloaded: bool
 ) -> dict[str, str]:
     """The table properties a tiering commit sets in its swap: the last commit, the hot table's identity the round
     planned with, and, for the round that read the whole hot table again, the pending reload cleared."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_tiering.core.ports import RejectedRecord
 from airflow_provider_tiering.lake.merge_reduce import KeptRows
 from airflow_provider_tiering.lake.rewrite_files import LakeFileReader, partition_groups
 from airflow_provider_tiering.lake.warehouse import LakeStorage
@@ -82,7 +83,7 @@ class MergeRewriteReader(LakeFileReader):
             rows = scan.to_table([FileScanTask(entry)])
             yield from without_keys(rows, self.keys, self.key_columns).select(schema.names).cast(schema).to_batches()
 
-    def take_rejects(self) -> list[dict[str, Any]]:
+    def take_rejects(self) -> list[RejectedRecord]:
         return []
 
 

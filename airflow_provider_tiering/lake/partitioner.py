@@ -92,7 +92,7 @@ class Partitioner:
     def is_partitioned(self) -> bool:
         return bool(self.spec.fields)
 
-    def split(self, table: pa.Table) -> Iterator[tuple[list[Any], str, pa.Table]]:
+    def split(self, table: pa.Table) -> Iterator[tuple[list[object], str, pa.Table]]:
         """Yield ``(partition record values, partition path, rows)`` for each partition present in ``table``."""
         if not self.is_partitioned:
             yield [], "", table

@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from airflow_provider_tiering.core.errors import CommitConflict, FencedError, LakeError
-from airflow_provider_tiering.core.ports import LakeCommit, SplitWriter, WriteTarget, WrittenFile
+from airflow_provider_tiering.core.ports import LakeCommit, RejectedRecord, SplitWriter, WriteTarget, WrittenFile
 from airflow_provider_tiering.lake.add_files import data_file
 from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
@@ -74,7 +74,7 @@ class LakeFileReader:
         scan = ArrowScan(self.metadata, PyArrowFileIO(self.io_properties), self.metadata.schema(), AlwaysTrue())
         yield from scan.to_record_batches([FileScanTask(f) for f in split.files])
 
-    def take_rejects(self) -> list[dict[str, Any]]:
+    def take_rejects(self) -> list[RejectedRecord]:
         return []
 
 

@@ -9,11 +9,11 @@ for what the lake holds; a commit is fenced by it (:func:`check_fence`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_provider_tiering.core.errors import FencedError, LakeError
+from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.ports import LakeCommit, TieringCommit
 
 if TYPE_CHECKING:
@@ -34,14 +34,12 @@ REJECTS_EPOCH_PROPERTY = "tiering.rejects-epoch"
 LAST_COMMIT_PROPERTY = "tiering.last-commit"
 
 
-def offsets_to_property(offsets: Mapping[str, Any] | None) -> str:
+def offsets_to_property(offsets: Offsets | None) -> str:
     """Offsets as a snapshot property: canonical JSON, so equal offsets compare equal as text."""
     return json.dumps(offsets, sort_keys=True, separators=(",", ":"))
 
 
-def commit_properties(
-    epoch: int, start: Mapping[str, Any] | None, end: Mapping[str, Any], table_name: str, attempt: str
-) -> dict[str, str]:
+def commit_properties(epoch: int, start: Offsets | None, end: Offsets, table_name: str, attempt: str) -> dict[str, str]:
     """The snapshot properties of a tiering commit."""
     return {
         EPOCH_PROPERTY: str(epoch),
@@ -52,7 +50,7 @@ def commit_properties(
     }
 
 
-def last_commit_property(epoch: int, end: Mapping[str, Any], attempt: str) -> dict[str, str]:
+def last_commit_property(epoch: int, end: Offsets, attempt: str) -> dict[str, str]:
     """The table property a tiering commit sets in the same swap."""
     return {LAST_COMMIT_PROPERTY: json.dumps({"epoch": epoch, "end-offsets": end, "attempt": attempt}, sort_keys=True)}
 
@@ -150,7 +148,7 @@ def _commit_outliving_its_snapshot(table: Table, oldest: Snapshot, missing_paren
     return None
 
 
-def check_fence(table: Table, *, epoch: int, start: Mapping[str, Any] | None) -> None:
+def check_fence(table: Table, *, epoch: int, start: Offsets | None) -> None:
     """Raise FencedError unless the table's latest tiering commit ends at ``start`` with an epoch below ``epoch``:
     otherwise another attempt committed since this one planned."""
     lake = latest_tiering_commit(table)

@@ -17,6 +17,8 @@ from airflow_provider_tiering.core.decisions import (
     probe_hot_store,
     record_decision,
 )
+from airflow_provider_tiering.core.documents import JsonObject
+from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.ports import BehindLook
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
@@ -79,7 +81,7 @@ class TableDueSensor(BaseSensorOperator):
             raise AirflowSkipException(f"{self.table_spec.name}: not due with new rows before {deadline}")
         return self._check_or_defer(context, datetime.fromisoformat(deadline))
 
-    def _keep_emptied_range(self, context: Any, emptied: dict[str, Any] | None) -> None:
+    def _keep_emptied_range(self, context: Any, emptied: JsonObject | None) -> None:
         """Record a stretch the trigger found emptied below the offsets (it cannot write the state itself), so the
         next look counts the rows arriving in it from there."""
         if emptied is None:
@@ -134,7 +136,7 @@ class TableDueSensor(BaseSensorOperator):
         if decision.action is TaskAction.PROBE:
             from airflow_provider_tiering.hooks.tiering import TieringSourceHook
 
-            def probe(committed: dict[str, Any] | None, emptied: dict[str, Any] | None) -> tuple[bool, BehindLook]:
+            def probe(committed: Offsets | None, emptied: JsonObject | None) -> tuple[bool, BehindLook]:
                 return (
                     TieringSourceHook(self.table_spec.source, self.table_spec.lake)
                     .get_source()

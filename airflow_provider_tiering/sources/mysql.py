@@ -24,9 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError, UnsupportedColumnType
+from airflow_provider_tiering.core.offsets import Offsets, cursor_of
 from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution
-from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.ports import LineageDataset, SafeWatermark, VerifyRows
 from airflow_provider_tiering.core.shape import HotIdentity
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.sql import (
@@ -316,7 +318,7 @@ class MySqlSource(SqlSource):
         return f"CAST({name} AS CHAR) AS {name}" if _read_as_text(field) else name
 
     # -- safe watermark ------------------------------------------------------------------------
-    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
         """Tier only up to a watermark that no open InnoDB transaction can still commit below (see
         ``SqlSource._watermark_waiting_for_transactions``), and, for timestamp cursors, that is at least
         ``settle_lag_seconds`` old (times an application assigns itself). Seeing other sessions' transactions in
@@ -325,7 +327,7 @@ class MySqlSource(SqlSource):
         import pymysql
 
         self.check_cursor_not_null()
-        lower = None if committed is None else committed["cursor"]
+        lower = cursor_of(committed)
         bindings = self.bindings()
         predicate = self.range_predicate(lower, None, bindings.bind_cursor)
         lag = self.settle_lag()

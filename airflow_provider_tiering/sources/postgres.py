@@ -11,9 +11,11 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import MissingDependency, SourceError, UnsupportedColumnType
+from airflow_provider_tiering.core.offsets import Offsets, cursor_of
 from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution, RangeSplit
-from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.ports import LineageDataset, SafeWatermark, VerifyRows
 from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity, InPlaceChanges
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.postgres_types import (
@@ -215,7 +217,7 @@ class PostgresSource(SqlSource):
         a TRUNCATE, while VACUUM FULL and CLUSTER keep them. One scan, stopping at the first older row. None when
         too many transactions have passed since to tell (2^31: ``age`` wraps)."""
         bindings = self.bindings()
-        predicate = self.range_predicate(None, None if tiered is None else tiered["cursor"], bindings.bind_cursor)
+        predicate = self.range_predicate(None, cursor_of(tiered), bindings.bind_cursor)
         since = bindings.bind(int(horizon))
         ((passed, older),) = self._query(
             "WITH x AS (SELECT CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS int8) "
@@ -302,7 +304,7 @@ class PostgresSource(SqlSource):
         return SourceError(f"{self.display_name}: {what} failed: {exc}")
 
     # -- safe watermark ------------------------------------------------------------------------
-    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
         """Tier only up to a watermark that no open transaction can still commit below (see
         ``SqlSource._watermark_waiting_for_transactions``).
 
@@ -318,7 +320,7 @@ class PostgresSource(SqlSource):
         of ``pg_read_all_stats``, and without it the round fails naming the grant. Times an application assigns
         itself are covered by ``settle_lag_seconds``: only rows at least that old are tiered."""
         self.check_cursor_not_null()
-        lower = None if committed is None else committed["cursor"]
+        lower = cursor_of(committed)
         bindings = self.bindings()
         conditions = [] if lower is None else [self.range_predicate(lower, None, bindings.bind_cursor)]
         time_cursor = self._cursor_sql_type in _TIME_CURSOR_TYPES

@@ -30,7 +30,9 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
+from airflow_provider_tiering.core.offsets import Offsets, SafeEnd, lsn_offsets
 from airflow_provider_tiering.core.ports import (
     CHANGE_CHUNK,
     CHANGE_DELETED,
@@ -38,9 +40,9 @@ from airflow_provider_tiering.core.ports import (
     HeldRows,
     KeyBatch,
     KeyedEvictionSource,
+    KeyValues,
     LineageDataset,
     MergeKey,
-    Offsets,
     SafeWatermark,
     Source,
     TiersReader,
@@ -209,7 +211,7 @@ class StreamedTable(PostgresSource):
     def evict_key_batch(
         self,
         key: Sequence[str],
-        after: tuple[Any, ...] | None,
+        after: KeyValues | None,
         cutoff: datetime,
         age_column: str,
         limit: int,
@@ -530,7 +532,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             self.slot, True, bool(active), confirmed, None if retained is None else int(retained), wal_status
         )
 
-    def stream_status(self) -> dict[str, Any]:
+    def stream_status(self) -> JsonObject:
         found = self.slot_status().to_json()
         found["publication"] = self.publication
         found["max_retained_wal_bytes"] = int(self.spec.max_retained_wal_mb * 1024 * 1024)
@@ -656,7 +658,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         """The lake's LSN, after checking the slot still holds every change since it. A slot behind it (a round
         died between the lake's commit and ``after_commit``) is moved up to it first: a peek for what is new reads
         from the slot's position, and would otherwise see only changes the lake holds."""
-        lsn = parse_lsn(str(committed["lsn"]))
+        lsn = parse_lsn(lsn_offsets(committed)["lsn"])
         position = self._slot_position(conn)
         if position is None or position == -1:
             state = "is gone" if position is None else "lost the WAL it needed (max_slot_wal_keep_size)"
@@ -679,7 +681,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             self._advance(conn, lsn)
         return lsn
 
-    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
+    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
         """Every committed change is safe to tier (the stream is in commit order): the round may read up to the
         server's flushed WAL (``lsn``; peeking reads only flushed WAL). Whether that holds any change of the table
         is for ``plan`` to find: it reads the slot once, and a round written by this process applies what it read.
@@ -700,7 +702,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
             self._check_publication(conn)
             if self._stream_position(conn, committed) >= parse_lsn(flushed):
-                return SafeWatermark(end=dict(committed), observed={"lsn": flushed})
+                return SafeWatermark(end=committed, observed={"lsn": flushed})
         return SafeWatermark(end={"lsn": flushed, "boundary": boundary}, observed={"lsn": flushed})
 
     def _worth_advancing(self, start: int, flushed: int) -> bool:
@@ -721,11 +723,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             return self._worth_advancing(start, parse_lsn(flushed))  # a round that only moves the LSN is due
 
     # -- planning ------------------------------------------------------------------------------
-    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> ChangePlan:
+    def plan(self, start: Offsets | None, end: SafeEnd, max_rows: int) -> ChangePlan:
         if start is None:
             return self._plan_first_load()
-        start_lsn, upto = parse_lsn(str(start["lsn"])), parse_lsn(str(end["lsn"]))
-        boundary = None if end.get("boundary") is None else parse_lsn(str(end["boundary"]))
+        safe_end = lsn_offsets(end)
+        start_lsn, upto = parse_lsn(lsn_offsets(start)["lsn"]), parse_lsn(safe_end["lsn"])
+        found_boundary = safe_end.get("boundary")
+        boundary = None if found_boundary is None else parse_lsn(found_boundary)
         bound = self.spec.max_wal_mb_per_round
         stop_after = None if bound is None else start_lsn + int(bound * 1024 * 1024)
         with self._psycopg() as conn:
@@ -982,7 +986,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def evict_key_batch(
         self,
         key: Sequence[str],
-        after: tuple[Any, ...] | None,
+        after: KeyValues | None,
         cutoff: datetime,
         age_column: str,
         limit: int,
@@ -1019,7 +1023,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def after_commit(self, committed: Offsets) -> int:
         """Move the slot to the lake's LSN: the server may now recycle the WAL before it."""
         with self._psycopg() as conn:
-            self._advance(conn, parse_lsn(str(committed["lsn"])))
+            self._advance(conn, parse_lsn(lsn_offsets(committed)["lsn"]))
         return 0
 
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import ConnectionNotUsable, MissingDependency, missing_modules
-from airflow_provider_tiering.core.ports import Source
+from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.source_specs import SourceSpecBase
 
 _PACKAGE = "airflow-provider-tiering"
 #: How a source is built: ``Class(spec, connection)``.
-SourceFactory = Callable[[SourceSpecBase, ConnectionInfo | None], Source[Any, Any]]
+SourceFactory = Callable[[SourceSpecBase, ConnectionInfo | None], AnySource]
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,6 @@ def source_kind(spec: SourceSpecBase, connection: ConnectionInfo | None) -> Sour
     )
 
 
-def build_source(spec: SourceSpecBase, connection: ConnectionInfo | None) -> Source[Any, Any]:
+def build_source(spec: SourceSpecBase, connection: ConnectionInfo | None) -> AnySource:
     """The source of a table's hot store (see :func:`source_kind`; MissingDependency when its extra is missing)."""
     return source_kind(spec, connection).load()(spec, connection)

@@ -16,15 +16,19 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
+from pydantic import JsonValue, TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict below Python 3.12
+
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import ShapeChangedDuringRound, SourceError, UnsupportedColumnType
+from airflow_provider_tiering.core.offsets import CursorValue, Offsets, SafeEnd, cursor_after, cursor_of, cursor_offsets
 from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, RangeSplit, cut_splits, plan_range
 from airflow_provider_tiering.core.ports import (
     BehindLook,
     EvictionSource,
     MergeKey,
-    Offsets,
     SafeWatermark,
     Source,
     TieredSample,
@@ -58,9 +62,9 @@ def quote_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def cursor_to_json(value: Any) -> Any:
+def cursor_to_json(value: object) -> CursorValue:
     """Cursor values are kept JSON-native: ints stay ints, times become fixed-format ISO strings."""
-    if value is None or isinstance(value, (int, float, str)):
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
         return value
     if isinstance(value, datetime):
         if value.tzinfo is not None:
@@ -225,18 +229,18 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     def has_rows_after(self, committed: Offsets | None) -> bool:
         # Rows with a NULL cursor count too: the round then fails on them (check_cursor_not_null) instead of the
         # table being skipped as idle while they sit there.
-        lower = None if committed is None else committed["cursor"]
+        lower = cursor_of(committed)
         bindings = self.bindings()
         predicate = f"({self.range_predicate(lower, None, bindings.bind_cursor)}) OR {self.cursor_ref} IS NULL"
         return bool(self._query(f"SELECT 1 FROM {self.table_ref} WHERE {predicate} LIMIT 1", bindings.values))
 
-    def look_behind(self, committed: Offsets | None, emptied: dict[str, Any] | None) -> BehindLook:
+    def look_behind(self, committed: Offsets | None, emptied: JsonObject | None) -> BehindLook:
         """See ``Source.look_behind``. ``emptied`` is ``{"after": newest cursor left (None: the table was empty),
         "through": the committed cursor then}``. Costs one index probe while the newest row is at or beyond the
         committed cursor, plus a count of the rows in the emptied stretch while one is watched."""
         if committed is None:
             return BehindLook()
-        through = committed["cursor"] if emptied is None else emptied["through"]
+        through = cursor_of(committed) if emptied is None else emptied["through"]
         if emptied is not None:
             after = emptied["after"]
             bindings = self.bindings()
@@ -282,10 +286,10 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
             )
         return lag
 
-    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> RangePlan:
-        lower = None if start is None else start["cursor"]
-        upper = end["cursor"]
-        if lower is not None and upper is not None and upper <= lower:
+    def plan(self, start: Offsets | None, end: SafeEnd, max_rows: int) -> RangePlan:
+        lower = cursor_of(start)
+        upper = cursor_offsets(end)["cursor"]
+        if lower is not None and not cursor_after(upper, lower):
             return RangePlan(lower, lower, 0, capped=False)
         return plan_range(self._distribution(lower, upper), max_rows)
 
@@ -397,7 +401,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         its values and comparing the smallest and greatest as text; a value every row shares is read as the lake
         types it."""
         bindings = self.bindings()
-        predicate = self.range_predicate(None, None if tiered is None else tiered["cursor"], bindings.bind_cursor)
+        predicate = self.range_predicate(None, cursor_of(tiered), bindings.bind_cursor)
         ref = self.quote(column)
         ((rows, values, low, high),) = self._query(
             f"SELECT count(*), count({ref}), min({self._as_text(ref)}), max({self._as_text(ref)}) "
@@ -429,7 +433,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 
         schema = self.schema()
         bindings = self.bindings()
-        upto = self.range_predicate(None, tiered["cursor"], bindings.bind_cursor)
+        upto = self.range_predicate(None, cursor_of(tiered), bindings.bind_cursor)
         with self._snapshot() as run:
             counted = run(
                 f"SELECT count(*) AS n FROM {self.table_ref} WHERE {upto}",
@@ -460,7 +464,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 
         schema = pa.schema([self.schema().field(c) for c in columns])
         bindings = self.bindings()
-        predicate = self.range_predicate(None, tiered["cursor"], bindings.bind_cursor)
+        predicate = self.range_predicate(None, cursor_of(tiered), bindings.bind_cursor)
         select = ", ".join(self.select_expression(f) for f in schema)
         with self._snapshot() as run:
             batches = [
@@ -492,7 +496,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         self,
         high: Any,
         committed: Offsets | None,
-        candidate: dict[str, Any] | None,
+        candidate: JsonObject | None,
         open_transactions: Callable[[], list[OpenTransaction]],
         method: str,
     ) -> SafeWatermark:
@@ -504,8 +508,8 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         to an earlier observation whose blockers have all ended since (``candidate``, kept only if it was made by
         the same ``method``), or not at all, and reports the blockers.
         """
-        lower = None if committed is None else committed["cursor"]
-        observed = {"cursor": cursor_to_json(high)}
+        lower = cursor_of(committed)
+        observed: Offsets = {"cursor": cursor_to_json(high)}
         deadline = time.monotonic() + self.spec.max_watermark_wait_seconds
         blockers = open_transactions()
         keys = {b.key for b in blockers}
@@ -516,15 +520,18 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         if not blockers:
             return SafeWatermark(end=observed, observed=observed)
         still_open = {tuple(_candidate_key(b.key)) for b in open_transactions()}
-        new_candidate = {"offsets": observed, "blockers": [_candidate_key(b.key) for b in blockers], "method": method}
-        safe = None
-        trusted = candidate is not None and candidate.get("method") == method
-        if candidate and trusted and not any(tuple(b) in still_open for b in candidate["blockers"]):
-            previous = candidate["offsets"]["cursor"]
-            if lower is None or previous > lower:
-                safe = candidate["offsets"]
+        new_candidate = _Candidate(offsets=observed, blockers=[_candidate_key(b.key) for b in blockers], method=method)
+        safe: Offsets | None = None
+        kept = _read_candidate(candidate)
+        if kept and kept["method"] == method and not any(tuple(b) in still_open for b in kept["blockers"]):
+            kept_cursor = cursor_offsets(kept["offsets"])["cursor"]
+            if lower is None or cursor_after(kept_cursor, lower):
+                safe = kept["offsets"]
         return SafeWatermark(
-            end=safe, observed=observed, blockers=[b.blocker() for b in blockers], candidate=new_candidate
+            end=safe,
+            observed=observed,
+            blockers=[b.blocker() for b in blockers],
+            candidate=_CANDIDATES.dump_python(new_candidate, mode="json"),
         )
 
     # -- eviction of tiered rows ----------------------------------------------------------------------
@@ -582,13 +589,13 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 
     def evict_batch(
         self,
-        after: Any | None,
-        upto: Any,
+        after: CursorValue | None,
+        upto: CursorValue,
         cutoff: datetime,
         age_column: str | None,
         limit: int,
         verify: VerifyRows,
-    ) -> tuple[int, Any | None]:
+    ) -> tuple[int, CursorValue | None]:
         field = self._age_field(age_column)
         schema = self.schema()
         columns = ", ".join(self.select_expression(f) for f in schema)
@@ -626,7 +633,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         with self._snapshot() as run:
 
             def read(offsets: Offsets | None) -> pa.Table:
-                lower = None if offsets is None else offsets["cursor"]
+                lower = cursor_of(offsets)
                 bindings = self.bindings()
                 predicate = self.range_predicate(lower, None, bindings.bind_cursor)
                 sql = f"SELECT {columns} FROM {self.table_ref} WHERE {predicate}"
@@ -636,7 +643,31 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
             yield read
 
 
-def _candidate_key(key: Sequence[Any]) -> list[Any]:
+@final
+class _Candidate(TypedDict):
+    """A watermark observation kept until its blockers end (``SafeWatermark.candidate``), as the state keeps it."""
+
+    offsets: Offsets
+    blockers: list[list[JsonValue]]
+    #: How the blockers were found: a candidate another method made is not trusted.
+    method: str
+
+
+_CANDIDATES = TypeAdapter(_Candidate)
+
+
+def _read_candidate(candidate: JsonObject | None) -> _Candidate | None:
+    """The candidate an earlier round kept; None when there is none, or it is not one this version reads (a cache:
+    losing it only delays)."""
+    if candidate is None:
+        return None
+    try:
+        return _CANDIDATES.validate_python(candidate)
+    except ValidationError:
+        return None
+
+
+def _candidate_key(key: Sequence[Any]) -> list[JsonValue]:
     """A transaction's key as the state document keeps it (JSON: lists, times as ISO text)."""
     return [value.isoformat() if isinstance(value, datetime) else value for value in key]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.state import TableStatus
 
 
@@ -59,7 +60,7 @@ class TableStatusRecord(BaseModel):
         "rows that arrived since are not counted (null: no round yet)"
     )
     last_round_rows: int | None
-    committed_offsets: dict[str, Any] | None
+    committed_offsets: Offsets | None
     snapshot_id: int | None
     consecutive_failures: int
     next_retry_at: datetime | None
@@ -118,8 +119,8 @@ class TieringRound:
     files: int
     duration_seconds: float | None
     lag_seconds: float | None
-    start_offsets: dict[str, Any] | None
-    end_offsets: dict[str, Any] | None
+    start_offsets: Offsets | None
+    end_offsets: Offsets | None
     dag_id: str | None
     run_id: str | None
     task_id: str | None

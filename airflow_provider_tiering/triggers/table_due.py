@@ -10,7 +10,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.error_text import describe_error
+from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 
@@ -38,10 +40,10 @@ class TableDueTrigger(BaseTrigger):
         self,
         table: dict[str, Any],
         due_at: str | None,
-        committed: dict[str, Any] | None,
+        committed: Offsets | None,
         poke_interval: float,
         deadline: str | None,
-        emptied: dict[str, Any] | None = None,
+        emptied: JsonObject | None = None,
         reconcile_at: str | None = None,
     ) -> None:
         super().__init__()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -56,3 +57,31 @@ def test_no_module_reaches_into_another_ones_private_names() -> None:
         if private.search(line)
     ]
     assert found == []
+
+
+def test_the_ports_name_no_any_but_the_source_of_whichever_kind() -> None:
+    """The ports' signatures are typed through (offsets by kind, JSON, key values): ``Any`` appears only in
+    ``AnySource`` (see docs/design.md, "Where the ports keep Any")."""
+    tree = ast.parse((PACKAGE / "core" / "ports.py").read_text())
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "AnySource":
+            allowed.add(node.lineno)
+    used = []
+    for node in ast.walk(tree):
+        annotations: list[ast.expr | None] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = [
+                *node.args.posonlyargs,
+                *node.args.args,
+                *node.args.kwonlyargs,
+                node.args.vararg,
+                node.args.kwarg,
+            ]
+            annotations = [a.annotation for a in arguments if a is not None] + [node.returns]
+        elif isinstance(node, ast.AnnAssign) and node.lineno not in allowed:
+            annotations = [node.annotation]
+        for annotation in annotations:
+            if annotation is not None and re.search(r"\bAny\b", ast.unparse(annotation)):
+                used.append(f"line {annotation.lineno}: {ast.unparse(annotation)}")
+    assert not used, used

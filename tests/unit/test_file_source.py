@@ -189,7 +189,9 @@ def test_a_missing_or_corrupt_offsets_log_is_a_source_error_naming_it(tmp_path):
     log.unlink()
     with pytest.raises(SourceError, match=f"offsets log {offsets['log']} .* missing or unreadable"):
         make_source(landing).safe_watermark(offsets, None)
-    with pytest.raises(SourceError, match="are not those of a file source"):
+    with pytest.raises(
+        SourceError, match="are not a landing zone.s file log: the lake table was tiered by another kind of source"
+    ):
         make_source(landing).has_rows_after({"cursor": 5})
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.ports import Offsets
+from airflow_provider_tiering.core.offsets import Offsets, file_offsets
 from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE, LakeStorage
 
 #: Offsets logs live under ``<table location>/`` this folder.
@@ -51,12 +51,8 @@ class OffsetsLog:
         """The relative paths of the files that ``committed`` says are in the lake."""
         if committed is None:
             return frozenset()
-        try:
-            uri, sha, count = str(committed["log"]), str(committed["sha256"]), int(committed["files"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SourceError(
-                f"{self.display_name}: committed offsets {committed!r} are not those of a file source"
-            ) from exc
+        log = file_offsets(committed)
+        uri, sha, count = log["log"], log["sha256"], log["files"]
         cached = self._read.get(sha)
         if cached is not None:
             return cached

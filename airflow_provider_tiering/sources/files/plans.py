@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_provider_tiering.core.ports import Offsets
+from airflow_provider_tiering.core.offsets import Offsets, SafeEnd
 from airflow_provider_tiering.sources.files.listing import LandedFile
 
 
@@ -20,7 +20,7 @@ class FilePlan:
     """
 
     start: Offsets | None
-    end: Offsets
+    end: SafeEnd
     files: tuple[LandedFile, ...]
     left: int = 0
 

@@ -11,8 +11,16 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.ports import LineageDataset, Offsets, SafeWatermark, Source, location_dataset_name
+from airflow_provider_tiering.core.offsets import Offsets, PendingFiles, SafeEnd, file_offsets
+from airflow_provider_tiering.core.ports import (
+    LineageDataset,
+    RejectedRecord,
+    SafeWatermark,
+    Source,
+    location_dataset_name,
+)
 from airflow_provider_tiering.core.source_specs import FileSourceSpec
 from airflow_provider_tiering.sources.files.column_types import arrow_type
 from airflow_provider_tiering.sources.files.filesystems import open_filesystem
@@ -123,13 +131,13 @@ class FileSource(Source[FilePlan, FileSplit]):
             self._pending = (key, [f for f in self.list_complete() if f.path not in committed])
         return self._pending[1]
 
-    def safe_watermark(self, committed: Offsets | None, candidate: dict[str, Any] | None) -> SafeWatermark:
-        """Complete files not in ``committed``; the end offset is opaque (``{"pending_files": n}``)."""
+    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
+        """Complete files not in ``committed``; the safe end counts them (``PendingFiles``)."""
         self._pending = None  # a fresh listing each round
         pending = self._pending_files(committed)
         if not pending:
             return SafeWatermark(end=None, observed=None)
-        end = {"pending_files": len(pending), "pending_bytes": sum(f.size for f in pending)}
+        end = PendingFiles(pending_files=len(pending), pending_bytes=sum(f.size for f in pending))
         if not self.offsets_log.is_bound and self.spec.columns is None:
             # Parquet files arrived after this round found none to take a schema from, so it created no
             # lake table to keep the offsets log in: the next round takes them.
@@ -140,7 +148,7 @@ class FileSource(Source[FilePlan, FileSplit]):
         tiered = self.committed_files(committed)
         return any(f.path not in tiered for f in self.list_complete())
 
-    def plan(self, start: Offsets | None, end: Offsets, max_rows: int) -> FilePlan:
+    def plan(self, start: Offsets | None, end: SafeEnd, max_rows: int) -> FilePlan:
         """The pending files, oldest first, at most ``max_files_per_round`` (``max_rows`` is not applied:
         rows are unknown before the files are read)."""
         pending = self._pending_files(start)
@@ -154,10 +162,10 @@ class FileSource(Source[FilePlan, FileSplit]):
 
     def end_offsets(self, plan: FilePlan) -> Offsets:
         tiered = self.committed_files(plan.start) | {f.path for f in plan.files}
-        total = (0 if plan.start is None else int(plan.start["bytes"])) + sum(f.size for f in plan.files)
+        total = (0 if plan.start is None else file_offsets(plan.start)["bytes"]) + sum(f.size for f in plan.files)
         return self.offsets_log.write(tiered, total)
 
-    def take_rejects(self) -> list[dict[str, Any]]:
+    def take_rejects(self) -> list[RejectedRecord]:
         rejects, self.text_reader.rejects = self.text_reader.rejects, []
         return rejects
 

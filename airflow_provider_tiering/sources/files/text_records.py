@@ -13,13 +13,13 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.ports import RejectedRecord
 from airflow_provider_tiering.core.source_specs import FileSourceSpec
 from airflow_provider_tiering.sources.files.listing import LandedFile
 
@@ -48,7 +48,7 @@ class TextFileReader:
     def __init__(self, spec: FileSourceSpec, display_name: str) -> None:
         self.spec = spec
         self.display_name = display_name
-        self.rejects: list[dict[str, Any]] = []
+        self.rejects: list[RejectedRecord] = []
 
     def read(self, data: bytes, landed: LandedFile, schema: pa.Schema) -> pa.Table:
         """Parse a whole JSON-lines or CSV file with pyarrow; find the bad records only if that fails. Bad records
