@@ -67,10 +67,6 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "cli": ["airflow_provider_tiering.cli.definition.get_tiering_cli_commands"],
-        "connection-types": [
-            {
-                "connection-type": "iceberg",
-                "hook-class-name": "airflow_provider_tiering.hooks.tiering.IcebergCatalogHook",
-            }
-        ],
+        # No connection type: the Iceberg catalog is Airflow's Iceberg provider's ``iceberg`` connection (a
+        # dependency), read as its hook reads it (``hooks/tiering.py: catalog_config``).
     }

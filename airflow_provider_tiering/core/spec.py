@@ -27,7 +27,9 @@ class LakeSpec(StrictModel):
     """The Iceberg table a hot table is tiered into."""
 
     catalog_conn_id: str = Field(
-        default="iceberg_default", min_length=1, description="Airflow connection (type iceberg) of the Iceberg catalog"
+        default="iceberg_default",
+        min_length=1,
+        description="Airflow connection (type iceberg, Airflow's Iceberg provider's) of the Iceberg catalog",
     )
     namespace: Identifier = Field(description="Iceberg namespace of the lake table (created if missing)")
     table: Identifier = Field(description="name of the lake table in its namespace (created by the first round)")

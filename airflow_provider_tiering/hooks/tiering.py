@@ -10,20 +10,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING
 
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import BaseHook
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import ConnectionNotUsable
+from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.source_specs import SourceSpecBase
 from airflow_provider_tiering.core.spec import LakeSpec, SparkSpec, TableSpec
 from airflow_provider_tiering.spark.session import DEFAULT_MASTER, SparkSettings
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
+    from pyiceberg.catalog import Catalog
 
     from airflow_provider_tiering.build import CatalogConfig, MaintenanceParts, RoundParts, TableConnections
-    from airflow_provider_tiering.core.ports import Source
     from airflow_provider_tiering.lake.iceberg import IcebergLake
 
 log = logging.getLogger(__name__)
@@ -71,7 +75,7 @@ class TieringSourceHook(BaseHook):
     def connection(self) -> ConnectionInfo | None:
         return None if self.spec.conn_id is None else connection_info(self.get_connection(self.spec.conn_id))
 
-    def get_source(self) -> Source[Any, Any]:
+    def get_source(self) -> AnySource:
         from airflow_provider_tiering.sources.registry import build_source
 
         source = build_source(self.spec, self.connection())
@@ -80,7 +84,7 @@ class TieringSourceHook(BaseHook):
             source.bind_lake(None, lake_storage_of(catalog_config(conn_id, self.get_connection(conn_id))))
         return source
 
-    async def aget_source(self) -> Source[Any, Any]:
+    async def aget_source(self) -> AnySource:
         """:meth:`get_source` for triggers, which run in the triggerer's event loop."""
         from airflow_provider_tiering.sources.registry import build_source
 
@@ -105,26 +109,24 @@ def lake_storage_of(config: CatalogConfig) -> dict[str, str]:
 SqlSourceHook = TieringSourceHook
 
 
-class IcebergCatalogHook(BaseHook):
-    """An Iceberg catalog from an Airflow connection: ``extra`` holds the pyiceberg catalog properties.
-
-    Example (the embedded default)::
+class IcebergCatalogHook(IcebergHook):
+    """The Iceberg catalog of Airflow's own ``iceberg`` connection type (Airflow's Iceberg provider,
+    ``IcebergHook``, whose methods it keeps: ``list_tables``, ``load_table``...), read as that provider reads it;
+    see :func:`catalog_config`. Example (the embedded default, a SQL catalog)::
 
         AIRFLOW_CONN_ICEBERG_DEFAULT='{"conn_type": "iceberg", "extra": {"type": "sql",
             "uri": "sqlite:////data/catalog.db", "warehouse": "file:///data/warehouse"}}'
 
-    The connection's password, when set, is passed as the catalog's ``token`` (REST catalogs).
-    The catalog's name is ``extra["name"]`` or else the connection id: a pyiceberg SQL catalog keeps
-    tables per catalog name, so it must stay the same for the life of the tables.
+    and a REST catalog with OAuth2 client credentials::
+
+        AIRFLOW_CONN_ICEBERG_DEFAULT='{"conn_type": "iceberg", "host": "https://catalog.example.com/api/catalog",
+            "login": "client-id", "password": "client-secret", "extra": {"warehouse": "analytics"}}'
     """
 
-    conn_name_attr = "iceberg_conn_id"
-    default_conn_name = "iceberg_default"
-    conn_type = "iceberg"
-    hook_name = "Iceberg catalog"
+    hook_name = "Iceberg catalog (tiering)"
 
-    def __init__(self, iceberg_conn_id: str = default_conn_name) -> None:
-        super().__init__()
+    def __init__(self, iceberg_conn_id: str = IcebergHook.default_conn_name) -> None:
+        super().__init__(iceberg_conn_id)
         self.iceberg_conn_id = iceberg_conn_id
         self._secrets: list[str] = []
 
@@ -143,27 +145,63 @@ class IcebergCatalogHook(BaseHook):
     def catalog_properties(self) -> dict[str, str]:
         return dict(self.catalog_config().properties)
 
-    def get_conn(self) -> Any:
-        """The loaded pyiceberg catalog."""
-        return self.catalog_config().handle().get()
+    @cached_property
+    def catalog(self) -> Catalog:
+        """The loaded pyiceberg catalog (the Iceberg provider's methods read it)."""
+        loaded: Catalog = self.catalog_config().handle().get()
+        return loaded
+
+    def get_conn(self) -> Catalog:
+        return self.catalog
 
     def secrets(self) -> list[str]:
         return list(self._secrets)
 
 
 def catalog_config(conn_id: str, conn: Connection) -> CatalogConfig:
-    """pyiceberg catalog properties from an Airflow connection, and the secrets among them."""
+    """pyiceberg catalog properties from an ``iceberg`` connection, and the secrets among them.
+
+    Read as Airflow's Iceberg provider reads it (``IcebergHook.catalog``), so that one connection means one catalog
+    to both: the extra holds the catalog's properties; the host, when set, is its ``uri``; ``type`` defaults to
+    ``rest``; for a REST catalog, login and password are an OAuth2 client's id and secret (``credential``). Two
+    additions, from this provider's earlier form of the connection, where the Iceberg provider reads nothing: a
+    password without a login is a REST catalog's bearer ``token``, and a catalog whose ``uri`` is a SQL or Hive one
+    (``sqlite:``, ``postgresql+psycopg:``, ``thrift:``...) is left to pyiceberg to type. The catalog is named
+    ``extra["name"]``, else the connection id (the Iceberg provider's name for it): a pyiceberg SQL catalog keeps
+    its tables per catalog name, so it must stay the same for the life of the tables.
+
+    Raises:
+        ConnectionNotUsable: the host and the extra's ``uri`` name two different catalogs.
+    """
     from airflow_provider_tiering.build import CatalogConfig
 
     info = connection_info(conn)
     properties = {k: str(v) for k, v in info.extra.items()}
-    if info.host and "uri" not in properties:
-        properties["uri"] = info.host
-    if info.password:
-        properties.setdefault("token", info.password)
+    host = (info.host or "").rstrip("/")
+    if host:
+        if properties.get("uri", host).rstrip("/") != host:
+            raise ConnectionNotUsable(
+                f"connection {conn_id!r}: its host {host!r} and its extra's uri {properties['uri']!r} name two "
+                "catalogs; keep one (the host, as Airflow's Iceberg provider reads it)"
+            )
+        properties["uri"] = host
+    if "type" not in properties and _rest_uri(properties.get("uri")):
+        properties["type"] = "rest"
+    if properties.get("type") == "rest":
+        if info.login and info.password:
+            properties["credential"] = f"{info.login}:{info.password}"
+        elif info.password:
+            properties.setdefault("token", info.password)
+        elif info.login:
+            log.warning("connection %r: a client id without its secret (the password) is not used", conn_id)
     secrets = ConnectionInfo(conn_type="iceberg", password=info.password, extra=properties).secrets()
     name = properties.pop("name", conn_id)
     return CatalogConfig(name, properties, repr(conn_id), tuple(secrets))
+
+
+def _rest_uri(uri: str | None) -> bool:
+    """Whether a catalog without a ``type`` is a REST one: no uri (the Iceberg provider's default) or an HTTP one."""
+    return uri is None or uri.lower().startswith(("http://", "https://"))
 
 
 def spark_settings(spec: SparkSpec) -> SparkSettings:
@@ -224,7 +262,7 @@ class TieringHook(BaseHook):
         self.spec = spec
         self.catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
 
-    def get_source(self) -> Source[Any, Any]:
+    def get_source(self) -> AnySource:
         return TieringSourceHook(self.spec.source, self.spec.lake).get_source()
 
     def connections(self) -> TableConnections:
@@ -239,7 +277,7 @@ class TieringHook(BaseHook):
     def secrets(self) -> list[str]:
         return self.catalog_hook.secrets()
 
-    def build_round(self, source: Source[Any, Any] | None = None) -> RoundParts:
+    def build_round(self, source: AnySource | None = None) -> RoundParts:
         from airflow_provider_tiering.build import build_round
 
         return build_round(self.spec, self.connections(), source=source)

@@ -31,7 +31,7 @@ from testbed.airflow_cluster import AirflowCluster
 from testbed.hot_tables import make_rows
 from testbed.lake_check import digest
 from testbed.pg_server import PostgresServer
-from tests.integration.test_readme_examples import Block, of, python_kind, shell_commands
+from tests.integration.test_readme_examples import README, Block, of, python_kind, shell_commands
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 500
@@ -55,7 +55,7 @@ def readme_requirements(wheel: Path, with_extras: bool) -> list[str]:
     """The README's first ``pip install`` (its extras applied to the wheel) and the Airflow version it names."""
     install = next(
         words
-        for block in of("bash")
+        for block in of("bash", (README,))
         if in_install_section(block)
         for words in shell_commands(block)
         if words[:2] == ["pip", "install"]
@@ -109,7 +109,7 @@ def substitute_paths(value: str, data: Path) -> str:
 def readme_env_connections(pg: PostgresServer, dbname: str, data: Path) -> dict[str, str]:
     """The README's ``export AIRFLOW_CONN_…`` lines, pointed at the test server and folder."""
     env = {}
-    for block in of("bash"):
+    for block in of("bash", (README,)):
         for words in shell_commands(block):
             if words[0] != "export" or not in_install_section(block):
                 continue
@@ -126,7 +126,7 @@ def readme_cli_connections(pg: PostgresServer, dbname: str, data: Path, conn_ids
     """The README's ``airflow connections add`` commands of ``conn_ids``, pointed at the test server and folder."""
     commands = []
     stand_ins = dict(zip([f"--conn-{f}" for f in PG_FIELDS], substitute_pg({}, pg, dbname).values(), strict=True))
-    for block in of("bash"):
+    for block in of("bash", (README,)):
         for words in shell_commands(block):
             if words[:3] != ["airflow", "connections", "add"] or words[3] not in conn_ids:
                 continue
@@ -140,7 +140,7 @@ def readme_cli_connections(pg: PostgresServer, dbname: str, data: Path, conn_ids
 
 def readme_dag(dags: Path) -> tuple[str, dict[str, Any]]:
     """Write the README's first DAG file into ``dags``; its DAG id and (only) table spec."""
-    block = next(b for b in of("python") if python_kind(b) == "dag file" and b.file_name)
+    block = next(b for b in of("python", (README,)) if python_kind(b) == "dag file" and b.file_name)
     (dags / Path(block.file_name).name).write_text(block.text)
     call = next(n for n in ast.walk(ast.parse(block.text)) if isinstance(n, ast.Call) and n.args)
     (table,) = ast.literal_eval(call.args[1])
@@ -198,6 +198,15 @@ def test_wheel_installed_as_the_readme_says_tiers_a_postgres_table(
     timings["install without extras"] = time.monotonic() - t0
     where = run([str(venv / "bin" / "python"), "-c", "import airflow_provider_tiering as p; print(p.__file__)"], work)
     assert Path(where.strip()).is_relative_to(venv / "lib"), where
+    # Beside Airflow's Iceberg provider (a dependency), whose "iceberg" connection type it uses: no second
+    # registration of the type, no warning.
+    listed = subprocess.run(
+        [str(venv / "bin" / "airflow"), "providers", "list"], cwd=work, env=plain_env(), capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert "apache-airflow-providers-apache-iceberg" in listed.stdout and "airflow-provider-tiering" in listed.stdout
+    assert "already registered" not in listed.stdout + listed.stderr, listed.stderr[-3000:]
+    assert "warning" not in listed.stderr.lower(), listed.stderr[-3000:]
 
     data = tmp_path / "data"
     data.mkdir()
@@ -255,6 +264,14 @@ def test_wheel_installed_as_the_readme_says_tiers_a_postgres_table(
         # table not due and leaves it SCHEDULED): either way a round tiered it and none failed since.
         assert tiered["status"] in ("TIERED", "SCHEDULED") and tiered["last_tiered_time"] is not None, tiered
         assert tiered["epoch"] >= 1 and tiered["consecutive_failures"] == 0, tiered
+        # The one iceberg_default connection, as the README creates it, serves Airflow's own Iceberg hook too.
+        official = run(
+            [str(venv / "bin" / "python"), "-c",
+             "from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook; "
+             f"print(IcebergHook('iceberg_default').list_tables({namespace!r}))"],
+            cwd=work, env=af.env(),
+        )  # fmt: skip
+        assert f"{namespace}.{lake_table}" in official, official
     finally:
         af.stop()
 

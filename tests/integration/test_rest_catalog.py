@@ -92,6 +92,34 @@ def test_an_oauth2_client_credential_is_exchanged_for_a_token(monkeypatch):
     assert {f"{CLIENT}:{CLIENT_SECRET}", CLIENT_SECRET} <= set(hook.secrets())
 
 
+def test_the_iceberg_providers_form_exchanges_the_same_client_credential_for_both_hooks(monkeypatch):
+    """Host = the catalog's URI, login and password = the OAuth2 client: this provider's hook and Airflow's Iceberg
+    provider's ``IcebergHook`` send the catalog the same requests."""
+    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
+    def requests_of(hook_class: type[IcebergHook], stub: RestCatalogStub) -> list[tuple[str, dict[str, str]]]:
+        conn = {"conn_type": "iceberg", "host": stub.uri, "login": CLIENT, "password": CLIENT_SECRET}
+        conn["extra"] = {"warehouse": "analytics", "scope": "PRINCIPAL_ROLE:ALL"}
+        monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_DEFAULT", json.dumps(conn))
+        catalog = hook_class("iceberg_default").get_conn()
+        assert catalog.name == "iceberg_default"
+        return [
+            (f"{r.method} {r.path}", {k: v[0] for k, v in (parse_qs(r.body) if r.body else r.query).items()})
+            for r in stub.requests
+        ]
+
+    with RestCatalogStub(clients={CLIENT: CLIENT_SECRET}) as stub:
+        ours = requests_of(IcebergCatalogHook, stub)
+    with RestCatalogStub(clients={CLIENT: CLIENT_SECRET}) as stub:
+        theirs = requests_of(IcebergHook, stub)
+    assert ours == theirs
+    assert ("POST /v1/oauth/tokens", {
+        "grant_type": "client_credentials", "client_id": CLIENT, "client_secret": CLIENT_SECRET,
+        "scope": "PRINCIPAL_ROLE:ALL",
+    }) in ours  # fmt: skip
+    assert ("GET /v1/config", {"warehouse": "analytics"}) in ours
+
+
 def test_a_refused_credential_fails_the_tables_round_with_the_secret_masked(tmp_path):
     wrong_secret = "Wr0ng-client-secret-5tQ"
     hot = SqliteHot(tmp_path / "hot.db")

@@ -115,6 +115,79 @@ def test_catalog_properties_come_from_the_extra_and_secrets_are_collected(monkey
     assert {"rest-token", "s3-secret"} <= set(hook.secrets())
 
 
+def official_hooks_properties(monkeypatch, conn_id: str) -> dict[str, str]:
+    """The catalog properties Airflow's Iceberg provider's ``IcebergHook`` opens a connection's catalog with (its
+    ``load_catalog`` call recorded instead of run: no catalog is reached)."""
+    from airflow.providers.apache.iceberg.hooks import iceberg
+
+    opened: dict[str, str] = {}
+    monkeypatch.setattr(iceberg, "load_catalog", lambda name, **properties: opened.update(properties))
+    iceberg.IcebergHook(conn_id).get_conn()
+    return opened
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param(
+            {"host": "https://catalog.example.com/api/catalog/", "login": "client-id", "password": "client-S3cret"},
+            id="rest-oauth2-client",
+        ),
+        pytest.param({"host": "https://catalog.example.com/api/catalog"}, id="rest-without-credentials"),
+        pytest.param(
+            {"extra": {"type": "sql", "uri": "sqlite:////data/catalog.db", "warehouse": "file:///data/wh"}},
+            id="sql-in-the-extra",
+        ),
+        pytest.param(
+            {"extra": {"type": "glue", "glue.region": "eu-west-1"}, "login": "ignored", "password": "ignored"},
+            id="glue-in-the-extra",
+        ),
+    ],
+)
+def test_a_connection_in_the_iceberg_providers_form_opens_the_catalog_its_hook_opens(monkeypatch, fields):
+    extra = {"warehouse": "analytics", "s3.region": "eu-west-1", **fields.pop("extra", {})}
+    set_conn(monkeypatch, "iceberg_default", conn_type="iceberg", extra=extra, **fields)
+    ours = IcebergCatalogHook().catalog_config()
+    assert ours.name == "iceberg_default"  # the Iceberg provider's name for it: the connection id
+    assert dict(ours.properties) == official_hooks_properties(monkeypatch, "iceberg_default")
+    if "login" in fields and extra.get("type") is None:
+        assert ours.properties["credential"] == "client-id:client-S3cret"
+        assert {"client-id:client-S3cret", "client-S3cret"} <= set(ours.secrets)
+
+
+def test_this_providers_earlier_form_reads_as_it_did(monkeypatch):
+    # A REST catalog's token as the password, the catalog named in the extra, a SQL catalog left untyped.
+    set_conn(
+        monkeypatch,
+        "iceberg_default",
+        conn_type="iceberg",
+        password="bearer-T0ken",
+        extra={"name": "lake", "type": "rest", "uri": "http://127.0.0.1:8181", "warehouse": "analytics"},
+    )
+    rest = IcebergCatalogHook().catalog_config()
+    assert rest.name == "lake" and rest.properties["token"] == "bearer-T0ken" and "credential" not in rest.properties
+    set_conn(monkeypatch, "iceberg_default", conn_type="iceberg", extra={"uri": "sqlite:////data/catalog.db"})
+    assert "type" not in IcebergCatalogHook().catalog_config().properties  # pyiceberg infers "sql" from the uri
+
+
+def test_a_host_and_an_extra_uri_naming_two_catalogs_are_refused(monkeypatch):
+    set_conn(
+        monkeypatch,
+        "iceberg_default",
+        conn_type="iceberg",
+        host="https://one.example.com/catalog",
+        extra={"type": "rest", "uri": "https://two.example.com/catalog"},
+    )
+    with pytest.raises(ConnectionNotUsable, match="two catalogs"):
+        IcebergCatalogHook().catalog_config()
+
+
+def test_the_iceberg_connection_type_is_left_to_airflows_iceberg_provider():
+    from airflow_provider_tiering.get_provider_info import get_provider_info
+
+    assert "connection-types" not in get_provider_info()
+
+
 def test_a_catalogs_uri_password_and_an_oauth_client_secret_are_secrets_too(monkeypatch):
     set_conn(
         monkeypatch,
