@@ -10,6 +10,7 @@ import enum
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_tiering.core.errors import (
@@ -25,7 +26,9 @@ from airflow_provider_tiering.status import (
     matching_assets,
     session_scope,
     tiered_assets,
+    tiering_history,
 )
+from airflow_provider_tiering.status.records import TieringRound
 
 #: Task instance states after which a table's task will not run again in that DAG run.
 FINISHED_STATES = frozenset({"success", "skipped", "failed", "upstream_failed", "removed"})
@@ -36,6 +39,9 @@ class TableOutcome(enum.StrEnum):
     """What a triggered table's round came to, from its task's state and the table's state document."""
 
     TIERED = "tiered"
+    #: The run found nothing new because another run of the table tiered its rows after the trigger (a scheduled
+    #: run, or one somebody else started): the lake has them.
+    TIERED_BY_ANOTHER_RUN = "tiered_by_another_run"
     NOTHING_NEW = "nothing_new"
     HELD_BACK = "held_back"  # open transactions kept rows from being tiered (some may have been)
     QUARANTINED = "quarantined"
@@ -43,9 +49,10 @@ class TableOutcome(enum.StrEnum):
     UNFINISHED = "unfinished"  # still running when the wait ended
 
 
-#: The exit code of ``airflow tiering trigger --wait`` for each outcome (documented in the README).
+#: The exit code of ``airflow tiering trigger --wait`` for each outcome (documented in docs/operations.md).
 EXIT_CODES = {
     TableOutcome.TIERED: 0,
+    TableOutcome.TIERED_BY_ANOTHER_RUN: 0,
     TableOutcome.FAILED: 1,
     TableOutcome.UNFINISHED: 2,
     TableOutcome.NOTHING_NEW: 3,
@@ -59,6 +66,7 @@ _SEVERITY = (
     TableOutcome.QUARANTINED,
     TableOutcome.HELD_BACK,
     TableOutcome.NOTHING_NEW,
+    TableOutcome.TIERED_BY_ANOTHER_RUN,
     TableOutcome.TIERED,
 )
 
@@ -99,6 +107,13 @@ class TriggeredRun:
     paused: bool = False
     #: The DAG was paused and :func:`trigger_tables` unpaused it (``IfPaused.UNPAUSE``).
     unpaused: bool = False
+    #: When the run was asked for (rounds of its tables committed since then by other runs are reported).
+    requested_at: datetime | None = None
+    #: Each table's asset name (unique, where a table's name may not be).
+    assets: dict[str, str] = field(default_factory=dict)
+    #: The run took the place of the scheduled run the unpause would have started at once (see
+    #: :func:`trigger_tables`): that run's logical date.
+    in_place_of_scheduled: datetime | None = None
 
 
 def table_tasks(*, session: Any | None = None) -> dict[str, list[TableTask]]:
@@ -145,9 +160,11 @@ def trigger_tables(
     wanted = list(dict.fromkeys(tables))
     if not wanted:
         raise InvalidRunConf("name at least one table")
+    requested_at = datetime.now(UTC)
     with session_scope(session) as s:
         assets = tiered_assets(s)
         by_dag: dict[str, dict[str, str]] = {}
+        asset_names: dict[str, str] = {}
         for ref in wanted:
             places = [a for a in matching_assets(ref, assets) if a.dag_id is not None and a.task_id is not None]
             if not places:
@@ -160,6 +177,7 @@ def trigger_tables(
             place = places[0]
             assert place.dag_id is not None and place.task_id is not None  # kept above
             by_dag.setdefault(place.dag_id, {})[place.table] = place.task_id
+            asset_names[place.table] = place.name
         paused = sorted(dag_id for dag_id in by_dag if (model := s.get(DagModel, dag_id)) and model.is_paused)
         if paused and if_paused is IfPaused.REFUSE:
             which = f"DAG {paused[0]} is" if len(paused) == 1 else f"DAGs {', '.join(paused)} are"
@@ -167,26 +185,46 @@ def trigger_tables(
                 f"{which} paused, so a run would wait until it is unpaused: unpause it "
                 f"({'; '.join(f'airflow dags unpause {d}' for d in paused)}), or pass --unpause"
             )
-        if if_paused is IfPaused.UNPAUSE:
-            for dag_id in paused:
-                model = s.get(DagModel, dag_id)
-                model.is_paused = False
-            s.flush()
+        unpausing = paused if if_paused is IfPaused.UNPAUSE else []
         runs = []
         for dag_id, tasks in by_dag.items():
+            # An unpause starts the DAG's overdue scheduled run at once, which would race this one for the tables
+            # (and often win, leaving this run nothing new): this run takes that run's logical date, so the
+            # scheduler, finding a run there, starts none and moves on to the next interval.
+            in_place_of = _overdue_scheduled_run(s.get(DagModel, dag_id), requested_at) if dag_id in unpausing else None
             dag_run = trigger_dag(
                 dag_id,
                 triggered_by=DagRunTriggeredByType(triggered_by),
                 triggering_user_name=user,
                 conf={"tables": sorted(tasks)},
+                logical_date=in_place_of,
+                replace_microseconds=False,
                 note=f"tiering {', '.join(sorted(tasks))} on demand",
                 session=s,
             )
             if dag_run is None:
                 raise TriggerFailed(f"DAG {dag_id!r} did not start a run")
-            unpaused = dag_id in paused and if_paused is IfPaused.UNPAUSE
-            runs.append(TriggeredRun(dag_id, dag_run.run_id, dict(tasks), dag_id in paused and not unpaused, unpaused))
+            unpaused = dag_id in unpausing
+            runs.append(
+                TriggeredRun(
+                    dag_id, dag_run.run_id, dict(tasks), dag_id in paused and not unpaused, unpaused, requested_at,
+                    {t: asset_names[t] for t in tasks}, in_place_of,
+                )
+            )  # fmt: skip
+        for dag_id in unpausing:  # after the runs exist, in the same transaction
+            s.get(DagModel, dag_id).is_paused = False
+        s.flush()
     return runs
+
+
+def _overdue_scheduled_run(model: Any, now: datetime) -> datetime | None:
+    """The logical date of the scheduled run the scheduler would start as soon as the DAG is unpaused (its next run
+    is due), or None (no schedule, or not due yet)."""
+    if model is None or model.next_dagrun is None or model.next_dagrun_create_after is None:
+        return None
+    due: datetime = model.next_dagrun_create_after
+    logical: datetime = model.next_dagrun
+    return logical if due <= now else None
 
 
 def task_states(runs: Iterable[TriggeredRun], *, session: Any | None = None) -> dict[str, str | None]:
@@ -255,6 +293,18 @@ def table_outcomes(
                 outcomes[table] = TableOutcome.HELD_BACK
             elif task_state == "success":
                 outcomes[table] = TableOutcome.TIERED
+            elif other_rounds(run, table, session=session):
+                outcomes[table] = TableOutcome.TIERED_BY_ANOTHER_RUN
             else:
                 outcomes[table] = TableOutcome.NOTHING_NEW
     return outcomes
+
+
+def other_rounds(run: TriggeredRun, table: str, *, session: Any | None = None) -> list[TieringRound]:
+    """The rounds of ``table`` that other runs committed since ``run`` was asked for, oldest first: what left a run
+    that found nothing new nothing to do."""
+    if run.requested_at is None or table not in run.assets:
+        return []
+    rounds = tiering_history(run.assets[table], limit=20, session=session, read_lake=False)
+    since = [r for r in rounds if r.timestamp >= run.requested_at and r.run_id != run.run_id and r.rows > 0]
+    return sorted(since, key=lambda r: r.timestamp)

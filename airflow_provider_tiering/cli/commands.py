@@ -23,7 +23,9 @@ from airflow_provider_tiering.cli import status_table
 from airflow_provider_tiering.control import (
     IfPaused,
     TableOutcome,
+    TriggeredRun,
     exit_code,
+    other_rounds,
     table_outcomes,
     trigger_tables,
     wait_for_tables,
@@ -135,6 +137,12 @@ def trigger(args: Namespace) -> None:
     for run in runs:
         if run.unpaused:
             print(f"{run.dag_id}: the DAG was paused; unpaused it", file=sys.stderr)
+        if run.in_place_of_scheduled is not None:
+            print(
+                f"{run.dag_id}: this run takes the place of the scheduled run of "
+                f"{run.in_place_of_scheduled.isoformat()} that unpausing would have started beside it",
+                file=sys.stderr,
+            )
         print(f"{run.dag_id}: started run {run.run_id} for {', '.join(run.tasks)}", file=sys.stderr)
         if run.paused:
             print(
@@ -151,6 +159,10 @@ def trigger(args: Namespace) -> None:
         on_change=lambda table, state: print(f"{table}: {state or 'not scheduled yet'}", file=sys.stderr),
     )
     outcomes = table_outcomes(runs, states)
+    for run in runs:
+        for table in run.tasks:
+            if outcomes.get(table) is TableOutcome.TIERED_BY_ANOTHER_RUN:
+                print(f"{table}: this run found nothing new: {_rounds_meanwhile(run, table)}", file=sys.stderr)
     emit([{"table": t, "state": s, "outcome": outcomes[t].value} for t, s in states.items()], args.output)
     unfinished = [t for t, o in outcomes.items() if o is TableOutcome.UNFINISHED]
     if unfinished:
@@ -162,6 +174,16 @@ def trigger(args: Namespace) -> None:
     code = exit_code(outcomes.values())
     if code:
         raise SystemExit(code)
+
+
+def _rounds_meanwhile(run: TriggeredRun, table: str) -> str:
+    """What other runs of ``table`` tiered since ``run`` was asked for, in words."""
+    rounds = other_rounds(run, table)
+    said = "; ".join(
+        f"run {r.run_id} of {r.dag_id} tiered {r.rows:,} rows at {r.timestamp.strftime('%H:%M:%S')} (epoch {r.epoch})"
+        for r in rounds
+    )
+    return f"meanwhile {said}" if said else "another run tiered its rows meanwhile"
 
 
 @suppress_logs_and_warning

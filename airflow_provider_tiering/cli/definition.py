@@ -36,9 +36,9 @@ DEFAULT_WAIT_TIMEOUT = 3600.0
 ARG_WAIT = Arg(
     ("--wait",),
     help=(
-        "return when the tables' rounds have finished, with an exit code telling the worst outcome (0 tiered, "
-        "1 failed, 2 timed out, 3 nothing new, 4 held back, 5 quarantined); a paused DAG is refused (exit 1) "
-        "unless --unpause is given"
+        "return when the tables' rounds have finished, with an exit code telling the worst outcome (0 tiered, by "
+        "this run or another one since the trigger, 1 failed, 2 timed out, 3 nothing new, 4 held back, "
+        "5 quarantined); a paused DAG is refused (exit 1) unless --unpause is given"
     ),
     action="store_true",
 )
@@ -50,7 +50,8 @@ ARG_TIMEOUT = Arg(
 )
 ARG_UNPAUSE = Arg(
     ("--unpause",),
-    help="unpause the tables' DAGs if they are paused (a new DAG starts paused unless configured otherwise)",
+    help="unpause the tables' DAGs if they are paused (a new DAG starts paused unless configured otherwise); the "
+    "run takes the place of the scheduled run the unpause would start beside it",
     action="store_true",
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -20,10 +21,15 @@ from testbed.lake_check import digest, lake_rows
 from testbed.tiering_env import table_function, tiering_setup
 
 DAG_ID = "tiering_cli"
+#: A scheduled DAG that starts paused, as a new user's DAG does: its first trigger unpauses it.
+DAILY_DAG_ID = "tiering_cli_daily"
 
 DAGS = table_function("cli", freshness_seconds=3600, retries=0) + textwrap.dedent(
     f'''
-    """Two healthy tables and a broken one (wrong password) that is quarantined after one failed round."""
+    """Two healthy tables and a broken one (wrong password) that is quarantined after one failed round; and a daily
+    DAG, paused, of one table."""
+    from datetime import datetime, timezone
+
     from airflow_provider_tiering.dag_factory import build_tiering_dag
 
     tiering = build_tiering_dag(
@@ -33,6 +39,13 @@ DAGS = table_function("cli", freshness_seconds=3600, retries=0) + textwrap.deden
             table("c_beta", "hot_pg"),
             table("c_bad", "hot_broken", max_consecutive_failures=1),
         ],
+    )
+    daily = build_tiering_dag(
+        "{DAILY_DAG_ID}",
+        [table("c_daily", "hot_pg")],
+        schedule="@daily",
+        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        is_paused_upon_creation=True,
     )
     '''
 )
@@ -58,12 +71,14 @@ def cli(af: AirflowCluster, *args: str, timeout: float = 300) -> subprocess.Comp
 @pytest.mark.timeout(900)
 def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)
-    for name in ("c_alpha", "c_beta", "c_bad"):
+    for name in ("c_alpha", "c_beta", "c_bad", "c_daily"):
         hot.create(name)
         hot.insert(name, 1, 1500)
     password = "not-the-password-8c3b"
     dags, catalog, env = tiering_setup(tmp_path, pg_server, DAGS, password)
-    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID]) as af:
+    with AirflowCluster(
+        home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID, DAILY_DAG_ID]
+    ) as af:
         first = af.trigger_dag(DAG_ID)
         assert af.wait_for_run(DAG_ID, first, timeout=400) == "failed"  # c_bad fails, the others tier
 
@@ -71,7 +86,7 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         done = cli(af, "status", "-o", "json")
         assert done.returncode == 0, done.stderr
         records = {r["table"]: r for r in json.loads(done.stdout)}
-        assert set(records) == {"c_alpha", "c_beta", "c_bad"}
+        assert set(records) == {"c_alpha", "c_beta", "c_bad"}  # c_daily's paused DAG has not run it yet
         for table, record in records.items():
             state = af.asset_state_store(f"tiering/cli/{table}")["tiering_state"]
             assert (record["status"], record["epoch"], record["consecutive_failures"]) == (
@@ -161,3 +176,41 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         assert quarantined.returncode == 5 and "quarantined: c_bad" in quarantined.stderr, quarantined.stderr
         nope = cli(af, "trigger", "c_nope")
         assert nope.returncode == 1 and "unknown table 'c_nope'" in nope.stderr, nope.stderr
+
+        # A scheduled DAG that starts paused, as a new user's does. Unpausing it makes the scheduler start the run
+        # of its overdue interval at once: the requested run takes that run's place, so it tiers the table itself.
+        assert af.get(f"/api/v2/dags/{DAILY_DAG_ID}")["is_paused"] is True
+        first = cli(af, "trigger", "c_daily", "--wait", "--unpause", "--timeout", "400", "-o", "json", timeout=500)
+        assert first.returncode == 0, first.stderr
+        assert json.loads(first.stdout) == [{"table": "c_daily", "state": "success", "outcome": "tiered"}]
+        assert "takes the place of the scheduled run" in first.stderr, first.stderr
+        (only,) = af.get(f"/api/v2/dags/{DAILY_DAG_ID}/dagRuns")["dag_runs"]  # the scheduler started none beside it
+        assert only["run_type"] == "manual" and only["conf"] == {"tables": ["c_daily"]}, only
+        daily_history = json.loads(cli(af, "history", "c_daily", "-o", "json").stdout)
+        assert [(h["rows"], h["run_id"]) for h in daily_history] == [(1500, only["dag_run_id"])]
+
+        # A run asked for while another run of the table holds it: that run's round commits after the request (an
+        # open transaction that took a smaller id holds its watermark until then), this run finds nothing new, and
+        # the CLI says who tiered the rows.
+        holder = psycopg.connect(pg_server.dsn)
+        holder.execute('INSERT INTO "c_daily" VALUES (%s, %s, %s, %s, %s)', make_rows(1501, 1)[0])
+        hot.insert("c_daily", 1502, 500)
+        try:
+            other = af.trigger_dag(DAILY_DAG_ID, conf={"tables": ["c_daily"]})
+            deadline = time.monotonic() + 120
+            while af.task_instances(DAILY_DAG_ID, other).get("c_daily") != "running":
+                assert time.monotonic() < deadline, af.task_instances(DAILY_DAG_ID, other)
+                time.sleep(1)
+            waiting = subprocess.Popen(
+                [str(af.airflow_bin), "tiering", "trigger", "c_daily", "--wait", "--timeout", "400", "-o", "json"],
+                env=af.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            time.sleep(8)  # asked for well before the holder commits
+            holder.commit()
+        finally:
+            holder.close()
+        out, err = waiting.communicate(timeout=500)
+        assert waiting.returncode == 0, err
+        assert json.loads(out) == [{"table": "c_daily", "state": "skipped", "outcome": "tiered_by_another_run"}]
+        assert f"c_daily: this run found nothing new: meanwhile run {other} of {DAILY_DAG_ID} tiered 501 rows" in err
+        assert digest(lake_rows(catalog, ("cli", "c_daily"), COLUMNS)) == digest(hot.rows("c_daily"))

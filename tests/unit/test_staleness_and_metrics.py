@@ -84,8 +84,11 @@ def test_round_metrics_and_table_gauges() -> None:
 
 
 def test_trigger_exit_codes_tell_the_four_outcomes_apart_and_the_worst_wins() -> None:
-    assert [exit_code([o]) for o in TableOutcome] == [0, 3, 4, 5, 1, 2]
+    assert [exit_code([o]) for o in TableOutcome] == [0, 0, 3, 4, 5, 1, 2]
     assert exit_code([TableOutcome.TIERED, TableOutcome.NOTHING_NEW]) == 3
+    # Another run tiered the table's rows after the trigger: the lake has them, as the user asked.
+    assert exit_code([TableOutcome.TIERED_BY_ANOTHER_RUN, TableOutcome.TIERED]) == 0
+    assert exit_code([TableOutcome.TIERED_BY_ANOTHER_RUN, TableOutcome.NOTHING_NEW]) == 3
     assert exit_code([TableOutcome.HELD_BACK, TableOutcome.QUARANTINED, TableOutcome.TIERED]) == 5
     assert exit_code([TableOutcome.QUARANTINED, TableOutcome.FAILED]) == 1
     assert exit_code([]) == 0
