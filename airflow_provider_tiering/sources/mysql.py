@@ -98,7 +98,7 @@ _MICROSECONDS_PER_DAY = 86_400_000_000
 def _unsupported(column: str, column_type: str, why: str) -> UnsupportedColumnType:
     return UnsupportedColumnType(
         f"column {column!r} has type {column_type}, which cannot be tiered ({why}): leave it out by listing the "
-        "columns to tier in the spec's source.columns, or change its type (see 'Column types' in the README); "
+        "columns to tier in the spec's source.columns, or change its type (see 'Column types' in docs/tables.md); "
         "nothing was tiered"
     )
 

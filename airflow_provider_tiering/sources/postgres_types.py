@@ -3,7 +3,7 @@
 The ADBC driver reads most types natively; others arrive as Arrow extension types no lake type matches (``uuid``
 as ``arrow.uuid``, ``json`` as ``arrow.json``, ``inet`` as PostgreSQL's binary wire form, ``interval`` as a
 month-day-nanosecond interval) and are selected as their text instead, the form PostgreSQL prints them in. A type
-outside the table in the README ("Column types") raises :class:`UnsupportedColumnType` when the schema is read,
+outside the table in docs/tables.md ("Column types") raises :class:`UnsupportedColumnType` when the schema is read,
 before anything is written, naming the column and the way out.
 """
 
@@ -100,7 +100,7 @@ class ColumnRead:
 def _unsupported(column: PgColumn, why: str) -> UnsupportedColumnType:
     return UnsupportedColumnType(
         f"column {column.name!r} has type {column.declared}, which cannot be tiered ({why}): leave it out by listing "
-        "the columns to tier in the spec's source.columns, or change its type (see 'Column types' in the README); "
+        "the columns to tier in the spec's source.columns, or change its type (see 'Column types' in docs/tables.md); "
         "nothing was tiered"
     )
 

@@ -77,7 +77,7 @@ PG_COLUMNS = {
     "ua": "uuid[]",
     "ma": "{enum}[]",
 }
-#: The Iceberg type each column is tiered as (the README's "Column types").
+#: The Iceberg type each column is tiered as ("Column types" in docs/tables.md).
 PG_LAKE_TYPES = {
     "u": "string",
     "j": "string",
@@ -175,7 +175,7 @@ def hot_pg_rows(dsn: str, table: str) -> dict[int, dict[str, Any]]:
 
 
 def lake_as_hot(row: dict[str, Any]) -> dict[str, Any]:
-    """A lake row in the hot store's terms, by the README's mapping: text parsed back into each type's value."""
+    """A lake row in the hot store's terms, by docs/tables.md's mapping: text parsed back into each type's value."""
 
     def each(values: list[Any] | None, convert: Any) -> list[Any] | None:
         return None if values is None else [None if v is None else convert(v) for v in values]
@@ -238,7 +238,7 @@ def test_every_postgres_type_listed_reaches_the_lake(
     assert {name: str(schema.find_field(name).field_type) for name in PG_COLUMNS} == PG_LAKE_TYPES
     assert assert_pg_lake_equals_hot(pg_server.dsn, table, catalog_properties) == 140
 
-    # The text forms the README promises, spot-checked: canonical uuid, json exactly as written, ISO 8601
+    # The text forms docs/tables.md promises, spot-checked: canonical uuid, json exactly as written, ISO 8601
     # intervals, a host address without /32.
     rows = lake_table(catalog_properties, table).scan(row_filter="id IN (4, 5)").to_arrow().to_pylist()
     four, five = sorted(rows, key=lambda r: r["id"])

@@ -1,5 +1,5 @@
-"""Every example in README.md is executed or validated, extracted from the file (never copied here), so a renamed
-field, function or CLI flag breaks the build.
+"""Every example in README.md and in the user guide's pages it links (``GUIDE``) is executed or validated, extracted
+from the files (never copied here), so a renamed field, function or CLI flag breaks the build.
 
 * Python: a DAG file (``dag = build_…_dag(…)``) is imported by Airflow's ``DagBag`` from a temporary dags folder
   (with the README's YAML files beside it); a spec (``{…}``) or a spec part (``"key": {…}``) is parsed by
@@ -38,6 +38,12 @@ from testbed.rounds import round_parts
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+#: README.md and the pages of the user guide it links (the reference material moved out of it).
+GUIDE = (
+    README,
+    *(REPO / "docs" / f"{page}.md" for page in ("tables", "mutable-tables", "operations", "connections", "guarantees")),
+    REPO / "docs" / "development.md",
+)
 #: The connection types the provider's code accepts: hot stores, the Iceberg catalog, Spark.
 ACCEPTED_CONN_TYPES = {*connection_types("sql"), *connection_types("files"), "iceberg", "spark", "spark_connect"}
 #: A connection type that the README creates with ``--conn-type`` while the provider registering it is not installed
@@ -56,10 +62,11 @@ class Block:
     language: str
     text: str
     line: int
+    page: str = "README.md"
 
     @property
     def where(self) -> str:
-        return f"README.md line {self.line} ({self.language})"
+        return f"{self.page} line {self.line} ({self.language})"
 
     @property
     def file_name(self) -> str | None:
@@ -68,21 +75,27 @@ class Block:
         return match.group(1) if match else None
 
 
-def readme_blocks() -> list[Block]:
-    blocks, lines = [], README.read_text().splitlines()
+def page_blocks(page: Path) -> list[Block]:
+    blocks, lines = [], page.read_text().splitlines()
     i = 0
     while i < len(lines):
         opening = re.match(r"^```(\S*)\s*$", lines[i])
         if opening:
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-            blocks.append(Block(opening.group(1), "\n".join(lines[i + 1 : end]) + "\n", i + 1))
+            text = "\n".join(lines[i + 1 : end]) + "\n"
+            blocks.append(Block(opening.group(1), text, i + 1, str(page.relative_to(REPO))))
             i = end
         i += 1
     return blocks
 
 
-def of(language: str) -> list[Block]:
-    return [b for b in readme_blocks() if b.language == language]
+def readme_blocks() -> list[Block]:
+    """The code blocks of README.md, then of each page of the guide."""
+    return [block for page in GUIDE for block in page_blocks(page)]
+
+
+def of(language: str, pages: tuple[Path, ...] = GUIDE) -> list[Block]:
+    return [b for page in pages for b in page_blocks(page) if b.language == language]
 
 
 def python_kind(block: Block) -> str:
@@ -99,6 +112,16 @@ def python_kind(block: Block) -> str:
         for node in tree.body
     )
     return "dag file" if builds_dag else "program"
+
+
+def test_the_readme_links_every_page_of_the_guide_and_its_links_lead_somewhere() -> None:
+    readme = README.read_text()
+    for page in GUIDE[1:]:
+        assert f"](docs/{page.name})" in readme, page.name
+    for page in GUIDE:
+        for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).resolve().exists(), (page.name, target)
 
 
 def test_every_block_has_a_check() -> None:

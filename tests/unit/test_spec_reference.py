@@ -31,7 +31,7 @@ def test_every_field_of_every_spec_model_has_a_row_with_its_default() -> None:
                 assert any("| required |" in row for row in matching), f"{prefix}{name} is required"
             elif isinstance(field.default, (int, float)) and not isinstance(field.default, bool):
                 assert any(f"`{field.default}`" in row for row in matching), f"{prefix}{name} default"
-    # Spot checks against the README's promises.
+    # Spot checks against the user guide's promises.
     assert "| `retry_delay_seconds` | number | `30.0` |" in text
     assert "| `source.settle_lag_seconds` | number | `0.0` |" in text
 
