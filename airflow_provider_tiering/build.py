@@ -187,7 +187,7 @@ class MaintenanceParts:
             self.spec.maintenance,
             self.maintainer,
             store,
-            target_file_bytes=self.spec.target_file_size_mb * 1024 * 1024,
+            target_file_bytes=self.spec.target_file_bytes,
             secrets=[*self.secrets, *options.pop("secrets", ())],
             **options,
         )

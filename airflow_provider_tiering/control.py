@@ -191,7 +191,9 @@ def trigger_tables(
             # An unpause starts the DAG's overdue scheduled run at once, which would race this one for the tables
             # (and often win, leaving this run nothing new): this run takes that run's logical date, so the
             # scheduler, finding a run there, starts none and moves on to the next interval.
-            in_place_of = _overdue_scheduled_run(s.get(DagModel, dag_id), requested_at) if dag_id in unpausing else None
+            in_place_of = (
+                _overdue_scheduled_run(s, s.get(DagModel, dag_id), requested_at) if dag_id in unpausing else None
+            )
             dag_run = trigger_dag(
                 dag_id,
                 triggered_by=DagRunTriggeredByType(triggered_by),
@@ -217,14 +219,18 @@ def trigger_tables(
     return runs
 
 
-def _overdue_scheduled_run(model: Any, now: datetime) -> datetime | None:
+def _overdue_scheduled_run(session: Any, model: Any, now: datetime) -> datetime | None:
     """The logical date of the scheduled run the scheduler would start as soon as the DAG is unpaused (its next run
-    is due), or None (no schedule, or not due yet)."""
+    is due and no run holds that date yet: the scheduler starts none there either), or None."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
     if model is None or model.next_dagrun is None or model.next_dagrun_create_after is None:
         return None
     due: datetime = model.next_dagrun_create_after
     logical: datetime = model.next_dagrun
-    return logical if due <= now else None
+    taken = session.scalar(select(DagRun.id).where(DagRun.dag_id == model.dag_id, DagRun.logical_date == logical))
+    return logical if due <= now and taken is None else None
 
 
 def task_states(runs: Iterable[TriggeredRun], *, session: Any | None = None) -> dict[str, str | None]:

@@ -37,7 +37,7 @@ def state_document(
         "committed": {
             "snapshot_id": 1000 + epoch,
             "epoch": epoch,
-            "end_offsets": {"id": rows},
+            "end_offsets": {"cursor": rows},
             "committed_at": (now - timedelta(minutes=1)).isoformat(),
         },
         "last_round": {"rows": rows, "bytes": rows * 40, "files": 1, "splits": 1, "duration_seconds": 2.5},

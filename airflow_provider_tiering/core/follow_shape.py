@@ -156,7 +156,7 @@ class _Follow(Generic[PlanT, SplitT]):
             )
         if pending.pending_backfill:
             rewritten = self.lake.backfill(
-                writer, target_file_bytes=self.spec.target_file_size_mb * 1024 * 1024, table_name=self.spec.name
+                writer, target_file_bytes=self.spec.target_file_bytes, table_name=self.spec.name
             )
             log.info(
                 "%s: added columns' defaults %s written into %d lake files",

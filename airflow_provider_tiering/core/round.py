@@ -90,10 +90,6 @@ class RoundContext(Generic[PlanT, SplitT]):
     #: ``time.monotonic()`` when the round started.
     started: float
 
-    @property
-    def target_file_bytes(self) -> int:
-        return self.spec.target_file_size_mb * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class _Opened:
@@ -464,7 +460,7 @@ def _write_target(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoc
     # A change stream planned from no offsets loads the table from a snapshot: whole rows, one per key, so its
     # files need no change columns and are committed as written.
     change_stream = key is not None and key.from_change_stream and planned.read_from is not None
-    return r.lake.write_target(epoch, r.attempt, r.target_file_bytes, change_stream=change_stream)
+    return r.lake.write_target(epoch, r.attempt, r.spec.target_file_bytes, change_stream=change_stream)
 
 
 # -- 4. Commit, fenced by the lake's offsets and epoch ------------------------------------------------------------
@@ -487,7 +483,7 @@ def _commit(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int
         merged = r.lake.merge(
             written.files, planned.key, epoch=epoch, start=start, end=written.end, table_name=r.spec.name,
             attempt=r.attempt, hot_keys=written.hot_keys, identity=identity, reloaded=reloaded,
-            target_file_bytes=r.target_file_bytes, writer=r.writer,
+            target_file_bytes=r.spec.target_file_bytes, writer=r.writer,
         )  # fmt: skip
         _log_merge(r, planned.key, written, merged)
         committed = _Committed(merged.snapshot_id, list(merged.added), merged)

@@ -226,6 +226,11 @@ class TableSpec(StrictModel):
     )
 
     @property
+    def target_file_bytes(self) -> int:
+        """``target_file_size_mb`` in bytes: where a round's, a merge's and a rewrite's writers cut files."""
+        return self.target_file_size_mb * 1024 * 1024
+
+    @property
     def staleness_bound_seconds(self) -> float:
         """After this long without catching up, the table is stale (see ``core/staleness.py``)."""
         if self.staleness_alert_seconds is not None:

@@ -114,14 +114,28 @@ def python_kind(block: Block) -> str:
     return "dag file" if builds_dag else "program"
 
 
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub writes them (lower case, punctuation dropped, spaces as -)."""
+    found, inside = set(), False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside and (heading := re.match(r"^#+ (.+)$", line)):
+            found.add(re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-"))
+    return found
+
+
 def test_the_readme_links_every_page_of_the_guide_and_its_links_lead_somewhere() -> None:
     readme = README.read_text()
     for page in GUIDE[1:]:
         assert f"](docs/{page.name})" in readme, page.name
     for page in GUIDE:
-        for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", page.read_text()):
-            if "://" not in target:
-                assert (page.parent / target).resolve().exists(), (page.name, target)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", page.read_text()):
+            if "://" in target or not (target.endswith(".md") or anchor):
+                continue
+            destination = (page.parent / target).resolve() if target else page
+            assert destination.exists(), (page.name, target)
+            assert not anchor or anchor in heading_anchors(destination), (page.name, target, anchor)
 
 
 def test_every_block_has_a_check() -> None:
