@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_provider_tiering.core.errors import AmbiguousTable, TableNotFound
+from airflow_provider_tiering.core.errors import AmbiguousTable
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.state import TableState, TableStatus
 from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
@@ -74,13 +74,18 @@ def _stored_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, st
     return found
 
 
+#: The note of a table listed before its first round.
+NOT_RUN_YET = "no round has run yet"
+
+
 def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus]:
     values = _stored_values([a.id for a in assets], session)
     statuses = []
     for asset in assets:
         doc = values.get((asset.id, STATE_KEY))
-        if doc is None:  # a table whose first round has not run yet
-            continue
+        # A table whose first round has not run yet (its DAG paused, or not run since the table was added) is shown
+        # as NEW, so that a table is listed from the moment its DAG is parsed.
+        state = TableState(asset.table, note=NOT_RUN_YET) if doc is None else TableState.from_json(json_value(doc))
         maintenance = values.get((asset.id, MAINTENANCE_KEY))
         statuses.append(
             TieringStatus(
@@ -91,7 +96,7 @@ def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus
                 asset.lake_table,
                 asset.dag_id,
                 asset.task_id,
-                TableState.from_json(json_value(doc)),
+                state,
                 None if maintenance is None else MaintenanceStatus.from_json(json_value(maintenance)),
             )
         )
@@ -105,8 +110,8 @@ def list_tiering_statuses(
     readable: ReadableFilter | None = None,
     session: Any | None = None,
 ) -> list[TieringStatus]:
-    """Every tiered table that has a state document (of those ``readable`` keeps), sorted by namespace and table;
-    optionally filtered."""
+    """Every tiered table (of those ``readable`` keeps), sorted by namespace and table; optionally filtered. A table
+    whose first round has not run yet is NEW, noted so."""
     with session_scope(session) as s:
         assets = [a for a in tiered_assets(s) if namespace is None or a.namespace == namespace]
         found = _statuses(readable_of(assets, readable), s)
@@ -121,14 +126,11 @@ def get_tiering_status(
 ) -> TieringStatus:
     """The status of one tiered table: ``table`` is its name in its DAG, ``namespace.table`` (its lake identifier),
     or its asset's name or URI. TableNotFound when no table (of those ``readable`` keeps) answers to it (the message
-    says so, with the closest names), or when it has no state document yet (its first round has not run);
-    AmbiguousTable, naming them, when several do (two DAGs tiering tables of the same name)."""
+    says so, with the closest names); AmbiguousTable, naming them, when several do (two DAGs tiering tables of the
+    same name)."""
     with session_scope(session) as s:
         candidates = matching_assets(table, readable_of(tiered_assets(s), readable))
         found = _statuses(candidates, s)
-    if not found:
-        where = "; ".join(a.describe() for a in candidates)
-        raise TableNotFound(f"table {table!r} ({where}) has no state yet: its first round has not run")
     if len(found) > 1:
         by_id = {a.id: a for a in candidates}
         names = "; ".join(by_id[f.asset_id].describe() for f in found)

@@ -86,8 +86,14 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         done = cli(af, "status", "-o", "json")
         assert done.returncode == 0, done.stderr
         records = {r["table"]: r for r in json.loads(done.stdout)}
-        assert set(records) == {"c_alpha", "c_beta", "c_bad"}  # c_daily's paused DAG has not run it yet
+        assert set(records) == {"c_alpha", "c_beta", "c_bad", "c_daily"}
+        daily = records["c_daily"]  # listed as soon as its DAG is parsed, though its paused DAG has not run it
+        assert (daily["status"], daily["epoch"], daily["last_tiered_time"]) == ("NEW", 0, None), daily
+        assert daily["note"] == "no round has run yet" and daily["dag_id"] == DAILY_DAG_ID, daily
+        assert json.loads(cli(af, "status", "c_daily", "-o", "json").stdout)["status"] == "NEW"
         for table, record in records.items():
+            if table == "c_daily":
+                continue
             state = af.asset_state_store(f"tiering/cli/{table}")["tiering_state"]
             assert (record["status"], record["epoch"], record["consecutive_failures"]) == (
                 state["status"],
