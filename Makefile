@@ -14,8 +14,8 @@ $(STAMP): requirements.lock pyproject.toml scripts/setup.sh
 demo: setup spark-cds
 	$(BIN)/python demo/run_demo.py
 
-## The whole suite: lint, type check, unit, integration (PostgreSQL, MariaDB, Spark, pyiceberg), e2e (real Airflow scheduler); four
-## pytest processes at once (e2e and the others, each in two halves), then the timing-sensitive ones alone (scripts/run_tests.sh).
+## The whole suite: lint, type check, unit, integration (PostgreSQL, MariaDB, Spark, pyiceberg), e2e (real Airflow scheduler); the e2e
+## tests run beside the others (in two halves), then the timing-sensitive ones alone (scripts/run_tests.sh).
 test: setup spark-cds
 	$(BIN)/ruff check .
 	$(BIN)/mypy

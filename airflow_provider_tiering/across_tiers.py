@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_tiering.core.errors import InvalidTableSpec, LakeError, SourceError
 from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.ports import AnySource
+from airflow_provider_tiering.lake.positions import row_positions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,12 +71,11 @@ class AcrossTiers:
         rows = self._table.scan(snapshot_id=self.snapshot_id).to_arrow().cast(self.schema)
         if not self.merge_key or self.hot.num_rows == 0:
             return rows
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         # Positions of the rows whose key the hot part has (a join of the key columns only: any column type).
         keys = list(self.merge_key)
-        positions = pa.array(range(rows.num_rows), pa.int64())
+        positions = row_positions(rows.num_rows)
         own = rows.select(keys).append_column("__position", positions)
         hits = own.join(self.hot.select(keys), keys=keys, join_type="inner").column("__position")
         return rows.filter(pc.invert(pc.is_in(positions, value_set=hits.combine_chunks())))

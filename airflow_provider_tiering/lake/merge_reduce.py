@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_tiering.core.ports import CHANGE_CHUNK, CHANGE_DELETED, CHANGE_FILL, MergeKey, WrittenFile
+from airflow_provider_tiering.lake.positions import row_positions
 from airflow_provider_tiering.lake.warehouse import LOCAL_STORAGE, LakeStorage
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def reduce_round(
     deciding_schema = pa.schema([types[name] for name in deciding])
     parts = [_deciding_columns(f, storage, deciding_schema) for f in files]
     rows = pa.concat_tables([part for part, _ in parts]) if parts else deciding_schema.empty_table()
-    positions = pa.array(range(rows.num_rows), pa.int64())
+    positions = row_positions(rows.num_rows)
     ordering = rows.select([*key.columns, *order]).append_column(_POSITION, positions)
     ordering = ordering.sort_by([*((c, "ascending") for c in order), (_POSITION, "ascending")])
     # Hash aggregation keeps input order without threads: "last" is the greatest cursor, the latest read on a tie.

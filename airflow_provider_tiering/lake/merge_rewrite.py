@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_tiering.core.ports import RejectedRecord
 from airflow_provider_tiering.lake.merge_reduce import KeptRows
+from airflow_provider_tiering.lake.positions import row_positions
 from airflow_provider_tiering.lake.rewrite_files import LakeFileReader, partition_groups
 from airflow_provider_tiering.lake.warehouse import LakeStorage
 
@@ -44,7 +45,7 @@ def holding_keys(rows: pa.Table, keys: pa.Table, columns: Sequence[str]) -> Any:
     """A mask of ``rows`` that hold one of ``keys``. Only the key columns are joined (a join cannot carry every
     type, lists among them), so ``rows`` keep their order (a file's order is what its column statistics, and so
     later scans' pruning, owe to how it was written)."""
-    positions = pa.array(range(rows.num_rows), pa.int64())
+    positions = row_positions(rows.num_rows)
     own = rows.select(list(columns)).append_column(_POSITION, positions)
     wanted = keys.select(list(columns)).cast(pa.schema([rows.schema.field(name) for name in columns]))
     hits = own.join(wanted, keys=list(columns), join_type="left semi", use_threads=False).column(_POSITION)
