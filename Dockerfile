@@ -2,6 +2,16 @@
 # provider with the same pinned dependencies as the native setup (requirements.lock). The Spark master and
 # workers run from the same image: pyspark's package is a Spark distribution, and executors need this
 # provider and its Python dependencies to read the hot store and write the warehouse.
+
+# The Tiering page (a React app for Airflow's UI), built with npm from its lock file; the image gets the bundle only.
+FROM node:20-bookworm-slim AS page
+WORKDIR /page
+COPY airflow_provider_tiering/plugins/www/package.json airflow_provider_tiering/plugins/www/package-lock.json ./
+RUN npm ci --no-audit --no-fund --loglevel=error
+COPY airflow_provider_tiering/plugins/www/tsconfig.json airflow_provider_tiering/plugins/www/vite.config.ts ./
+COPY airflow_provider_tiering/plugins/www/src ./src
+RUN npm run build
+
 FROM apache/airflow:3.3.2-python3.11
 
 USER root
@@ -16,8 +26,9 @@ COPY --chown=airflow:root requirements.lock /opt/tiering/requirements.lock
 RUN grep -v -E '^(pytest|pytest-timeout|ruff|selenium|tpchgen-cli|PySocks|trio|trio-websocket|outcome|wsproto|sortedcontainers)==' \
         /opt/tiering/requirements.lock > /tmp/runtime.lock \
     && pip install --no-cache-dir -r /tmp/runtime.lock "pyiceberg[sql-postgres]==0.12.0"
-COPY --chown=airflow:root pyproject.toml README.md /opt/tiering/
+COPY --chown=airflow:root pyproject.toml setup.py MANIFEST.in README.md /opt/tiering/
 COPY --chown=airflow:root airflow_provider_tiering /opt/tiering/airflow_provider_tiering
+COPY --from=page --chown=airflow:root /page/dist /opt/tiering/airflow_provider_tiering/plugins/www/dist
 RUN pip install --no-cache-dir --no-deps /opt/tiering
 
 # Spark's launcher scripts, from the installed pyspark; workers run Python UDFs with this interpreter.

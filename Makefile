@@ -4,7 +4,9 @@ STAMP := $(VENV)/.setup-done
 
 .PHONY: setup spark-cds demo test test-fast bench-smoke lint bench bench-dag-run bench-status-page soak spark-connect spark-standalone clean
 
+# The Tiering page is rebuilt whenever its sources changed (a no-op otherwise), even when the venv is up to date.
 setup: $(STAMP)
+	@$(BIN)/python airflow_provider_tiering/plugins/www/build_page.py
 
 $(STAMP): requirements.lock pyproject.toml scripts/setup.sh
 	VENV=$(VENV) bash scripts/setup.sh

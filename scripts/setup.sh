@@ -19,6 +19,8 @@ command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 # headless browser for the UI e2e tests and benchmarks/bench_status_page.py (same Debian version for both)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# builds the Tiering page (airflow_provider_tiering/plugins/www: TypeScript, React, Vite) into the package
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 # validates docker-compose.yml offline (no container engine needed) in tests/integration/test_compose.py
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -39,5 +41,7 @@ fi
 echo "== installing pinned dependencies (requirements.lock; pyspark builds from source the first time, ~1 min)"
 quietly "$VENV/bin/python" -m pip install --upgrade pip wheel
 quietly "$VENV/bin/python" -m pip install -r requirements.lock
+echo "== building the Tiering page (npm, locked by package-lock.json; skipped when up to date)"
+"$VENV/bin/python" airflow_provider_tiering/plugins/www/build_page.py
 quietly "$VENV/bin/python" -m pip install --no-deps -e .
 "$VENV/bin/python" -c "import airflow_provider_tiering, pyspark, pyiceberg, airflow; print('setup ok: airflow', airflow.__version__, '| pyspark', pyspark.__version__, '| pyiceberg', pyiceberg.__version__)"

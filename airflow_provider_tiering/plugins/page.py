@@ -1,86 +1,31 @@
-"""The Tiering page: server-rendered HTML carrying the first list of tables, plus its script and stylesheet.
+"""The Tiering page's bundle, and ``/tiering/`` as a way into the page.
 
-The table list is embedded in the page as JSON, so the first render needs no second request; the script then
-renders it, refreshes it from the REST API every few seconds, and shows one table's rounds under ``#table=<name>``.
+The page itself is a React app Airflow's UI renders (``react_apps``, built from ``plugins/www``): the UI loads the
+bundle served here and shows it at ``/plugin/tiering``, in its own navigation and theme. ``/tiering/`` (the page's
+address before it joined the UI, kept for bookmarks and links in alerts) sends a browser there; one that is signed
+out is sent to Airflow's login page, which brings it back.
 """
 
 from __future__ import annotations
 
-import html
-import json
+import hashlib
+from functools import cache
 from importlib import resources
-from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request, status
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_provider_tiering import __version__
 from airflow_provider_tiering.plugins.access import GetUserDep, can_read
-from airflow_provider_tiering.plugins.api import list_tables
-from airflow_provider_tiering.plugins.tiering_plugin import URL_PREFIX
+from airflow_provider_tiering.plugins.tiering_plugin import BUNDLE, PAGE_ROUTE, URL_PREFIX
 
-router = APIRouter(dependencies=[can_read], include_in_schema=False)
-
-STATIC_FILES = {"tiering.js": "text/javascript", "tiering.css": "text/css"}
-_JSON_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x2028: "\\u2028", 0x2029: "\\u2029"}
-
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Tiering</title>
-<link rel="stylesheet" href="{app}/static/tiering.css?v={version}">
-</head>
-<body data-api="{app}/api" data-airflow="{airflow}" data-refresh-seconds="10">
-<header>
-  <h1><a href="#" id="home-link">Tiering</a></h1>
-  <form id="filters" role="search" onsubmit="return false">
-    <label>Status <select id="filter-status"><option value="">all</option></select></label>
-    <label>Namespace <select id="filter-namespace"><option value="">all</option></select></label>
-    <label>Table <input id="filter-text" type="search" placeholder="name contains"></label>
-  </form>
-  <span id="updated" aria-live="polite"></span>
-</header>
-<div id="banner" role="alert" hidden></div>
-<div id="notice" role="status" hidden></div>
-<main id="list-view">
-  <p id="summary"></p>
-  <table id="tables">
-    <thead><tr>
-      <th data-sort="namespace">Namespace</th>
-      <th data-sort="table">Table</th>
-      <th data-sort="status">Status</th>
-      <th data-sort="epoch" class="num">Epoch</th>
-      <th data-sort="last_tiered_time">Last tiered</th>
-      <th data-sort="backlog_rows" class="num"
-          title="Rows waiting beyond the committed offsets, as far as known: what the last round left for later (its
-max_rows_per_round cap), or held back by open transactions. Rows that arrived since the last round are not counted."
-          >Backlog (rows)</th>
-      <th data-sort="newest_data_age_seconds" class="num"
-          title="How old the newest tiered row is now; time cursors only (an integer cursor says nothing about time)"
-          >Newest data age</th>
-      <th data-sort="last_round_rows" class="num">Rows (last round)</th>
-      <th data-sort="consecutive_failures" class="num">Failures</th>
-      <th data-sort="quarantined">Quarantined</th>
-      <th data-sort="last_error_time">Last error</th>
-    </tr></thead>
-    <tbody></tbody>
-  </table>
-</main>
-<section id="detail-view" hidden></section>
-<script type="application/json" id="initial-data">{data}</script>
-<script src="{app}/static/tiering.js?v={version}"></script>
-</body>
-</html>
-"""
+router = APIRouter(include_in_schema=False)
 
 
-def _json_for_script(value: Any) -> str:
-    """JSON that cannot end its ``<script>`` element or open markup inside it."""
-    return json.dumps(value, separators=(",", ":")).translate(_JSON_ESCAPES)
+class BundleMissing(RuntimeError):
+    """The provider was installed from a source tree whose page was never built (``npm run build``)."""
 
 
 def _roots(request: Request) -> tuple[str, str]:
@@ -90,9 +35,15 @@ def _roots(request: Request) -> tuple[str, str]:
     return app_root, airflow_root
 
 
+def page_path(airflow_root: str, table: str | None = None) -> str:
+    """The Tiering page's path in Airflow's UI, or one table's detail on it."""
+    path = f"{airflow_root}/plugin/{PAGE_ROUTE}"
+    return path if table is None else f"{path}?table={quote(table, safe='')}"
+
+
 def send_browsers_to_login(app: FastAPI) -> None:
-    """A browser that opens the page signed out (no bearer token; no cookie, or an expired one) is sent to Airflow's
-    login page, which brings it back here; every other 401 (the REST API, a bad bearer token) stays a 401."""
+    """A browser that opens ``/tiering/`` signed out (no bearer token; no cookie, or an expired one) is sent to
+    Airflow's login page, which brings it back; every other 401 (the REST API, a bad bearer token) stays a 401."""
 
     @app.exception_handler(StarletteHTTPException)
     async def login_instead_of_401(request: Request, exc: StarletteHTTPException) -> Response:
@@ -102,29 +53,43 @@ def send_browsers_to_login(app: FastAPI) -> None:
             return await http_exception_handler(request, exc)
         from airflow.api_fastapi.app import get_auth_manager
 
-        login = get_auth_manager().get_url_login(next_url=f"{airflow_root}{URL_PREFIX}/")
+        login = get_auth_manager().get_url_login(next_url=page_path(airflow_root))
         if login.startswith("/") and not login.startswith(airflow_root + "/"):
             login = airflow_root + login  # the auth manager's own path, under Airflow's base URL
         return RedirectResponse(login, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
 
 
-@router.get("/", response_class=HTMLResponse)
-def tiering_page(request: Request, user: GetUserDep) -> HTMLResponse:
-    app_root, airflow_root = _roots(request)
-    tables = list_tables(user, namespace=None, table_status=None)  # only the tables ``user`` may read
-    page = PAGE.format(
-        app=html.escape(app_root, quote=True),
-        airflow=html.escape(airflow_root, quote=True),
-        version=html.escape(__version__, quote=True),
-        data=_json_for_script(tables.model_dump(mode="json")),
-    )
-    return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+@router.get("/", dependencies=[can_read])
+def tiering_page(request: Request, table: str | None = None) -> RedirectResponse:
+    """To the page in Airflow's UI (``?table=`` to one table's detail)."""
+    _, airflow_root = _roots(request)
+    return RedirectResponse(page_path(airflow_root, table), status_code=status.HTTP_307_TEMPORARY_REDIRECT)
 
 
-@router.get("/static/{name}")
-def static_file(name: str) -> Response:
-    media_type = STATIC_FILES.get(name)
-    if media_type is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such file")
-    body = resources.files("airflow_provider_tiering.plugins").joinpath("static", name).read_bytes()
-    return Response(body, media_type=media_type, headers={"Cache-Control": "private, max-age=3600"})
+@cache
+def bundle() -> tuple[bytes, str]:
+    """The built page from the installed package, and its ETag (read once per process: an installed file does not
+    change under it)."""
+    found = resources.files("airflow_provider_tiering.plugins").joinpath("www", "dist", BUNDLE)
+    if not found.is_file():
+        raise BundleMissing(
+            f"the Tiering page's bundle www/dist/{BUNDLE} is missing from this installation: install the provider "
+            "from its wheel, or build the page in the source tree (npm ci && npm run build in "
+            "airflow_provider_tiering/plugins/www)"
+        )
+    body = found.read_bytes()
+    return body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+
+
+@router.get(f"/static/{BUNDLE}")
+def page_bundle(request: Request, _: GetUserDep) -> Response:
+    """The page's code, for any signed-in user: it holds no data (the REST API decides what each user may read).
+    Revalidated on every load by its content's hash, so an upgraded provider's page is never an old cached one."""
+    try:
+        body, etag = bundle()
+    except BundleMissing as err:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
+    headers = {"Cache-Control": "private, no-cache", "ETag": etag}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    return Response(body, media_type="text/javascript", headers=headers)

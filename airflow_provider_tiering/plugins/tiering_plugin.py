@@ -1,4 +1,7 @@
-"""The Airflow plugin: mounts the tiering app at ``/tiering`` and adds a "Tiering" entry to the UI navigation.
+"""The Airflow plugin: mounts the tiering app at ``/tiering`` and adds the Tiering page to the UI's navigation.
+
+The page is a React app (``react_apps``): Airflow's UI loads its bundle from the tiering app and renders it inside
+its own layout, theme and router, at ``/plugin/tiering``.
 
 Airflow imports plugins in every process, task processes included (for macros and listeners), so this module
 stays light: the FastAPI app, which needs the API server's security module and the ORM, is built on the first
@@ -14,6 +17,10 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/tiering"
+#: The page's route in Airflow's UI: ``/plugin/<PAGE_ROUTE>``.
+PAGE_ROUTE = "tiering"
+#: The page's bundle, built from ``plugins/www`` (``npm run build``) into ``plugins/www/dist``.
+BUNDLE = "tiering.js"
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -44,16 +51,17 @@ class LazyTieringApp:
 
 
 class TieringPlugin(AirflowPlugin):
-    """Every tiered table's status in the Airflow UI (menu "Tiering") and as JSON under ``/tiering/api``."""
+    """Every tiered table's status in the Airflow UI (Browse → Tiering) and as JSON under ``/tiering/api``."""
 
     name = "tiering"
     fastapi_apps = [{"name": "tiering", "app": LazyTieringApp(), "url_prefix": URL_PREFIX}]
-    external_views = [
+    react_apps = [
         {
             "name": "Tiering",
-            "href": f"{URL_PREFIX}/",
+            # Relative: the UI resolves it against its own base URL, so it holds under a path prefix too.
+            "bundle_url": f"{URL_PREFIX.lstrip('/')}/static/{BUNDLE}",
             "destination": "nav",
-            "url_route": "tiering",
+            "url_route": PAGE_ROUTE,
             "category": "browse",
         }
     ]

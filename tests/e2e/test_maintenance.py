@@ -125,7 +125,7 @@ def test_maintenance_compacts_after_rounds_and_its_failure_fails_only_itself(pg_
                 )
 
             for name, expected in (("m_ok", "3 \u2192 1 data files"), ("m_damaged", "compaction: ")):
-                driver.get(f"{af.base_url}/tiering/#table={name}")
+                driver.get(f"{af.base_url}/plugin/tiering?table={name}")
                 wait_for(driver, lambda d, e=expected: e in maintenance_text(d), 60, f"{name}: {expected}")
 
         # Lineage: each round's COMPLETE event names the hot table as input and the Iceberg table as output.

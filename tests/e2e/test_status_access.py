@@ -192,10 +192,9 @@ def test_each_user_sees_only_the_tables_whose_assets_they_may_read(deployment: D
         assert rest(dep, "GET", f"/tiering/api/tables/{other}.{TABLE}/history", user).status_code == 404
         history = rest(dep, "GET", f"/tiering/api/tables/{TABLE}/history", user).json()["rounds"]
         assert [r["rows"] for r in history] == [ROWS[namespace]]
-        # The page embeds the same list: nothing of the others' tables is in it.
-        page = rest(dep, "GET", "/tiering/", user)
-        assert page.status_code == 200 and f"tiering/{namespace}/{TABLE}" in page.text
-        assert other not in page.text and "sa_secret" not in page.text and HIDDEN not in page.text
+        # The page's code holds no data: what it shows comes from the list above.
+        page = rest(dep, "GET", "/tiering/static/tiering.js", user)
+        assert page.status_code == 200 and TABLE not in page.text and HIDDEN not in page.text
     # A user who may read no asset at all gets nothing.
     for path in ("/tiering/", "/tiering/api/tables", f"/tiering/api/tables/{EAST}.{TABLE}"):
         assert rest(dep, "GET", path, "carol").status_code == 403, path
@@ -207,7 +206,7 @@ def test_each_user_sees_only_the_tables_whose_assets_they_may_read(deployment: D
         for user, namespace in own.items():
             driver.delete_all_cookies()
             log_in(driver, dep.af.base_url, user, dep.passwords[user])
-            driver.get(f"{dep.af.base_url}/tiering/")
+            driver.get(f"{dep.af.base_url}/plugin/tiering")
             wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#tables tbody tr"), 60, "no rows")
             rows = driver.find_elements(By.CSS_SELECTOR, "#tables tbody tr")
             shown = [(r.find_elements(By.TAG_NAME, "td")[0].text, r.get_attribute("data-table")) for r in rows]
@@ -221,8 +220,16 @@ def test_each_user_sees_only_the_tables_whose_assets_they_may_read(deployment: D
             wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar"), 60, "no chart")
             bars = driver.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")
             assert [b.get_attribute("data-rows") for b in bars] == [str(ROWS[namespace])]
-            assert driver.execute_script("return window.location.hash") == f"#table={namespace}.{TABLE}"
+            assert driver.execute_script("return window.location.search") == f"?table={namespace}.{TABLE}"
             driver.save_screenshot(str(ARTIFACTS / f"page_{user}.png"))
+        # A user who may read no asset sees the page say so (the REST API's 403), and no table.
+        driver.delete_all_cookies()
+        log_in(driver, dep.af.base_url, "carol", dep.passwords["carol"])
+        driver.get(f"{dep.af.base_url}/plugin/tiering")
+        banner = wait_for(driver, lambda d: d.find_elements(By.ID, "banner"), 60, "no refusal shown")[0]
+        assert "403" in banner.text and "read access to assets" in banner.text
+        assert not driver.find_elements(By.CSS_SELECTOR, "#tables")
+        driver.save_screenshot(str(ARTIFACTS / "page_carol.png"))
 
     # The CLI runs as the deployment's operator: every table.
     assert places(cli_json(dep, "status")) == admin_sees

@@ -1,8 +1,9 @@
 """The Tiering page and REST API under a real Airflow (api-server, scheduler, LocalExecutor): a person signed in
-through the login form sees every table with its status and the failed one's error, a table's rounds as a chart,
-and the page inside the Airflow UI; nobody signed out gets anything (a browser is sent to the login page); a viewer
-reads but can neither reset nor trigger, from the REST API or the page's buttons, which work for an admin; the REST
-list says what the asset state store says; a past error is shown as past, and lag as what is known of it."""
+through the login form sees, in Airflow's own navigation and theme (light and dark), every table with its status
+and the failed one's error, and a table's rounds as a chart; nobody signed out gets anything (a browser is sent to
+the login page); a viewer reads but can neither reset nor trigger, from the REST API or the page's buttons, which
+work for an admin; the REST list says what the asset state store says; a past error is shown as past, and lag as
+what is known of it. Screenshots of each view are kept in tests/artifacts/ui/."""
 
 from __future__ import annotations
 
@@ -125,17 +126,69 @@ def rows_by_table(driver: Any) -> dict[str, dict[str, str]]:
     return {table: info for table, info in rows}  # a list, not an object: WebDriver sorts an object's keys
 
 
-def test_page_shows_every_table_and_a_tables_rounds_in_chromium(ui: TieredUI) -> None:
+def use_theme(driver: Any, base_url: str, theme: str) -> None:
+    """Airflow's UI keeps the user's colour mode in local storage (next-themes' ``theme`` key), as its toggle does."""
+    driver.get(f"{base_url}/auth/login")  # any page of the origin
+    driver.execute_script("localStorage.setItem('theme', arguments[0])", theme)
+
+
+def page_colours(driver: Any) -> tuple[float, float]:
+    """The relative luminance (0 black .. 1 white) of what the page's text is drawn on (the first opaque background
+    from a table cell up) and of that cell's text, as the browser computed and painted them."""
+    script = """
+        const cell = document.querySelector('#tables tbody td') || document.querySelector('#detail-view dd');
+        const context = document.createElement('canvas').getContext('2d', { willReadFrequently: true });
+        const rgba = (css) => {  // any CSS colour (rgb, oklch...) as the browser paints it
+            context.clearRect(0, 0, 1, 1);
+            context.fillStyle = css;
+            context.fillRect(0, 0, 1, 1);
+            return [...context.getImageData(0, 0, 1, 1).data];
+        };
+        const luminance = ([r, g, b]) => (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+        let node = cell;
+        while (node.parentElement && rgba(getComputedStyle(node).backgroundColor)[3] === 0) node = node.parentElement;
+        return [luminance(rgba(getComputedStyle(node).backgroundColor)), luminance(rgba(getComputedStyle(cell).color))];
+    """
+    background, text = driver.execute_script(script)
+    return float(background), float(text)
+
+
+def open_page(driver: Any, base_url: str, query: str = "") -> None:
+    """The Tiering page in Airflow's UI (``/plugin/tiering``), once its list or a table's detail has rendered."""
     from selenium.webdriver.common.by import By
+
+    driver.get(f"{base_url}/plugin/tiering{query}")
+    ready = "#detail-view" if query else "#tables tbody tr"
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ready), 90, f"page not rendered: {ready}")
+
+
+def test_page_in_airflows_ui_shows_every_table_and_a_tables_rounds_in_chromium(ui: TieredUI) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     af = ui.af
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with chromium(failure_screenshot=ARTIFACTS / "failure.png") as driver:
+    # Tall enough that a table's detail screenshot shows its chart.
+    with chromium(height=1800, failure_screenshot=ARTIFACTS / "failure.png") as driver:
         log_in(driver, af.base_url, "admin", "admin")
+        use_theme(driver, af.base_url, "light")
 
-        # The page on its own, at /tiering/.
-        driver.get(f"{af.base_url}/tiering/")
+        # In Airflow's own navigation: Browse -> Tiering, from the UI's sidebar, renders in the UI's React tree.
+        driver.get(f"{af.base_url}/")
+        sidebar = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=nav-sidebar]"), 90)[0]
+        next(b for b in sidebar.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Browse").click()
+        entry = wait_for(
+            driver,
+            lambda d: [a for a in d.find_elements(By.CSS_SELECTOR, "a[role=menuitem]") if a.text == "Tiering"],
+            30,
+            "no Tiering entry in Browse",
+        )[0]
+        assert urlparse(entry.get_attribute("href")).path == "/plugin/tiering"
+        entry.click()
         wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables tbody tr")) == 4, 60, "4 rows")
+        in_ui = "return document.getElementById('root').contains(document.getElementById('tiering'))"
+        assert driver.execute_script(in_ui)
+        assert not driver.find_elements(By.TAG_NAME, "iframe")
         rows = rows_by_table(driver)
         assert {t: r["status"] for t, r in rows.items()} == {
             "ui_alpha": "TIERED",
@@ -151,10 +204,12 @@ def test_page_shows_every_table_and_a_tables_rounds_in_chromium(ui: TieredUI) ->
         assert driver.execute_script("return document.querySelectorAll('#tables img, #tables script').length") == 0
         assert driver.execute_script("return window.__xss === undefined")
         driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_broken] .error-toggle").click()
-        full = driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_broken] .error-full").text
-        assert "password authentication failed" in full
+        full = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-table=ui_broken] .error-full"))
+        assert "password authentication failed" in full[0].text
         assert WRONG_PASSWORD not in driver.page_source
-        driver.save_screenshot(str(ARTIFACTS / "tiering_list.png"))
+        light_background, light_text = page_colours(driver)
+        assert light_background > 0.8 and light_text < 0.3, (light_background, light_text)
+        driver.save_screenshot(str(ARTIFACTS / "tiering_list_light.png"))
 
         # Filters and sorting (a click's handler may run after the click command returns: wait for the rows).
         def shows(tables: list[str]) -> bool:
@@ -166,6 +221,9 @@ def test_page_shows_every_table_and_a_tables_rounds_in_chromium(ui: TieredUI) ->
         driver.find_element(By.CSS_SELECTOR, "#filter-namespace option[value=ui_other]").click()
         wait_for(driver, lambda d: shows(["ui_beta", "ui_hostile"]), 10, "namespace filter")
         driver.find_element(By.CSS_SELECTOR, "#filter-namespace option[value='']").click()
+        driver.find_element(By.ID, "filter-text").send_keys("bet")
+        wait_for(driver, lambda d: shows(["ui_beta"]), 10, "name filter")
+        driver.find_element(By.ID, "filter-text").send_keys(Keys.BACKSPACE * 3)
         wait_for(driver, lambda d: shows(["ui_alpha", "ui_beta", "ui_broken", "ui_hostile"]), 10, "by name")
         driver.find_element(By.CSS_SELECTOR, "th[data-sort=last_round_rows]").click()
         wait_for(driver, lambda d: shows(["ui_alpha", "ui_beta", "ui_hostile", "ui_broken"]), 10, "ascending")
@@ -173,8 +231,10 @@ def test_page_shows_every_table_and_a_tables_rounds_in_chromium(ui: TieredUI) ->
         wait_for(driver, lambda d: shows(["ui_hostile", "ui_beta", "ui_alpha", "ui_broken"]), 10, "descending")
 
         # A table's detail: one bar per round (two rounds of ui_alpha), newest rows first in its table.
+        driver.execute_script("window.__same_page = true")  # gone if anything below reloads the page
         driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_alpha] a.table-link").click()
         wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar"), 60, "no chart")
+        assert urlparse(driver.current_url).query == "table=ui.ui_alpha"
         bars = driver.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")
         assert [b.get_attribute("data-rows") for b in bars] == ["1500", "700"]  # oldest first
         snapshot_id = af.asset_state_store("tiering/ui/ui_alpha")["tiering_state"]["committed"]["snapshot_id"]
@@ -187,28 +247,38 @@ def test_page_shows_every_table_and_a_tables_rounds_in_chromium(ui: TieredUI) ->
         assert [urlparse(a.get_attribute("href")).path for a in links] == [
             f"/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/ui_alpha" for run_id in (ui.second_run, ui.first_run)
         ]
-        assert all(a.get_attribute("target") == "_top" for a in links)
-        driver.save_screenshot(str(ARTIFACTS / "tiering_detail.png"))
-
-        # Inside the Airflow UI: its "Tiering" view frames the page; a task link moves the UI itself.
-        driver.get(f"{af.base_url}/plugin/tiering")
-        frame = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[title=Tiering]"), 90, "no iframe")
-        driver.switch_to.frame(frame[0])
-        wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables tbody tr")) == 4, 60, "no rows")
-        driver.switch_to.default_content()
-        driver.save_screenshot(str(ARTIFACTS / "tiering_in_airflow_ui.png"))
-        driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, "iframe[title=Tiering]"))
-        driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_alpha] a.table-link").click()
-        link = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#rounds a[data-airflow-route]"), 60)[0]
-        link.click()
-        driver.switch_to.default_content()
+        driver.save_screenshot(str(ARTIFACTS / "tiering_detail_light.png"))
+        # A round's link moves Airflow's UI to that task instance, without reloading it.
+        links[0].click()
         wait_for(driver, lambda d: urlparse(d.current_url).path.startswith(f"/dags/{DAG_ID}/runs/"), 30, "no nav")
         assert urlparse(driver.current_url).path.endswith("/tasks/ui_alpha")
+        assert driver.execute_script("return window.__same_page === true")
+        driver.back()
+        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar"), 60, "back: no chart")
 
-    views = [v for p in af.get("/api/v2/plugins")["plugins"] for v in p["external_views"]]
-    assert {"name": "Tiering", "href": "/tiering/", "url_route": "tiering", "destination": "nav"}.items() <= next(
-        v for v in views if v["name"] == "Tiering"
+        # Dark: the UI's colour mode, followed by the page (the UI's theme tokens, no colours of its own).
+        use_theme(driver, af.base_url, "dark")
+        open_page(driver, af.base_url)
+        assert driver.execute_script("return document.documentElement.classList.contains('dark')")
+        dark_background, dark_text = page_colours(driver)
+        assert dark_background < 0.2 and dark_text > 0.7, (dark_background, dark_text)
+        driver.save_screenshot(str(ARTIFACTS / "tiering_list_dark.png"))
+        open_page(driver, af.base_url, "?table=ui.ui_alpha")
+        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar"), 60, "no chart")
+        driver.save_screenshot(str(ARTIFACTS / "tiering_detail_dark.png"))
+
+        # The page's address before it joined the UI still leads to it, a table's detail included.
+        driver.get(f"{af.base_url}/tiering/#table=ui_other.ui_beta")
+        wait_for(driver, lambda d: urlparse(d.current_url).query == "table=ui_other.ui_beta", 60, "old link")
+        wait_for(driver, lambda d: "tiering/ui_other/ui_beta" in d.find_element(By.ID, "detail-view").text, 60)
+
+    react_apps = [a for p in af.get("/api/v2/plugins")["plugins"] for a in p["react_apps"]]
+    assert {"name": "Tiering", "bundle_url": "tiering/static/tiering.js", "url_route": "tiering"}.items() <= next(
+        a for a in react_apps if a["name"] == "Tiering"
     ).items()
+    for query in ("", "?table=ui.ui_alpha"):
+        moved = rest(af, "GET", f"/tiering/{query}", af.token(), follow_redirects=False)
+        assert (moved.status_code, moved.headers["location"]) == (307, f"/plugin/tiering{query}")
 
 
 def test_rest_list_agrees_with_the_asset_state_store(ui: TieredUI) -> None:
@@ -283,9 +353,9 @@ def test_signed_out_requests_get_nothing(ui: TieredUI) -> None:
         for bearer in (None, "not-a-jwt"):
             resp = rest(ui.af, method, path, bearer, json=body)
             assert "ui_alpha" not in resp.text and "password" not in resp.text
-            if (method, path, bearer) == ("GET", "/tiering/", None):  # a browser: to the login page, and back after
+            if (method, path, bearer) == ("GET", "/tiering/", None):  # a browser: to the login page, then the page
                 assert resp.status_code == 307, resp.text
-                assert resp.headers["location"] == "/auth/login?next=%2Ftiering%2F"
+                assert resp.headers["location"] == "/auth/login?next=%2Fplugin%2Ftiering"
                 continue
             assert resp.status_code in (401, 403), (method, path, bearer, resp.status_code)
     assert rest(ui.af, "GET", "/tiering/api/tables", cookies={"_token": "forged"}).status_code in (401, 403)
@@ -297,7 +367,7 @@ def test_viewer_reads_but_can_neither_reset_nor_trigger(ui: TieredUI) -> None:
     af = ui.af
     viewer = token(af, VIEWER, ui.viewer_password)
     for method, path, _ in ENDPOINTS[:6]:
-        assert rest(af, method, path, viewer).status_code == 200, path
+        assert rest(af, method, path, viewer).status_code == (307 if path == "/tiering/" else 200), path
     resp = rest(af, "POST", "/tiering/api/tables/ui_broken/reset", viewer)
     assert resp.status_code == 403 and "edit access" in resp.text
     resp = rest(af, "POST", "/tiering/api/trigger", viewer, json={"tables": ["ui_alpha"]})
@@ -374,8 +444,8 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         found = driver.find_element(By.CSS_SELECTOR, f"tr[data-table={table}] {css}")
         return found.text, found.get_attribute("title") or ""
 
-    def shown(driver: Any, element_id: str) -> str:  # the banner's or the notice's text, "" while hidden
-        script = "const e = document.getElementById(arguments[0]); return e.hidden ? '' : e.textContent"
+    def shown(driver: Any, element_id: str) -> str:  # the banner's or the notice's text, "" while there is none
+        script = "const e = document.getElementById(arguments[0]); return e ? e.textContent : ''"
         return str(driver.execute_script(script, element_id))
 
     def banner(driver: Any) -> str:
@@ -385,14 +455,18 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         return shown(driver, "notice")
 
     with chromium(failure_screenshot=ARTIFACTS / "failure_buttons.png") as driver:
-        # Signed out, the page sends the browser to Airflow's login form.
-        driver.get(f"{af.base_url}/tiering/")
-        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"), 60, "no login form")
-        assert urlparse(driver.current_url).path.startswith("/auth/login")
+        # Signed out, the page's old address and the page itself send the browser to Airflow's login form.
+        for path in ("/tiering/", "/plugin/tiering"):
+            driver.get(f"{af.base_url}{path}")
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"), 60, "no login form")
+            assert urlparse(driver.current_url).path.startswith("/auth/login"), path
 
         log_in(driver, af.base_url, VIEWER, ui.viewer_password)
-        driver.get(f"{af.base_url}/tiering/")
+        use_theme(driver, af.base_url, "dark")  # the viewer's page in dark mode, the admin's below in light
+        open_page(driver, af.base_url)
         wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables tbody tr")) == 4, 60, "4 rows")
+        background, text = page_colours(driver)
+        assert background < 0.2 and text > 0.7, (background, text)
         # A past error is muted and says so; what is known of lag, with what it means.
         error = driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_hostile] td.error")
         assert "past-error" in (error.get_attribute("class") or "") and error.text.startswith("past: <img src=x")
@@ -404,10 +478,10 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         assert age == "\u2013" and "not a time cursor" in age_title
         broken_error = driver.find_element(By.CSS_SELECTOR, "tr[data-table=ui_broken] td.error")
         assert "past-error" not in (broken_error.get_attribute("class") or "")
-        driver.save_screenshot(str(ARTIFACTS / "tiering_list_past_error.png"))
+        driver.save_screenshot(str(ARTIFACTS / "tiering_list_past_error_viewer_dark.png"))
 
         # A change-stream table's detail: its mode and key, its last round's row changes, its slot's retained WAL.
-        driver.get(f"{af.base_url}/tiering/#table=ui_other.ui_hostile")
+        open_page(driver, af.base_url, "?table=ui_other.ui_hostile")
         wait_for(driver, lambda d: d.find_elements(By.ID, "retained-wal"), 60, "no retained WAL")
         detail = driver.find_element(By.ID, "detail-view").text
         assert "change stream, key id" in detail and "3 inserted, 4 updated, 5 deleted" in detail
@@ -417,7 +491,7 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         assert "error" in (retained.get_attribute("class") or "")
 
         # An append table's rows changed in place (with what to do about it) and its last change of shape.
-        driver.get(f"{af.base_url}/tiering/#table=ui.ui_alpha")
+        open_page(driver, af.base_url, "?table=ui.ui_alpha")
         wait_for(driver, lambda d: d.find_elements(By.ID, "in-place-changes"), 60, "no changes in place")
         changed = driver.find_element(By.ID, "in-place-changes")
         assert changed.text.startswith("30 updated, 5 deleted since the round before (31 / 6 since ")
@@ -426,7 +500,7 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         assert driver.find_element(By.ID, "shape-change").text.startswith("renamed b -> b2; added c (")
 
         # A table without rounds: its detail says so, and nothing reads "null".
-        driver.get(f"{af.base_url}/tiering/#table=ui.ui_broken")
+        open_page(driver, af.base_url, "?table=ui.ui_broken")
         wait_for(driver, lambda d: d.find_elements(By.ID, "reset-table"), 60, "no reset button")
         detail = driver.find_element(By.ID, "detail-view").text
         assert "No round has tiered rows yet." in detail and "null" not in detail
@@ -435,23 +509,25 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         wait_for(driver, lambda d: "edit access" in banner(d), 30, "no refusal")
         driver.find_element(By.ID, "trigger-table").click()
         wait_for(driver, lambda d: DAG_ID in banner(d) and "403" in banner(d), 30, "no refusal")
+        driver.save_screenshot(str(ARTIFACTS / "tiering_detail_refused_viewer_dark.png"))
         assert af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]["quarantined_since"] is not None
         runs_before = len(af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"])
 
     with chromium(failure_screenshot=ARTIFACTS / "failure_buttons_admin.png") as driver:
         log_in(driver, af.base_url, "admin", "admin")
-        driver.get(f"{af.base_url}/tiering/#table=ui.ui_broken")
+        use_theme(driver, af.base_url, "light")
+        open_page(driver, af.base_url, "?table=ui.ui_broken")
         wait_for(driver, lambda d: d.find_elements(By.ID, "reset-table"), 60, "no reset button")
         driver.find_element(By.ID, "reset-table").click()
         wait_for(driver, lambda d: "quarantine lifted" in notice(d), 30, "no reset")
         assert af.asset_state_store("tiering/ui/ui_broken")["tiering_state"]["quarantined_since"] is None
         wait_for(driver, lambda d: not d.find_elements(By.ID, "reset-table"), 30, "reset still offered")
 
-        driver.get(f"{af.base_url}/tiering/#table=ui.ui_alpha")
+        open_page(driver, af.base_url, "?table=ui.ui_alpha")
         wait_for(driver, lambda d: d.find_elements(By.ID, "trigger-table"), 60, "no trigger button")
         driver.find_element(By.ID, "trigger-table").click()
         wait_for(driver, lambda d: "Started run" in notice(d), 30, "no run started")
-        driver.save_screenshot(str(ARTIFACTS / "tiering_detail_triggered.png"))
+        driver.save_screenshot(str(ARTIFACTS / "tiering_detail_triggered_admin_light.png"))
         runs = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"]
         assert len(runs) == runs_before + 1
         started = next(r for r in runs if r["dag_run_id"] in notice(driver))

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,19 +69,25 @@ def readme_requirements(wheel: Path, with_extras: bool) -> list[str]:
 
 
 def build_wheel(out: Path) -> Path:
-    """``pip wheel --no-deps`` of a copy of the project's sources: setuptools writes ``build/`` and ``*.egg-info``
-    next to the sources it builds, which must not be the repository."""
+    """``pip wheel --no-deps`` of a copy of the project's sources as git holds them: setuptools writes ``build/``
+    and ``*.egg-info`` next to the sources it builds, which must not be the repository. The Tiering page is neither
+    built nor installed in the copy: building the wheel builds it (npm, from the lock file)."""
     src = out / "src"
     src.mkdir(parents=True)
     shutil.copytree(
         REPO / "airflow_provider_tiering",
         src / "airflow_provider_tiering",
-        ignore=shutil.ignore_patterns("__pycache__"),
+        ignore=shutil.ignore_patterns("__pycache__", "node_modules", "dist"),
     )
-    for path in [REPO / "pyproject.toml", REPO / "README.md", *REPO.glob("LICEN[CS]E*"), *REPO.glob("NOTICE*")]:
+    sources = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md"]
+    for path in [*(REPO / name for name in sources), *REPO.glob("LICEN[CS]E*"), *REPO.glob("NOTICE*")]:
         shutil.copy2(path, src / path.name)
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src), "-w", str(out / "dist")], cwd=out)
     (wheel,) = (out / "dist").glob("airflow_provider_tiering-*.whl")
+    with zipfile.ZipFile(wheel) as packed:
+        names = packed.namelist()
+    page = [n for n in names if "/plugins/www/" in n]
+    assert page == ["airflow_provider_tiering/plugins/www/dist/tiering.js"], page  # the built page, no sources
     return wheel
 
 

@@ -58,7 +58,7 @@ def test_airflow_finds_the_tiering_plugin_with_default_settings(tmp_path: Path) 
     plugin = {p["name"]: p for p in airflow_json(tmp_path, "plugins")}["tiering"]
     assert "airflow.plugins" in plugin["source"]
     assert "/tiering" in str(plugin["fastapi_apps"])
-    assert "'url_route': 'tiering'" in str(plugin["external_views"])
+    assert "'url_route': 'tiering'" in str(plugin["react_apps"])
 
 
 def test_bad_table_spec_fails_dag_parsing_naming_the_field(tmp_path):
