@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +22,7 @@ from airflow_provider_tiering.core.errors import (
 )
 from airflow_provider_tiering.status import (
     ASSET_GROUP,
+    TieredAsset,
     list_tiering_statuses,
     matching_assets,
     session_scope,
@@ -162,22 +163,7 @@ def trigger_tables(
         raise InvalidRunConf("name at least one table")
     requested_at = datetime.now(UTC)
     with session_scope(session) as s:
-        assets = tiered_assets(s)
-        by_dag: dict[str, dict[str, str]] = {}
-        asset_names: dict[str, str] = {}
-        for ref in wanted:
-            places = [a for a in matching_assets(ref, assets) if a.dag_id is not None and a.task_id is not None]
-            if not places:
-                raise TableNotFound(f"table {ref!r} is tiered by no DAG now (its DAG was removed or not parsed yet)")
-            if len({(a.dag_id, a.task_id) for a in places}) > 1:
-                names = "; ".join(a.describe() for a in places)
-                raise AmbiguousTable(
-                    f"{ref!r} names {len(places)} tiered tables: {names}. Name one as <namespace>.<table>"
-                )
-            place = places[0]
-            assert place.dag_id is not None and place.task_id is not None  # kept above
-            by_dag.setdefault(place.dag_id, {})[place.table] = place.task_id
-            asset_names[place.table] = place.name
+        by_dag, asset_names = _tasks_by_dag(wanted, tiered_assets(s))
         paused = sorted(dag_id for dag_id in by_dag if (model := s.get(DagModel, dag_id)) and model.is_paused)
         if paused and if_paused is IfPaused.REFUSE:
             which = f"DAG {paused[0]} is" if len(paused) == 1 else f"DAGs {', '.join(paused)} are"
@@ -217,6 +203,24 @@ def trigger_tables(
             s.get(DagModel, dag_id).is_paused = False
         s.flush()
     return runs
+
+
+def _tasks_by_dag(wanted: list[str], assets: Sequence[TieredAsset]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """Each DAG involved with the tasks (by table) it runs for ``wanted``, and each table's asset name."""
+    by_dag: dict[str, dict[str, str]] = {}
+    asset_names: dict[str, str] = {}
+    for ref in wanted:
+        places = [a for a in matching_assets(ref, assets) if a.dag_id is not None and a.task_id is not None]
+        if not places:
+            raise TableNotFound(f"table {ref!r} is tiered by no DAG now (its DAG was removed or not parsed yet)")
+        if len({(a.dag_id, a.task_id) for a in places}) > 1:
+            names = "; ".join(a.describe() for a in places)
+            raise AmbiguousTable(f"{ref!r} names {len(places)} tiered tables: {names}. Name one as <namespace>.<table>")
+        place = places[0]
+        assert place.dag_id is not None and place.task_id is not None  # kept above
+        by_dag.setdefault(place.dag_id, {})[place.table] = place.task_id
+        asset_names[place.table] = place.name
+    return by_dag, asset_names
 
 
 def _overdue_scheduled_run(session: Any, model: Any, now: datetime) -> datetime | None:

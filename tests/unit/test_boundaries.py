@@ -18,7 +18,20 @@ SOURCE_CLASSES = (
 
 
 def python_files() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+    return sorted(p for p in PACKAGE.rglob("*.py") if "node_modules" not in p.parts)
+
+
+def test_no_function_is_longer_than_80_lines_and_a_round_than_60() -> None:
+    """A function reads in one screen; a round, the kernel's sequence of phases, in less."""
+    long = []
+    for path in python_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                limit = 60 if (path.name, node.name) == ("round.py", "run_round") else 80
+                if lines > limit:
+                    long.append(f"{path.relative_to(PACKAGE)}: {node.name} has {lines} lines (limit {limit})")
+    assert not long, long
 
 
 def test_the_kernel_imports_neither_airflow_spark_pyiceberg_nor_pyarrow() -> None:
