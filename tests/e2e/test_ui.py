@@ -256,6 +256,14 @@ def test_page_in_airflows_ui_shows_every_table_and_a_tables_rounds_in_chromium(u
         driver.back()
         wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar"), 60, "back: no chart")
 
+        # It refreshes itself: a table's rounds are fetched again within its 10 s, without reloading the page.
+        driver.execute_script("window.__same_page = true")
+        fetches = "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/history')).length"
+        before = driver.execute_script(fetches)
+        wait_for(driver, lambda d: d.execute_script(fetches) > before, 30, "the detail was not refreshed")
+        assert driver.execute_script("return window.__same_page === true")
+        assert driver.find_element(By.ID, "updated").text.startswith("updated ")
+
         # Dark: the UI's colour mode, followed by the page (the UI's theme tokens, no colours of its own).
         use_theme(driver, af.base_url, "dark")
         open_page(driver, af.base_url)
