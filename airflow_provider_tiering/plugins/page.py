@@ -2,7 +2,7 @@
 
 The page itself is a React app Airflow's UI renders (``react_apps``, built from ``plugins/www``): the UI loads the
 bundle served here and shows it at ``/plugin/tiering``, in its own navigation and theme. ``/tiering/`` (the page's
-address before it joined the UI, kept for bookmarks and links in alerts) sends a browser there; one that is signed
+address before it joined the UI, kept for bookmarks) sends a browser there; one that is signed
 out is sent to Airflow's login page, which brings it back.
 """
 
