@@ -120,6 +120,7 @@ class AirflowCluster:
         venv: Path | None = None,
         startup_timeout: float = 120.0,
         parse_timeout: float = 90.0,
+        path_prefix: str = "",
     ) -> None:
         """
         Describe the cluster; nothing is started before ``start()`` / ``__enter__``.
@@ -136,6 +137,7 @@ class AirflowCluster:
         :param venv: virtualenv whose ``bin/airflow`` runs everything (default: ``sys.prefix``). Another
             virtualenv runs as an installation of its own: the test's ``PYTHONPATH`` is not passed on, so only
             what is installed there can be imported (e.g. the provider installed from its wheel, not the repo).
+        :param path_prefix: serve Airflow under this path (``[api] base_url``), as behind a proxy, e.g. ``/airflow``.
         """
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
@@ -146,6 +148,7 @@ class AirflowCluster:
         self.venv = Path(venv) if venv is not None else Path(sys.prefix)
         self.startup_timeout = startup_timeout
         self.parse_timeout = parse_timeout
+        self.path_prefix = path_prefix.rstrip("/")
 
         self.port = 0
         self.proc_log_dir = self.home / "proc-logs"
@@ -160,7 +163,7 @@ class AirflowCluster:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}{self.path_prefix}"
 
     @property
     def airflow_bin(self) -> Path:

@@ -3,7 +3,8 @@ through the login form sees, in Airflow's own navigation and theme (light and da
 and the failed one's error, and a table's rounds as a chart; nobody signed out gets anything (a browser is sent to
 the login page); a viewer reads but can neither reset nor trigger, from the REST API or the page's buttons, which
 work for an admin; the REST list says what the asset state store says; a past error is shown as past, and lag as
-what is known of it. Screenshots of each view are kept in tests/artifacts/ui/."""
+what is known of it. Airflow is served under a path (``/airflow``), as behind a proxy: the page's bundle, its API
+calls and its links follow it. Screenshots of each view are kept in tests/artifacts/ui/."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from testbed.state_documents import assets_dag_file, state_document, write_in_cl
 from testbed.tiering_env import tiering_setup
 
 DAG_ID = "tiering_ui"
+PREFIX = "/airflow"
 WRONG_PASSWORD = "wrong-Secret-pw-71ad"
 VIEWER = "viewer"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "ui"
@@ -79,7 +81,11 @@ def ui(pg_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredUI
     hostile.update(last_error=HOSTILE_ERROR, last_error_time=datetime.now().astimezone().isoformat())
     (dags / "hostile_assets.py").write_text(assets_dag_file("tiering_ui_assets", [hostile]))
     users = {"core": {"simple_auth_manager_users": f"admin:admin,{VIEWER}:viewer"}}
-    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, config_overrides=users) as af:
+    # Served under a path, as behind a proxy: the page's bundle, its API and its links must all follow it.
+    cluster = AirflowCluster(
+        home=tmp_path / "airflow", dags_folder=dags, extra_env=env, config_overrides=users, path_prefix=PREFIX
+    )
+    with cluster as af:
         write_in_cluster(af, [hostile], tmp_path)
         first = af.trigger_dag(DAG_ID)
         assert af.wait_for_run(DAG_ID, first, timeout=480) == "failed"
@@ -183,7 +189,7 @@ def test_page_in_airflows_ui_shows_every_table_and_a_tables_rounds_in_chromium(u
             30,
             "no Tiering entry in Browse",
         )[0]
-        assert urlparse(entry.get_attribute("href")).path == "/plugin/tiering"
+        assert urlparse(entry.get_attribute("href")).path == f"{PREFIX}/plugin/tiering"
         entry.click()
         wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables tbody tr")) == 4, 60, "4 rows")
         in_ui = "return document.getElementById('root').contains(document.getElementById('tiering'))"
@@ -245,12 +251,15 @@ def test_page_in_airflows_ui_shows_every_table_and_a_tables_rounds_in_chromium(u
         assert shown == str(snapshot_id)  # all 64 bits, not a double's rounding
         links = driver.find_elements(By.CSS_SELECTOR, "#rounds a[data-airflow-route]")
         assert [urlparse(a.get_attribute("href")).path for a in links] == [
-            f"/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/ui_alpha" for run_id in (ui.second_run, ui.first_run)
+            f"{PREFIX}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/ui_alpha"
+            for run_id in (ui.second_run, ui.first_run)
         ]
         driver.save_screenshot(str(ARTIFACTS / "tiering_detail_light.png"))
         # A round's link moves Airflow's UI to that task instance, without reloading it.
         links[0].click()
-        wait_for(driver, lambda d: urlparse(d.current_url).path.startswith(f"/dags/{DAG_ID}/runs/"), 30, "no nav")
+        wait_for(
+            driver, lambda d: urlparse(d.current_url).path.startswith(f"{PREFIX}/dags/{DAG_ID}/runs/"), 30, "no nav"
+        )
         assert urlparse(driver.current_url).path.endswith("/tasks/ui_alpha")
         assert driver.execute_script("return window.__same_page === true")
         driver.back()
@@ -286,7 +295,7 @@ def test_page_in_airflows_ui_shows_every_table_and_a_tables_rounds_in_chromium(u
     ).items()
     for query in ("", "?table=ui.ui_alpha"):
         moved = rest(af, "GET", f"/tiering/{query}", af.token(), follow_redirects=False)
-        assert (moved.status_code, moved.headers["location"]) == (307, f"/plugin/tiering{query}")
+        assert (moved.status_code, moved.headers["location"]) == (307, f"{PREFIX}/plugin/tiering{query}")
 
 
 def test_rest_list_agrees_with_the_asset_state_store(ui: TieredUI) -> None:
@@ -363,7 +372,9 @@ def test_signed_out_requests_get_nothing(ui: TieredUI) -> None:
             assert "ui_alpha" not in resp.text and "password" not in resp.text
             if (method, path, bearer) == ("GET", "/tiering/", None):  # a browser: to the login page, then the page
                 assert resp.status_code == 307, resp.text
-                assert resp.headers["location"] == "/auth/login?next=%2Fplugin%2Ftiering"
+                assert (
+                    resp.headers["location"] == f"{PREFIX}/auth/login?next={quote(PREFIX, safe='')}%2Fplugin%2Ftiering"
+                )
                 continue
             assert resp.status_code in (401, 403), (method, path, bearer, resp.status_code)
     assert rest(ui.af, "GET", "/tiering/api/tables", cookies={"_token": "forged"}).status_code in (401, 403)
@@ -467,7 +478,7 @@ def test_page_buttons_past_errors_lag_and_the_login_redirect_in_chromium(ui: Tie
         for path in ("/tiering/", "/plugin/tiering"):
             driver.get(f"{af.base_url}{path}")
             wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"), 60, "no login form")
-            assert urlparse(driver.current_url).path.startswith("/auth/login"), path
+            assert urlparse(driver.current_url).path.startswith(f"{PREFIX}/auth/login"), path
 
         log_in(driver, af.base_url, VIEWER, ui.viewer_password)
         use_theme(driver, af.base_url, "dark")  # the viewer's page in dark mode, the admin's below in light
