@@ -1,6 +1,6 @@
 // One table: what its state says (offsets, errors, backlog, mode, slot, maintenance), its recent rounds as a chart
 // and a table, and the two operations the REST API offers on it (Tier now, and Reset of a quarantine).
-import { Box, Button, Code, DataList, HStack, Heading, Link, Table, Text } from "@chakra-ui/react";
+import { Box, Button, DataList, HStack, Heading, Link, Table, Text } from "@chakra-ui/react";
 import type { ReactNode } from "react";
 import { useState } from "react";
 import { Link as RouterLink } from "react-router-dom";
@@ -18,6 +18,7 @@ import {
   lakeName,
   offsetsText,
 } from "./format";
+import { ErrorText } from "./ErrorText";
 import { ChartLegend, RoundsChart } from "./RoundsChart";
 import { StatusBadge } from "./StatusBadge";
 
@@ -48,20 +49,6 @@ function Facts({ facts, id }: { facts: Fact[]; id?: string }) {
     </DataList.Root>
   );
 }
-
-const ErrorText = ({ text, current = false }: { text: string; current?: boolean }) => (
-  <Code
-    className="error-full"
-    as="pre"
-    display="block"
-    whiteSpace="pre-wrap"
-    p={2}
-    fontSize="xs"
-    colorPalette={current ? "red" : "gray"}
-  >
-    {text}
-  </Code>
-);
 
 function lastError(t: TieredTable): ReactNode {
   if (!t.last_error) return DASH;

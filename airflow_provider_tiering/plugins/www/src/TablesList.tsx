@@ -1,5 +1,5 @@
 // Every table the user may read: filters, sortable columns, and each table's last error, short or in full.
-import { Box, Button, Code, HStack, Input, Link, NativeSelect, Table, Text } from "@chakra-ui/react";
+import { Box, Button, HStack, Input, Link, NativeSelect, Table, Text } from "@chakra-ui/react";
 import { useMemo, useState } from "react";
 import { Link as RouterLink } from "react-router-dom";
 
@@ -15,6 +15,7 @@ import {
   fmtTime,
   lakeName,
 } from "./format";
+import { ErrorText } from "./ErrorText";
 import { StatusBadge } from "./StatusBadge";
 
 type SortKey = keyof TieredTable;
@@ -112,11 +113,7 @@ function ErrorCell({ t }: { t: TieredTable }) {
         <Text color="fg.muted" fontSize="xs">
           {fmtTime(t.last_error_time)}
         </Text>
-        {open ? (
-          <Code className="error-full" as="pre" display="block" whiteSpace="pre-wrap" p={2} mt={1} fontSize="xs">
-            {t.last_error}
-          </Code>
-        ) : null}
+        {open ? <ErrorText text={t.last_error} /> : null}
       </Box>
     </Table.Cell>
   );

@@ -97,14 +97,3 @@ export function dataAge(t: TieredTable): Explained {
 
 /** The table's lake identifier, <namespace>.<table>: unique where DAG names are not. */
 export const lakeName = (t: TieredTable): string => `${t.namespace}.${t.lake_table}`;
-
-/** Airflow's palette for a status (its task-state colours, light and dark). */
-export const STATUS_PALETTE: Record<string, string> = {
-  NEW: "none",
-  INITIALIZED: "scheduled",
-  SCHEDULED: "scheduled",
-  PENDING: "queued",
-  TIERING: "running",
-  TIERED: "success",
-  FAILED: "failed",
-};

@@ -31,7 +31,6 @@ export function useRefreshing<T>(load: () => Promise<T>, key: string): Refreshin
   }, [key]); // ``load`` belongs to ``key``: a new view brings a new loader
 
   useEffect(() => {
-    setData(undefined);
     void reload();
     const timer = setInterval(() => {
       if (!document.hidden) void reload();
