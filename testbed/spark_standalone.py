@@ -35,7 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "spark_standalone.sh"
 
 
-def get_json(url: str, timeout: float = 5.0) -> Any:
+def get_json(url: str, timeout: float = 30.0) -> Any:
+    """A Spark web UI's JSON (a status or REST API page): 30 s, since a driver on a saturated machine (CI runs the
+    benchmark smoke tests beside the suite) took longer than 5 s to answer."""
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.load(response)
 
