@@ -435,8 +435,9 @@ class Source(ABC, Generic[PlanT, SplitT]):
     def probe(self, committed: Offsets | None, emptied: JsonObject | None) -> tuple[bool, BehindLook]:
         """A due table's probe: whether a round has work (rows beyond ``committed``, or rows that arrived behind
         it: the round then fails naming them), and the look behind (see :meth:`look_behind`)."""
-        behind = self.look_behind(committed, emptied)
-        return behind.arrived > 0 or self.has_rows_after(committed), behind
+        with self.connected():
+            behind = self.look_behind(committed, emptied)
+            return behind.arrived > 0 or self.has_rows_after(committed), behind
 
     def look_behind(self, committed: Offsets | None, emptied: JsonObject | None) -> BehindLook:
         """Whether rows arrived at or below ``committed``, where no round reads. A cursor goes backwards when the
@@ -462,6 +463,12 @@ class Source(ABC, Generic[PlanT, SplitT]):
     @abstractmethod
     def read_split(self, split: SplitT, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """Read one split as record batches of exactly ``schema``. Runs inside a Spark task; re-runnable."""
+
+    def connected(self) -> AbstractContextManager[None]:
+        """Held while the round plans (entered once, around every call of its planning): the source may keep one
+        connection to the hot store for its catalogue and planning queries, opened at the first and closed at the
+        end, instead of one per query. Outside it each query connects on its own; a Spark task never sees it."""
+        return nullcontext()
 
     def reading_one_snapshot(
         self, splits: Sequence[SplitT], *, read_here: bool = False

@@ -207,7 +207,7 @@ def run_round(
     )  # fmt: skip
     state = state_store.load() or TableState(table=spec.name)
     refuse_if_quarantined(state, spec)
-    with _failure_recorded(r, state):
+    with _failure_recorded(r, state), source.connected():
         planned = _plan(r, state, _open(r, state), announced_epoch)
     r.notify(RoundPhase.PLANNED)
     if not planned.has_rows and not planned.keys_only:

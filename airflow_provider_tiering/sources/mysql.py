@@ -239,7 +239,7 @@ class MySqlSource(SqlSource):
     def _query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         import pymysql
 
-        with self._connect() as conn, conn.cursor() as cur:
+        with self._query_connection() as conn, conn.cursor() as cur:
             try:
                 cur.execute(sql, tuple(params))
                 return list(cur.fetchall())
@@ -333,7 +333,7 @@ class MySqlSource(SqlSource):
         lag = self.settle_lag()
         if lag:
             predicate += f" AND {self.cursor_ref} <= NOW(6) - INTERVAL {bindings.bind(float(lag))} SECOND"
-        with self._connect() as conn, conn.cursor() as cur:
+        with self._query_connection() as conn, conn.cursor() as cur:
             try:
                 cur.execute(
                     f"SELECT MAX({self.cursor_ref}), NOW(6) FROM {self.table_ref} WHERE {predicate}", bindings.values
@@ -387,7 +387,7 @@ class MySqlSource(SqlSource):
         bindings = self.bindings()
         predicate = self.range_predicate(lower, upper, bindings.bind_cursor)
         try:
-            with self._connect() as conn, conn.cursor() as cur:
+            with self._query_connection() as conn, conn.cursor() as cur:
                 cur.execute(f"SELECT COUNT(*) FROM {self.table_ref} WHERE {predicate}", bindings.values)
                 rows = int(cur.fetchone()[0])
                 if rows == 0:

@@ -151,7 +151,7 @@ class PostgresSource(SqlSource):
         )
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        with self._connect() as conn, conn.cursor() as cur:
+        with self._query_connection() as conn, conn.cursor() as cur:
             try:
                 cur.execute(sql, parameters=tuple(params) or None)
                 return list(cur.fetchall())
@@ -331,7 +331,7 @@ class PostgresSource(SqlSource):
                 now = "(clock_timestamp() AT TIME ZONE 'UTC')"  # naive cursors hold UTC times
             conditions.append(f"{self.cursor_ref} <= {now} - make_interval(secs => {bindings.bind(float(lag))})")
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        with self._connect() as conn, conn.cursor() as cur:
+        with self._query_connection() as conn, conn.cursor() as cur:
             try:
                 if time_cursor:
                     self._check_sees_transaction_starts(cur)
@@ -413,7 +413,7 @@ class PostgresSource(SqlSource):
 
     # -- planning ------------------------------------------------------------------------------
     def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
-        with self._connect() as conn, conn.cursor() as cur:
+        with self._query_connection() as conn, conn.cursor() as cur:
             try:
                 count = self.bindings()
                 predicate = self.range_predicate(lower, upper, count.bind_cursor)
@@ -428,6 +428,7 @@ class PostgresSource(SqlSource):
                 if not quantiles:
                     cur.execute("SET work_mem = '256MB'")
                     quantiles = self._quantiles(cur, lower, upper)
+                    cur.execute("RESET work_mem")  # the connection may be kept for the round's next queries
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from exc
         values = [cursor_to_json(v) for v in (quantiles or [])]

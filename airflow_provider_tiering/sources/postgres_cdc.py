@@ -21,7 +21,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from datetime import time as dt_time
@@ -309,6 +309,9 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         return state
 
     # -- what the kernel asks of every source ----------------------------------------------------
+    def connected(self) -> AbstractContextManager[None]:
+        return self.table.connected()  # the catalogue's queries; the slot's sessions are its own
+
     def schema(self) -> pa.Schema:
         return self.table.schema()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, final
@@ -129,12 +129,57 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         self._round_read: RunInTransaction | None = None
         #: The table's identity as the round first read it (``check_shape_unchanged`` compares its column ids).
         self._round_identity: HotIdentity | None = None
+        #: Whether ``connected()`` is entered, and the connection it keeps (opened by the first query in it).
+        self._holding = False
+        self._held: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        # The round's open transaction and eviction connection stay in the round's process (not pickled to Spark).
-        state.update(_round_read=None, _live_keys=None, _evict_conn=None)
+        # The round's open transaction and connections stay in the round's process (not pickled to Spark).
+        state.update(_round_read=None, _live_keys=None, _evict_conn=None, _holding=False, _held=None)
         return state
+
+    # -- connections -----------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        """A new autocommit connection to the hot store (DB-API); SourceError when it cannot connect."""
+        raise NotImplementedError(f"{type(self).__name__} has no connection of its own to keep")
+
+    @contextmanager
+    def connected(self) -> Iterator[None]:
+        """Keep one connection for the small queries made inside (see ``Source.connected``): a round on PostgreSQL
+        otherwise opens about nine, and each costs a server process, authentication and, with ADBC, a read of
+        ``pg_type`` (about 30 ms of the client's CPU)."""
+        if self._holding:
+            yield
+            return
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            self._drop_held()
+
+    @contextmanager
+    def _query_connection(self) -> Iterator[Any]:
+        """A connection for one small query: inside ``connected()`` the kept one (dropped after an error, so that a
+        broken connection is not used again), else one of its own, closed after."""
+        if not self._holding:
+            with self._connect() as conn:
+                yield conn
+            return
+        if self._held is None:
+            self._held = self._connect()
+        try:
+            yield self._held
+        except BaseException:
+            self._drop_held()
+            raise
+
+    def _drop_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            with suppress(Exception):  # closing a connection the server already dropped
+                held.close()
 
     # -- dialect hooks -------------------------------------------------------------------------
     @abstractmethod
@@ -479,12 +524,16 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
             return
         before = self._schema
         self._schema = None
-        try:
-            now = self.schema()
-        finally:
-            self._schema = before
-        planned = self._round_identity
-        if not now.equals(before) or (planned is not None and self._read_identity().columns != planned.columns):
+        with self.connected():
+            try:
+                now = self.schema()
+            finally:
+                self._schema = before
+            planned = self._round_identity
+            changed = not now.equals(before) or (
+                planned is not None and self._read_identity().columns != planned.columns
+            )
+        if changed:
             raise ShapeChangedDuringRound(
                 f"{self.display_name}: its columns changed while the round read it (an ALTER TABLE committed "
                 "meanwhile): what was read may lack a column's values, so nothing was committed; the next round "
