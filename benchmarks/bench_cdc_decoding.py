@@ -150,7 +150,7 @@ def make_changes(conn: Any, table_rows: int, changes: int, per_transaction: int)
 def read_pgoutput(conn: Any) -> tuple[Rows, int]:
     """The product's path: binary pgoutput messages, its decoder, its per-key reduction."""
     from airflow_provider_tiering.sources.change_stream import ChangeWindow, apply_changes
-    from airflow_provider_tiering.sources.pgoutput import decode
+    from airflow_provider_tiering.sources.postgres.pgoutput import decode
 
     stream = conn.cursor().stream(
         "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
@@ -163,7 +163,7 @@ def read_pgoutput(conn: Any) -> tuple[Rows, int]:
 
 
 def _wal2json_messages(conn: Any) -> Iterator[tuple[int, dict[str, Any]]]:
-    from airflow_provider_tiering.sources.pgoutput import parse_lsn
+    from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
 
     stream = conn.cursor().stream(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, "

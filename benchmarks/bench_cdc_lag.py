@@ -126,7 +126,7 @@ class Monitor:
     def _run(self) -> None:
         import psycopg
 
-        from airflow_provider_tiering.sources.pgoutput import parse_lsn
+        from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self._stop.is_set():
@@ -149,7 +149,7 @@ class Monitor:
 def lake_lsn(catalog: dict[str, str]) -> int:
     from pyiceberg.catalog import load_catalog
 
-    from airflow_provider_tiering.sources.pgoutput import parse_lsn
+    from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
 
     snapshot = load_catalog("default", **catalog).load_table((NAMESPACE, TABLE)).current_snapshot()
     assert snapshot is not None and snapshot.summary is not None
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import psycopg
 
-    from airflow_provider_tiering.sources.pgoutput import parse_lsn
+    from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
     from benchmarks.scratch import drop_change_stream, postgres_scratch
     from benchmarks.tpch_data import load_lineitem_timed
 

@@ -17,7 +17,7 @@ import psycopg
 import pyarrow as pa
 
 from airflow_provider_tiering.core.planner import RangeSplit
-from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.sources.postgres.cursor_source import PostgresSource
 
 
 class UpdatesBeforeEachSplit(PostgresSource):

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from airflow_provider_tiering.core.planner import RangeSplit
 from airflow_provider_tiering.lake.merge_rewrite import MergeRewriteReader, MergeSplit
-from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.sources.postgres.cursor_source import PostgresSource
 
 
 class InjectedTaskFailure(RuntimeError):

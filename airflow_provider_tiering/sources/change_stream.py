@@ -12,7 +12,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
-from airflow_provider_tiering.sources.pgoutput import (
+from airflow_provider_tiering.sources.postgres.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Change,

@@ -1,11 +1,11 @@
 """What every SQL hot store shares: a table read incrementally by a monotonic cursor column.
 
-Splits are ``(lower, upper]`` cursor ranges (``core/planner.py``). A dialect (``postgres.py``, ``sqlite.py``,
-``mysql.py``) supplies its connections, placeholders, type mapping, safe watermark, row ids for eviction and a
-consistent read. Identifiers are validated by the spec and quoted here; values are bound as parameters, except
-in the statement that reads a split, where a dialect may inline the cursor bounds as typed literals (the bounds
-are offsets this package wrote, never user input): PostgreSQL streams a query as binary COPY only without
-parameters.
+Splits are ``(lower, upper]`` cursor ranges (``core/planner.py``). A dialect (``postgres/cursor_source.py``,
+``sqlite.py``, ``mysql.py``) supplies its connections, placeholders, type mapping, safe watermark, row ids for
+eviction and a consistent read. Identifiers are validated by the spec and quoted here; values are bound as
+parameters, except in the statement that reads a split, where a dialect may inline the cursor bounds as typed
+literals (the bounds are offsets this package wrote, never user input): PostgreSQL streams a query as binary COPY
+only without parameters.
 """
 
 from __future__ import annotations

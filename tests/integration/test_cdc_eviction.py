@@ -22,8 +22,8 @@ from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.round_result import RoundOutcome, RoundPhase
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.sources.pgoutput import parse_lsn
-from airflow_provider_tiering.sources.postgres_cdc import EVICTION_ORIGIN
+from airflow_provider_tiering.sources.postgres.change_stream_source import EVICTION_ORIGIN
+from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.rounds import lake_of
 

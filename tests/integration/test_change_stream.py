@@ -27,7 +27,7 @@ from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import retained_wal_alert
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.compaction import compact
-from airflow_provider_tiering.sources.pgoutput import format_lsn, parse_lsn
+from airflow_provider_tiering.sources.postgres.pgoutput import format_lsn, parse_lsn
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
 from testbed.crash_round import crash_round
@@ -513,10 +513,10 @@ def test_changes_the_stream_would_leave_out_are_refused_not_lost(pg_server, tmp_
 
 
 def test_the_decoder_reads_the_bytes_postgresql_sends(pg_server):
-    """``sources/pgoutput.py`` decodes a real PostgreSQL 15's pgoutput stream, not only messages the unit tests
+    """``sources/postgres/pgoutput.py`` decodes a real PostgreSQL 15's pgoutput stream, not only messages the unit tests
     build: a transaction's Begin, Relation, Insert, key-changing Update, Delete and Commit, an unchanged TOAST value,
     a replication origin, and a Truncate, each with the values as PostgreSQL sent them."""
-    from airflow_provider_tiering.sources.pgoutput import (
+    from airflow_provider_tiering.sources.postgres.pgoutput import (
         UNCHANGED_TOAST,
         Begin,
         Change,

@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_tiering.core.planner import RangePlan, cut_splits
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.sources.postgres.cursor_source import PostgresSource
 from testbed.concurrent_updates import UpdatesBeforeEachSplit, updated_ids
 from testbed.hot_tables import PostgresHot, SqliteHot
 from testbed.lake_check import digest, lake_rows, postgres_rows

@@ -100,7 +100,7 @@ def test_a_change_stream_first_load_in_several_splits_on_the_cluster_with_a_writ
     from airflow_provider_tiering.core.round_result import RoundOutcome
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
-    from airflow_provider_tiering.sources.pgoutput import parse_lsn
+    from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
     from airflow_provider_tiering.sources.registry import build_source
     from testbed.changing_table import ChangingTable, assert_lake_equals_hot
     from testbed.rounds import lake_of

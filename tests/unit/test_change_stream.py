@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
 from airflow_provider_tiering.sources.change_stream import ChangeWindow, RowVersion, apply_changes
-from airflow_provider_tiering.sources.pgoutput import (
+from airflow_provider_tiering.sources.postgres.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Change,

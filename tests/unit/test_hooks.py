@@ -12,7 +12,7 @@ from airflow_provider_tiering.core.source_specs import FileSourceSpec, SqlSource
 from airflow_provider_tiering.core.spec import SparkSpec
 from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, TieringSourceHook, spark_settings
 from airflow_provider_tiering.sources.files.source import FileSource
-from airflow_provider_tiering.sources.postgres import PostgresSource
+from airflow_provider_tiering.sources.postgres.cursor_source import PostgresSource
 from airflow_provider_tiering.sources.sqlite import SqliteSource
 
 SOURCE = SqlSourceSpec(conn_id="hot", table="orders", cursor_column="id")

@@ -20,11 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime
-from datetime import time as dt_time
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -48,7 +47,7 @@ from airflow_provider_tiering.core.ports import (
     TiersReader,
 )
 from airflow_provider_tiering.core.shape import AddedValues, ColumnHistory, HotIdentity
-from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
+from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec
 from airflow_provider_tiering.sources.change_stream import (
     ChangeSet,
     ChangeWindow,
@@ -59,18 +58,23 @@ from airflow_provider_tiering.sources.change_stream import (
     changes_in_chunks,
 )
 from airflow_provider_tiering.sources.conform import conform_batch
-from airflow_provider_tiering.sources.pgoutput import (
+from airflow_provider_tiering.sources.postgres.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
     Message,
     Relation,
     Truncate,
-    decode,
     format_lsn,
     parse_lsn,
 )
-from airflow_provider_tiering.sources.postgres import APPLICATION_NAME, PostgresSource
+from airflow_provider_tiering.sources.postgres.replication import Replication
+from airflow_provider_tiering.sources.postgres.streamed_table import (
+    StreamedTable,
+    WholeTableReader,
+    key_text,
+    table_reader_spec,
+)
 from airflow_provider_tiering.sources.sql import quote_identifier, quote_string
 
 log = logging.getLogger(__name__)
@@ -78,9 +82,6 @@ log = logging.getLogger(__name__)
 #: The replication origins eviction sessions set (this, ``_`` and the table's slot name: one per table, since a
 #: PostgreSQL 15 origin serves one session at a time), so their deletes never reach the lake as deletes.
 EVICTION_ORIGIN = "airflow_provider_tiering_eviction"
-#: What eviction's session calls, restricted to superusers unless granted (PostgreSQL 14 and later).
-ORIGIN_SESSION_FUNCTIONS = ("pg_replication_origin_session_setup(text)", "pg_replication_origin_session_reset()")
-ORIGIN_CREATE_FUNCTION = "pg_replication_origin_create(text)"
 #: An idle table's round moves the lake's LSN (and so the slot) once the WAL since it is this large (or a quarter
 #: of ``max_retained_wal_mb``, when smaller): an offsets-only snapshot now and then, not one per idle round.
 IDLE_ADVANCE_BYTES = 16 * 1024 * 1024
@@ -141,142 +142,9 @@ class ChangeSplit:
     end_block: int | None = None
 
 
-@dataclass(frozen=True)
-class SlotStatus:
-    """The replication slot as the hot server shows it."""
-
-    name: str
-    exists: bool
-    active: bool = False
-    confirmed_flush_lsn: str | None = None
-    #: WAL the server keeps for this slot (``pg_current_wal_lsn() - restart_lsn``).
-    retained_wal_bytes: int | None = None
-    #: ``pg_replication_slots.wal_status``: reserved, extended, unreserved or lost.
-    wal_status: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "slot": self.name,
-            "exists": self.exists,
-            "active": self.active,
-            "confirmed_flush_lsn": self.confirmed_flush_lsn,
-            "retained_wal_bytes": self.retained_wal_bytes,
-            "wal_status": self.wal_status,
-        }
-
-
-class StreamedTable(PostgresSource):
-    """The streamed table's columns, types and bulk reads, as the cursor-read source has them, without a cursor; and
-    its eviction, walked in key order, in sessions tagged with the table's eviction origin."""
-
-    #: The replication origin eviction's deleting sessions set (None: not evicting; nothing is deleted then).
-    eviction_origin: str | None = None
-
-    def schema(self) -> pa.Schema:
-        if self._schema is None:
-            found = self._load_schema()
-            missing = [c for c in self.spec.columns or () if c not in found.names]
-            if missing:
-                raise SourceError(f"{self.display_name}: column(s) {', '.join(missing)} not found")
-            self._schema = found
-        return self._schema
-
-    @contextmanager
-    def _deleting_session(self, cur: Any) -> Iterator[None]:
-        """The eviction transaction's session carries the table's origin (pgoutput then tags the transaction with it
-        and the change stream skips it whole); reset right after, so nothing else the session runs carries it."""
-        origin = self.eviction_origin
-        if origin is None:
-            raise SourceError(f"{self.display_name}: eviction without its replication origin would reach the lake")
-        try:
-            cur.execute("SELECT count(*) FROM pg_replication_origin_session_setup($1)", parameters=(origin,))
-            cur.fetchall()
-            # Flushed at commit, whatever the server's default: the stream reads flushed WAL only, and the next
-            # round moves the lake's LSN past eviction's transactions.
-            cur.execute("SET synchronous_commit = on")
-        except Exception as exc:
-            raise SourceError(
-                f"{self.display_name}: cannot set replication origin {origin} on eviction's session: {exc}; nothing "
-                "was evicted"
-            ) from exc
-        try:
-            yield
-        finally:
-            try:
-                cur.execute("SELECT count(*) FROM pg_replication_origin_session_reset()")
-                cur.fetchall()
-            except Exception as exc:  # the session runs nothing but eviction's transactions and closes with it
-                log.warning("%s: resetting the eviction origin failed: %s", self.display_name, exc)
-
-    def evict_key_batch(
-        self,
-        key: Sequence[str],
-        after: KeyValues | None,
-        cutoff: datetime,
-        age_column: str,
-        limit: int,
-        held: HeldRows,
-    ) -> KeyBatch:
-        field = self._age_field(age_column)
-        schema = self.schema()
-        columns = ", ".join(self.select_expression(f) for f in schema)
-        bindings = self.bindings()
-        conditions = [self._age_before(self.quote(field.name), field, cutoff, bindings)]
-        key_list = ", ".join(self.quote(column) for column in key)
-        if after is not None:
-            values = ", ".join(
-                f"CAST({bindings.bind(_key_text(value))} AS {self.declared_type(column)})"
-                for column, value in zip(key, after, strict=True)
-            )
-            conditions.append(f"({key_list}) > ({values})")
-        select = (
-            f"SELECT {self._row_id_sql()}, {columns} FROM {self.table_ref} WHERE {' AND '.join(conditions)} "
-            f"ORDER BY {key_list} LIMIT {bindings.bind(int(limit))}"
-        )
-        rows, deleted = self.delete_locked_rows(select, bindings.values, schema, held)
-        if rows.num_rows == 0:
-            return KeyBatch(0, 0, None)
-        last = tuple(rows.column(column)[rows.num_rows - 1].as_py() for column in key)
-        return KeyBatch(rows.num_rows, deleted, last)
-
-
 def _fill_key(position: int) -> str:
     """The column that carries the ``position``-th key value of the row an update's unchanged values come from."""
     return f"__fill_key_{position}"
-
-
-def _key_text(value: Any) -> str:
-    """A key value as PostgreSQL's input text of its type (cast on the server)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (datetime, date, dt_time)):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return "\\x" + value.hex()
-    return str(value)
-
-
-class WholeTableReader:
-    """Reads every row of a streamed table in one repeatable-read snapshot (``TiersReader``)."""
-
-    holds_every_row = True
-
-    def __init__(self, table: StreamedTable) -> None:
-        self._table = table
-
-    @contextmanager
-    def rows_after_reader(self) -> Iterator[Callable[[Offsets | None], pa.Table]]:
-        with self._table.rows_after_reader() as read:
-            yield lambda offsets: read(None)  # every row: the offsets (an LSN) bound no column
-
-
-def _table_reader_spec(spec: PostgresCdcSourceSpec) -> SqlSourceSpec:
-    # The bulk reader's spec: its cursor column is never read here (a change stream has no cursor), but the model
-    # needs one among the declared columns.
-    cursor = spec.columns[0] if spec.columns else "_"
-    return SqlSourceSpec(
-        conn_id=spec.conn_id, table=spec.table, db_schema=spec.db_schema, cursor_column=cursor, columns=spec.columns
-    )
 
 
 class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
@@ -285,10 +153,15 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def __init__(self, spec: PostgresCdcSourceSpec, connection: ConnectionInfo) -> None:
         self.spec = spec
         self.connection = connection
-        self.table = StreamedTable(_table_reader_spec(spec), connection)
+        self.table = StreamedTable(table_reader_spec(spec), connection)
         self.display_name = f"postgres table {spec.db_schema or 'public'}.{spec.table} (change stream)"
         self.slot = spec.slot()
         self.publication = spec.publication()
+        schema = quote_identifier(spec.db_schema or "public")
+        self.replication = Replication(
+            self.display_name, self.table.conninfo, f"{schema}.{quote_identifier(spec.table)}", self.slot,
+            self.publication,
+        )  # fmt: skip
         self.key: tuple[str, ...] | None = None
         self._export_conn: Any = None
         #: The changes ``plan`` read (start LSN, end LSN, what they leave), for ``read_split`` in this process.
@@ -339,10 +212,10 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def truncated_since(self, committed: Offsets) -> bool:
         """Whether a transaction committed after the lake's LSN truncated the table: the messages are only looked
         at, not applied (their columns may have names the lake's history is yet to map)."""
-        with self._psycopg() as conn:
+        with self.replication.connect() as conn:
             start = self._stream_position(conn, committed)
             truncated = False
-            with closing(self._peek(conn, None, None)) as messages:
+            with closing(self.replication.peek(conn, None, None)) as messages:
                 for message in messages:
                     if isinstance(message, Begin):
                         truncated = False
@@ -396,184 +269,17 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def lineage_dataset(self) -> LineageDataset:
         return self.table.lineage_dataset()
 
-    # -- connections ---------------------------------------------------------------------------
-    def _psycopg(self, replication: bool = False) -> Any:
-        import psycopg
-
-        options: dict[str, Any] = {"application_name": APPLICATION_NAME, "autocommit": True}
-        if replication:
-            options["replication"] = "database"
-        try:
-            return psycopg.connect(self.table.conninfo, **options)
-        except Exception as exc:
-            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
-
-    def _qualified(self) -> str:
-        schema = self.spec.db_schema or "public"
-        return f"{self.table.quote(schema)}.{self.table.quote(self.spec.table)}"
-
-    # -- set-up checks -------------------------------------------------------------------------
     def _check_server(self, conn: Any) -> None:
-        """Fail with what to change when the server, the role or the table cannot stream this table's changes."""
-        (wal_level,) = conn.execute("SHOW wal_level").fetchone()
-        if wal_level != "logical":
-            raise ChangeStreamUnavailable(
-                f"{self.display_name}: the server runs with wal_level = {wal_level}; a change stream needs "
-                "wal_level = logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL). Nothing was "
-                "tiered"
-            )
-        (may_replicate,) = conn.execute(
-            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()
-        if not may_replicate:
-            raise ChangeStreamUnavailable(
-                f"{self.display_name}: the connection's role may not use replication slots: ALTER ROLE <the role> "
-                "WITH REPLICATION. Nothing was tiered"
-            )
-        found = conn.execute(
-            "SELECT c.relreplident, "
-            "ARRAY(SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = c.oid "
-            "AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))) "
-            "FROM pg_class c WHERE c.oid = to_regclass(%s)",
-            (self._qualified(),),
-        ).fetchone()
-        if found is None:
-            raise SourceError(f"{self.display_name} does not exist (or is not visible to this user)")
-        identity, identity_columns = found
-        generated = [
-            name
-            for (name,) in conn.execute(
-                "SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-                "AND NOT attisdropped AND attgenerated <> ''",
-                (self._qualified(),),
-            ).fetchall()
-            if name in self.schema().names
-        ]
-        if generated:
-            raise ChangeStreamUnavailable(
-                f"{self.display_name}: generated column(s) {generated} never travel in the change stream (pgoutput "
-                "leaves them out), so the lake would hold NULL for them: leave them out with source.columns. "
-                "Nothing was tiered"
-            )
-        key = self.key or self.primary_key()
-        if identity != "f" and not set(key) <= set(identity_columns):
-            kinds = {"d": "DEFAULT (the primary key)", "n": "NOTHING", "i": "USING INDEX"}
-            raise ChangeStreamUnavailable(
-                f"{self.display_name}: its replica identity is {kinds.get(identity, identity)}, which does not "
-                f"carry the merge key {list(key)}: deletes would not say which row left. ALTER TABLE "
-                f"{self._qualified()} REPLICA IDENTITY USING INDEX <a unique index on the key> (or FULL). Nothing "
-                "was tiered"
-            )
-
-    def _publication_problem(self, conn: Any) -> str | None:
-        """What keeps the publication from publishing every change of this very table, whole (None: nothing)."""
-        found = conn.execute(
-            "SELECT p.pubinsert AND p.pubupdate AND p.pubdelete AND p.pubtruncate, "
-            "EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = to_regclass(%s) "
-            "AND r.prattrs IS NULL) OR (p.puballtables AND to_regclass(%s) IS NOT NULL) "
-            "FROM pg_publication p WHERE p.pubname = %s",
-            (self._qualified(), self._qualified(), self.publication),
-        ).fetchone()
-        if found is None:
-            return "does not exist"
-        if not found[1]:
-            return "does not publish this table (whole: without a column list); was the table re-created?"
-        if not found[0]:
-            return "does not publish every kind of change (insert, update, delete, truncate)"
-        return None
-
-    def _check_publication(self, conn: Any) -> None:
-        """The publication must publish this very table (not one dropped and re-created since), every column of
-        it, and inserts, updates, deletes and truncates: a change it leaves out would never reach the lake."""
-        problem = self._publication_problem(conn)
-        if problem is not None:
-            raise ChangeStreamUnavailable(
-                f"{self.display_name}: publication {self.publication} {problem}. Changes it leaves out would never "
-                f"reach the lake: CREATE PUBLICATION {self.publication} FOR TABLE {self._qualified()} (or ALTER it), "
-                "then load the table again (drop the lake table, then reset the table; with eviction enabled, the "
-                "rows only the lake holds would be lost: keep a copy). Nothing was tiered"
-            )
-
-    def _ensure_publication(self, conn: Any) -> None:
-        """Before a load (the first, or one that starts the table again): create the publication, or make the one
-        there publish this table (it lost it if the table was dropped and created again); the slot created next
-        decodes every later change through it."""
-        exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)).fetchone()
-        publication = self.table.quote(self.publication)
-        try:
-            if not exists:
-                conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {self._qualified()}")
-            elif (
-                self._publication_problem(conn) is not None
-                and not conn.execute(
-                    "SELECT puballtables FROM pg_publication WHERE pubname = %s", (self.publication,)
-                ).fetchone()[0]
-            ):
-                conn.execute(f"ALTER PUBLICATION {publication} SET TABLE {self._qualified()}")
-        except Exception as exc:
-            raise ChangeStreamUnavailable(
-                f"{self.display_name}: cannot create or set publication {self.publication}: {exc}. The connection's "
-                "role must own the table (or create the publication for it: CREATE PUBLICATION "
-                f"{self.publication} FOR TABLE {self._qualified()}). Nothing was tiered"
-            ) from exc
-        self._check_publication(conn)
-
-    def slot_status(self) -> SlotStatus:
-        """The slot as the server shows it (retained WAL, position)."""
-        with self._psycopg() as conn:
-            row = conn.execute(
-                "SELECT active, confirmed_flush_lsn::text, "
-                "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status "
-                "FROM pg_replication_slots WHERE slot_name = %s",
-                (self.slot,),
-            ).fetchone()
-        if row is None:
-            return SlotStatus(self.slot, False)
-        active, confirmed, retained, wal_status = row
-        return SlotStatus(
-            self.slot, True, bool(active), confirmed, None if retained is None else int(retained), wal_status
-        )
+        self.replication.check_server(conn, lambda: self.schema().names, lambda: self.key or self.primary_key())
 
     def stream_status(self) -> JsonObject:
-        found = self.slot_status().to_json()
+        found = self.replication.status().to_json()
         found["publication"] = self.publication
         found["max_retained_wal_bytes"] = int(self.spec.max_retained_wal_mb * 1024 * 1024)
         found["backlog_wal_bytes"] = self._backlog_bytes
         return found
 
-    def _slot_position(self, conn: Any) -> int | None:
-        row = conn.execute(
-            "SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots WHERE slot_name = %s",
-            (self.slot,),
-        ).fetchone()
-        if row is None:
-            return None
-        if row[1] == "lost":
-            return -1
-        return parse_lsn(row[0])
-
     # -- the slot's changes --------------------------------------------------------------------
-    def _peek(self, conn: Any, upto_lsn: int | None, upto_changes: int | None) -> Generator[Any, None, None]:
-        """The slot's messages (decoded), without consuming them."""
-        try:
-            for (data,) in conn.cursor().stream(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, CAST(%s AS pg_lsn), %s, "
-                "'proto_version', '1', 'publication_names', %s)",
-                # publication_names is a list of identifiers, folded to lower case unless quoted
-                (
-                    self.slot,
-                    None if upto_lsn is None else format_lsn(upto_lsn),
-                    upto_changes,
-                    quote_identifier(self.publication),
-                ),
-            ):
-                yield decode(data)
-        except (SourceError, ValueError):
-            raise
-        except Exception as exc:
-            raise SourceError(f"{self.display_name}: reading replication slot {self.slot} failed: {exc}") from exc
-
     def _relation_names(self) -> Callable[[Relation], tuple[str | None, ...]]:
         """What each Relation message's columns are called now (the table's columns read once, on the first)."""
         current: set[str] = set()
@@ -612,7 +318,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     yield message
 
             # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
-            with closing(self._peek(conn, end, budget)) as messages:
+            with closing(self.replication.peek(conn, end, budget)) as messages:
                 found = apply_changes(counted(messages), window, keys_in_memory=self.spec.keys_in_memory)
             if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
                 return found
@@ -630,7 +336,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def _change_chunks(self, conn: Any, start: int, end: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """The changes of transactions committed in ``(start, end]``, typed, in chunks of ``keys_in_memory`` keys
         (numbered from 1: a key's version in a later chunk supersedes its earlier ones)."""
-        with closing(self._peek(conn, end, None)) as messages:
+        with closing(self.replication.peek(conn, end, None)) as messages:
             window = self._window(start, end)
             chunks = Chunks(changes_in_chunks(messages, window, keys_per_chunk=self.spec.keys_in_memory))
             number = 0
@@ -652,17 +358,12 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             number,
         )
 
-    def _advance(self, conn: Any, lsn: int) -> None:
-        position = self._slot_position(conn)
-        if position is not None and position != -1 and position < lsn:
-            conn.execute("SELECT pg_replication_slot_advance(%s, CAST(%s AS pg_lsn))", (self.slot, format_lsn(lsn)))
-
     def _stream_position(self, conn: Any, committed: Offsets) -> int:
         """The lake's LSN, after checking the slot still holds every change since it. A slot behind it (a round
         died between the lake's commit and ``after_commit``) is moved up to it first: a peek for what is new reads
         from the slot's position, and would otherwise see only changes the lake holds."""
         lsn = parse_lsn(lsn_offsets(committed)["lsn"])
-        position = self._slot_position(conn)
+        position = self.replication.position(conn)
         if position is None or position == -1:
             state = "is gone" if position is None else "lost the WAL it needed (max_slot_wal_keep_size)"
             raise ChangeStreamUnavailable(
@@ -681,7 +382,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 "table; with eviction enabled, the rows only the lake holds would be lost: keep a copy)"
             )
         if position < lsn:
-            self._advance(conn, lsn)
+            self.replication.advance(conn, lsn)
         return lsn
 
     def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
@@ -693,7 +394,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         the slot once advanced there, and the flushed position may be mid-record. So the end offsets are a commit's
         end, or ``boundary``: the insert position read *before* the flushed one, a record boundary, when the flush
         has passed it (every transaction committing before it has then been read)."""
-        with self._psycopg() as conn:
+        with self.replication.connect() as conn:
             self._check_server(conn)
             try:
                 (insert,) = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
@@ -703,7 +404,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             boundary = insert if parse_lsn(insert) <= parse_lsn(flushed) else None
             if committed is None:
                 return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
-            self._check_publication(conn)
+            self.replication.check_publication(conn)
             if self._stream_position(conn, committed) >= parse_lsn(flushed):
                 return SafeWatermark(end=committed, observed={"lsn": flushed})
         return SafeWatermark(end={"lsn": flushed, "boundary": boundary}, observed={"lsn": flushed})
@@ -717,7 +418,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def has_rows_after(self, committed: Offsets | None) -> bool:
         if committed is None:
             return True
-        with self._psycopg() as conn:
+        with self.replication.connect() as conn:
             start = self._stream_position(conn, committed)
             found = self._changes(conn, start, None, upto_changes=1)
             if found.changes > 0 or found.skipped > 0:
@@ -735,7 +436,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         boundary = None if found_boundary is None else parse_lsn(found_boundary)
         bound = self.spec.max_wal_mb_per_round
         stop_after = None if bound is None else start_lsn + int(bound * 1024 * 1024)
-        with self._psycopg() as conn:
+        with self.replication.connect() as conn:
             found = self._changes(conn, start_lsn, upto, upto_changes=max_rows, stop_after=stop_after)
         capped = found.changes >= max_rows or (
             stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after
@@ -762,13 +463,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def _plan_first_load(self) -> ChangePlan:
         """Create the slot (dropping one left by a first load that never committed: no lake data depends on it)
         and keep its exporting session open for the load."""
-        with self._psycopg() as conn:
+        with self.replication.connect() as conn:
             self._check_server(conn)
-            self._ensure_publication(conn)
-            if self._slot_position(conn) is not None:
+            self.replication.ensure_publication(conn)
+            if self.replication.position(conn) is not None:
                 log.info("%s: dropping slot %s left by an earlier first load", self.display_name, self.slot)
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
-        export = self._psycopg(replication=True)
+        export = self.replication.connect(replication=True)
         try:
             # A replication command, sent as a simple query (psycopg does so for a query without parameters); the
             # slot name is checked by the spec (lower-case letters, digits and underscores).
@@ -781,11 +482,12 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 "max_replication_slots and max_wal_senders on the server. Nothing was tiered"
             ) from exc
         self._export_conn = export
-        with self._psycopg() as conn:  # measured after the slot's snapshot: every row it sees lies in these blocks
+        # Measured after the slot's snapshot: every row it sees lies in these blocks.
+        with self.replication.connect() as conn:
             (rows, blocks) = conn.execute(
                 "SELECT reltuples::int8, pg_relation_size(oid) / current_setting('block_size')::int8 "
                 "FROM pg_class WHERE oid = to_regclass(%s)",
-                (self._qualified(),),
+                (self.replication.qualified,),
             ).fetchone()
         # reltuples is -1 before the table's first ANALYZE: an estimate from its size then.
         estimate = int(rows) if rows is not None and rows >= 0 else int(blocks or 0) * ROWS_PER_BLOCK_GUESS
@@ -857,7 +559,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             )
             yield from self._typed(found.rows, schema, 1)
             return
-        with self._psycopg() as conn:
+        with self.replication.connect() as conn:
             yield from self._change_chunks(conn, split.start_lsn, split.end_lsn, schema)
 
     def _select_list(self, schema: pa.Schema) -> str:
@@ -880,7 +582,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 # SET TRANSACTION SNAPSHOT takes no bound parameter; the id comes from the server itself.
                 cur.execute(f"SET TRANSACTION SNAPSHOT {quote_string(snapshot)}")
-                cur.execute(f"SELECT {self._select_list(schema)} FROM {self._qualified()}{where}")
+                cur.execute(f"SELECT {self._select_list(schema)} FROM {self.replication.qualified}{where}")
                 reader = cur.fetch_record_batch()
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: reading the first load failed: {exc}") from exc
@@ -897,7 +599,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         not Python's)."""
         items = list(rows.items())
         key = self.key or self.primary_key()
-        defaults = {c: _key_text(v) for c, v in self._history.defaults.items() if c in schema.names}
+        defaults = {c: key_text(v) for c, v in self._history.defaults.items() if c in schema.names}
         for begin in range(0, len(items), TYPING_BATCH_ROWS):
             batch = items[begin : begin + TYPING_BATCH_ROWS]
             records: list[dict[str, Any]] = []
@@ -978,7 +680,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     @contextmanager
     def evicting(self) -> Iterator[None]:
-        self._ensure_eviction_origin()
+        self.replication.ensure_origin(self.eviction_origin)
         self.table.eviction_origin = self.eviction_origin
         try:
             with self.table.evicting():
@@ -997,36 +699,10 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     ) -> KeyBatch:
         return self.table.evict_key_batch(key, after, cutoff, age_column, limit, held)
 
-    def _ensure_eviction_origin(self) -> None:
-        """Create the table's eviction origin once; fail naming the grants when this role may not use it."""
-        import psycopg
-
-        origin = self.eviction_origin
-        with self._psycopg() as conn:
-            exists = conn.execute("SELECT 1 FROM pg_replication_origin WHERE roname = %s", (origin,)).fetchone()
-            needed = [*ORIGIN_SESSION_FUNCTIONS, *(() if exists else (ORIGIN_CREATE_FUNCTION,))]
-            missing = [
-                function
-                for function in needed
-                if not conn.execute("SELECT has_function_privilege(%s, 'EXECUTE')", (function,)).fetchone()[0]
-            ]
-            if missing:
-                raise SourceError(
-                    f"{self.display_name}: eviction deletes in sessions tagged with replication origin {origin}, "
-                    "which the change stream skips (so the lake keeps the evicted rows); this role may not use "
-                    f"replication origins: GRANT EXECUTE ON FUNCTION {', '.join(missing)} TO <the connection's "
-                    "role> (superusers may by default). Nothing was evicted"
-                )
-            if not exists:
-                try:
-                    conn.execute("SELECT pg_replication_origin_create(%s)", (origin,))
-                except psycopg.errors.UniqueViolation:
-                    pass  # created meanwhile by another eviction of this table
-
     def after_commit(self, committed: Offsets) -> int:
         """Move the slot to the lake's LSN: the server may now recycle the WAL before it."""
-        with self._psycopg() as conn:
-            self._advance(conn, parse_lsn(lsn_offsets(committed)["lsn"]))
+        with self.replication.connect() as conn:
+            self.replication.advance(conn, parse_lsn(lsn_offsets(committed)["lsn"]))
         return 0
 
 

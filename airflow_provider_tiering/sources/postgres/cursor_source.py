@@ -18,7 +18,7 @@ from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDist
 from airflow_provider_tiering.core.ports import LineageDataset, SafeWatermark, VerifyRows
 from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity, InPlaceChanges
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
-from airflow_provider_tiering.sources.postgres_types import (
+from airflow_provider_tiering.sources.postgres.column_types import (
     MULTI_DIMENSIONAL,
     ColumnRead,
     PgColumn,
@@ -288,13 +288,13 @@ class PostgresSource(SqlSource):
         copy of it, and named so)."""
         # numeric as text is exact and about twice as fast on the wire as the binary numeric
         # (measured: 1.4 s vs 2.8 s for four numeric columns of 1M rows); Arrow parses it into decimal128.
-        # Types the driver reads as Arrow extension types are read as text too (``postgres_types.py``).
+        # Types the driver reads as Arrow extension types are read as text too (``column_types.py``).
         self.schema()
         column, read = self._columns[field.name]
         return select_expression(self.quote(name or field.name), column, read)
 
     def _read_failed(self, what: str, exc: Exception) -> SourceError:
-        """A failed read; a multi-dimensional array value (see ``postgres_types.select_expression``) is one no retry
+        """A failed read; a multi-dimensional array value (see ``column_types.select_expression``) is one no retry
         cures."""
         if MULTI_DIMENSIONAL in str(exc):
             return UnsupportedColumnType(
