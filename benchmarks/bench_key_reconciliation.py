@@ -119,10 +119,10 @@ def main() -> None:
 
         # The two reads alone.
         source = build_source(spec(0).source, connection)
-        source.bind_key(MergeKey(("id",), "version", reconcile=True))
+        source.bind_key(MergeKey(("id",), "version"))
         source.schema()  # its catalog query is not the keys' read
         started = time.monotonic()
-        with source.reading_one_snapshot([]):
+        with source.reading_one_snapshot([], with_keys=True):
             hot_keys = source.live_keys()
         hot_read = time.monotonic() - started
         table = lake_of(spec(0), catalog).load_table()

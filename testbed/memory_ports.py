@@ -96,6 +96,9 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         self._versions = itertools.count(1)
         self._ids = itertools.count(1)
         self._snapshot: dict[int, dict[str, Any]] | None = None
+        #: The keys a round bound (``bind_key``), one per round, and those read in its snapshot (``live_keys``).
+        self.bound_keys: list[MergeKey] = []
+        self._live_keys: pa.Table | None = None
 
     def session(self) -> MemoryTable:
         """Another process's connection to the same table (a rival round's): the rows are shared, its snapshot is
@@ -178,21 +181,28 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         rows = [row for row in self._reach().values() if split.low < row["version"] <= split.high]
         yield from pa.Table.from_pylist(sorted(rows, key=lambda row: row["version"]), schema).to_batches()
 
+    def bind_key(self, key: MergeKey) -> None:
+        self.bound_keys.append(key)
+
     @contextmanager
-    def _one_snapshot(self) -> Iterator[None]:
+    def _one_snapshot(self, with_keys: bool) -> Iterator[None]:
         self._snapshot = {key: dict(row) for key, row in self._reach().items()}
+        if with_keys:
+            self._live_keys = pa.table({"id": pa.array(sorted(self._snapshot), pa.int64())})
         try:
             yield
         finally:
-            self._snapshot = None
+            self._snapshot = self._live_keys = None
 
     def reading_one_snapshot(
-        self, splits: Sequence[MemorySplit], *, read_here: bool = False
+        self, splits: Sequence[MemorySplit], *, read_here: bool = False, with_keys: bool = False
     ) -> AbstractContextManager[None]:
-        return self._one_snapshot()
+        return self._one_snapshot(with_keys)
 
     def live_keys(self) -> pa.Table:
-        return pa.table({"id": pa.array(sorted(self._reach()), pa.int64())})
+        if self._live_keys is None:
+            raise SourceError(f"{self.display_name}: keys are read only inside a reconciling round's snapshot")
+        return self._live_keys
 
     def lineage_dataset(self) -> LineageDataset:
         return LineageDataset("memory", self.display_name)

@@ -471,18 +471,20 @@ class Source(ABC, Generic[PlanT, SplitT]):
         return nullcontext()
 
     def reading_one_snapshot(
-        self, splits: Sequence[SplitT], *, read_here: bool = False
+        self, splits: Sequence[SplitT], *, read_here: bool = False, with_keys: bool = False
     ) -> AbstractContextManager[None]:
         """Held while the round reads ``splits`` (entered after the safe watermark, before the Spark job): every
         split, and every attempt of it, reads the same consistent snapshot of the source, so each row version is
         read exactly once whatever commits meanwhile. Splits of immutable things (files) need nothing shared.
-        ``read_here``: the one split is read by this process, in this thread (the writer's local write)."""
+        ``read_here``: the one split is read by this process, in this thread (the writer's local write).
+        ``with_keys``: a reconciling round (``MergeKey.reconcile``) also reads every key of the hot table in that
+        snapshot, on entering, before any split (:meth:`live_keys`)."""
         return nullcontext()
 
     def live_keys(self) -> pa.Table:
-        """Inside :meth:`reading_one_snapshot`, for a round whose bound key reconciles (``MergeKey.reconcile``):
-        every key of the hot table, in the very snapshot the round's splits read (the key columns, typed as
-        :meth:`schema` types them).
+        """Inside :meth:`reading_one_snapshot` entered ``with_keys`` (a round that reconciles): every key of the hot
+        table, in the very snapshot the round's splits read (the columns of the key bound with :meth:`bind_key`,
+        typed as :meth:`schema` types them).
 
         Raises:
             SourceError: this source cannot read its keys (only SQL tables merged by cursor can).
@@ -522,7 +524,8 @@ class Source(ABC, Generic[PlanT, SplitT]):
         return None
 
     def bind_key(self, key: MergeKey) -> None:
-        """Called before planning with a merge table's key (a change stream reduces its changes by it)."""
+        """Called once a round, before planning, with a merge table's key (a change stream reduces its changes by
+        it; a reconciling round reads its columns, :meth:`live_keys`)."""
         return None
 
     def primary_key(self) -> tuple[str, ...] | None:

@@ -352,10 +352,9 @@ def _reconciliation(
     if shape.reload is None and not due:
         return key, None
     reconciling = replace(key, reconcile=True)
-    r.source.bind_key(reconciling)
     if has_rows:
         return reconciling, None  # the keys are read with the rows
-    with r.source.reading_one_snapshot([]):  # no rows to read: the keys alone, in a snapshot of their own
+    with r.source.reading_one_snapshot([], with_keys=True):  # no rows to read: the keys alone, in a snapshot
         hot_keys = r.source.live_keys()
     if not r.lake.keys_not_in(hot_keys, reconciling):
         state.keys_reconciled_at = r.clock()
@@ -424,7 +423,7 @@ def _write(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int)
     hot_keys = planned.hot_keys
     in_process = len(splits) == 1 and r.writer.writes_single_split_locally
     if not planned.keys_only:
-        with r.source.reading_one_snapshot(splits, read_here=in_process):
+        with r.source.reading_one_snapshot(splits, read_here=in_process, with_keys=planned.reconciling):
             if planned.reconciling:
                 hot_keys = r.source.live_keys()  # read on entering, in the snapshot the splits read
             written = r.writer.write(

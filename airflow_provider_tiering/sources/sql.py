@@ -377,9 +377,11 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     _split_reads_in_round_transaction: ClassVar[bool] = True
 
     @contextmanager
-    def reading_one_snapshot(self, splits: Sequence[RangeSplit], *, read_here: bool = False) -> Iterator[None]:
-        """One snapshot for the round's splits; a reconciling round (``MergeKey.reconcile``) also reads every key
-        of the table in it, before any split (``live_keys``).
+    def reading_one_snapshot(
+        self, splits: Sequence[RangeSplit], *, read_here: bool = False, with_keys: bool = False
+    ) -> Iterator[None]:
+        """One snapshot for the round's splits; a reconciling round (``with_keys``) also reads every key of the
+        table in it, before any split (``live_keys``).
 
         PostgreSQL exports the transaction's snapshot and every split reader imports it, wherever it runs. SQLite
         and MariaDB read a round as one split: read ``read_here`` (in this process, the local writer), it runs in
@@ -389,7 +391,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         row gives it a cursor beyond the round, so the rows the split reads at or below the watermark were there,
         with those keys, when the keys were read; a key deleted in between stays in the lake until the next
         reconciliation; and the merge never removes a key among the round's own rows."""
-        if self._key is None or not self._key.reconcile:
+        if not with_keys:
             with self._shared_snapshot(splits):
                 yield
             return
@@ -414,7 +416,8 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 
         from airflow_provider_tiering.sources.conform import conform_batch
 
-        assert self._key is not None
+        if self._key is None:
+            raise SourceError(f"{self.display_name}: the keys are read for a table merged by key only")
         schema = self.schema()
         key_schema = pa.schema([schema.field(c) for c in self._key.columns])
         columns = ", ".join(self.select_expression(f) for f in key_schema)

@@ -121,3 +121,13 @@ def test_shape_changes_benchmark_runs_every_change_at_small_size(pg_server, tmp_
     assert volatile["append, initial default"]["outcome"].startswith("refused")
     assert volatile["merge"]["outcome"] == "tiered" and volatile["merge"]["data_bytes"] > 0  # read again, merged
     assert "add column, volatile default" in capsys.readouterr().out
+
+
+def test_small_rounds_benchmark_counts_a_rounds_connections_at_small_size(capsys):
+    from benchmarks.bench_small_rounds import main as small_rounds_main
+
+    assert small_rounds_main(["--rounds", "2", "--rows", "5", "--repeat", "1"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # Planning on one connection, the split's read on another, the check of the columns after writing on a third.
+    assert report["connections"] == 3, report
+    assert report["wall_ms"] > 0 and report["client_cpu_ms"] > 0 and report["server_cpu_ms"] > 0, report

@@ -279,7 +279,10 @@ def test_a_merge_round_keeps_the_latest_version_of_each_key_and_reconciles_delet
     assert parts.lake.rows().num_rows == 55  # the hard deletes wait for a reconciliation
     parts.store.doc = {**parts.state().to_json(), "keys_reconciled_at": None}
     parts.spec = _spec(merge={"primary_key": ["id"], "reconcile_keys_every_seconds": 60})
+    parts.hot.bound_keys.clear()
     result = parts.round()
+    # The key is bound once (the source learns the round reconciles by reading its keys in its snapshot).
+    assert [key.columns for key in parts.hot.bound_keys] == [("id",)]
     assert result.outcome is RoundOutcome.TIERED and result.metrics is not None
     assert result.metrics.deleted_rows == 10 and result.end_offsets == result.start_offsets
     assert sorted(parts.lake.rows().to_pylist(), key=lambda r: r["id"]) == parts.hot.as_table().to_pylist()

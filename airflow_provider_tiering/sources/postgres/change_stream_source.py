@@ -168,8 +168,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         self._planned: tuple[int | None, int, ChangeSet] | None = None
         #: What the lake knows of former column names and initial defaults (``bind_column_history``).
         self._history = ColumnHistory()
-        #: A load of the whole table that replaces the lake's rows (a reload): its keys are read in its snapshot.
-        self._reconciles = False
+        #: A reload's keys, read in its load's snapshot (``reading_one_snapshot(..., with_keys=True)``).
         self._live_keys: pa.Table | None = None
         #: The WAL the last plan left for later rounds (its cap), for the status.
         self._backlog_bytes = 0
@@ -193,7 +192,6 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     def bind_key(self, key: MergeKey) -> None:
         self.key = key.columns
-        self._reconciles = key.reconcile
 
     # -- the table's shape and identity ----------------------------------------------------------
     def identity(self) -> HotIdentity:
@@ -513,13 +511,15 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         return {"lsn": format_lsn(plan.end_lsn)}
 
     @contextmanager
-    def reading_one_snapshot(self, splits: Sequence[ChangeSplit], *, read_here: bool = False) -> Iterator[None]:
+    def reading_one_snapshot(
+        self, splits: Sequence[ChangeSplit], *, read_here: bool = False, with_keys: bool = False
+    ) -> Iterator[None]:
         """The first load reads the slot's exported snapshot: its session is closed once the load is written. A load
         that reconciles (a reload of a table the lake holds) reads every key in that snapshot first (``live_keys``):
         the lake's keys that are not among them were deleted since its LSN."""
         try:
             snapshot = splits[0].snapshot if splits else None
-            if self._reconciles and snapshot is not None:
+            if with_keys and snapshot is not None:
                 self._live_keys = self._read_keys(snapshot)
             yield
         finally:
