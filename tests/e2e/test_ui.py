@@ -181,8 +181,18 @@ def test_page_in_airflows_ui_shows_every_table_and_a_tables_rounds_in_chromium(u
 
         # In Airflow's own navigation: Browse -> Tiering, from the UI's sidebar, renders in the UI's React tree.
         driver.get(f"{af.base_url}/")
-        sidebar = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=nav-sidebar]"), 90)[0]
-        next(b for b in sidebar.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Browse").click()
+        # The sidebar renders before its menus (the menus a user may see are fetched after): wait for Browse itself.
+        browse = wait_for(
+            driver,
+            lambda d: [
+                b
+                for b in d.find_elements(By.CSS_SELECTOR, "[data-testid=nav-sidebar] button")
+                if b.text.strip() == "Browse"
+            ],
+            90,
+            "no Browse menu in the sidebar",
+        )[0]
+        browse.click()
         entry = wait_for(
             driver,
             lambda d: [a for a in d.find_elements(By.CSS_SELECTOR, "a[role=menuitem]") if a.text == "Tiering"],
