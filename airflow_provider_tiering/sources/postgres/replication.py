@@ -191,6 +191,7 @@ class Replication:
         )
 
     def position(self, conn: Any) -> int | None:
+        """The slot's confirmed position; None: there is no slot; -1: it lost the WAL it needed."""
         row = conn.execute(
             "SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots WHERE slot_name = %s",
             (self.slot,),
@@ -222,6 +223,7 @@ class Replication:
             raise SourceError(f"{self.display_name}: reading replication slot {self.slot} failed: {exc}") from exc
 
     def advance(self, conn: Any, lsn: int) -> None:
+        """Move the slot up to ``lsn`` (never back; a slot that is gone or lost is left to the next round's check)."""
         position = self.position(conn)
         if position is not None and position != -1 and position < lsn:
             conn.execute("SELECT pg_replication_slot_advance(%s, CAST(%s AS pg_lsn))", (self.slot, format_lsn(lsn)))
