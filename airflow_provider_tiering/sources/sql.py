@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, final
@@ -140,9 +140,9 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         return state
 
     # -- connections -----------------------------------------------------------------------------
+    @abstractmethod
     def _connect(self) -> Any:
         """A new autocommit connection to the hot store (DB-API); SourceError when it cannot connect."""
-        raise NotImplementedError(f"{type(self).__name__} has no connection of its own to keep")
 
     @contextmanager
     def connected(self) -> Iterator[None]:
@@ -164,7 +164,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         """A connection for one small query: inside ``connected()`` the kept one (dropped after an error, so that a
         broken connection is not used again), else one of its own, closed after."""
         if not self._holding:
-            with self._connect() as conn:
+            with closing(self._connect()) as conn:  # not ``with conn``: sqlite3's commits and keeps it open
                 yield conn
             return
         if self._held is None:

@@ -155,12 +155,10 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         self.connection = connection
         self.table = StreamedTable(table_reader_spec(spec), connection)
         self.display_name = f"postgres table {spec.db_schema or 'public'}.{spec.table} (change stream)"
-        self.slot = spec.slot()
-        self.publication = spec.publication()
         schema = quote_identifier(spec.db_schema or "public")
         self.replication = Replication(
-            self.display_name, self.table.conninfo, f"{schema}.{quote_identifier(spec.table)}", self.slot,
-            self.publication,
+            self.display_name, self.table.conninfo, f"{schema}.{quote_identifier(spec.table)}", spec.slot(),
+            spec.publication(),
         )  # fmt: skip
         self.key: tuple[str, ...] | None = None
         self._export_conn: Any = None
@@ -272,7 +270,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     def stream_status(self) -> JsonObject:
         found = self.replication.status().to_json()
-        found["publication"] = self.publication
+        found["publication"] = self.replication.publication
         found["max_retained_wal_bytes"] = int(self.spec.max_retained_wal_mb * 1024 * 1024)
         found["backlog_wal_bytes"] = self._backlog_bytes
         return found
@@ -361,11 +359,12 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         died between the lake's commit and ``after_commit``) is moved up to it first: a peek for what is new reads
         from the slot's position, and would otherwise see only changes the lake holds."""
         lsn = parse_lsn(lsn_offsets(committed)["lsn"])
+        slot = self.replication.slot
         position = self.replication.position(conn)
         if position is None or position == -1:
             state = "is gone" if position is None else "lost the WAL it needed (max_slot_wal_keep_size)"
             raise ChangeStreamUnavailable(
-                f"{self.display_name}: replication slot {self.slot} {state}: the changes after the lake's LSN "
+                f"{self.display_name}: replication slot {slot} {state}: the changes after the lake's LSN "
                 f"{format_lsn(lsn)} can no longer be read. Load the table again: drop the lake table (the next round "
                 "creates a new slot and takes a new snapshot), then reset the table"
             )
@@ -373,7 +372,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             # Retried, not quarantined at once: a round of the same table that committed after this one read the
             # lake's offsets moves the slot legitimately; the next try reads the newer offsets.
             raise SourceError(
-                f"{self.display_name}: replication slot {self.slot} is at {format_lsn(position)}, ahead of the "
+                f"{self.display_name}: replication slot {slot} is at {format_lsn(position)}, ahead of the "
                 f"lake's LSN {format_lsn(lsn)}. A round of this table that committed meanwhile moves it so (the "
                 "next try reads its offsets); if none did, the slot was advanced by something else and changes in "
                 "between may be missing from the lake: load the table again (drop the lake table, then reset the "
@@ -464,22 +463,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         with self.replication.connect() as conn:
             self._check_server(conn)
             self.replication.ensure_publication(conn)
-            if self.replication.position(conn) is not None:
-                log.info("%s: dropping slot %s left by an earlier first load", self.display_name, self.slot)
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
-        export = self.replication.connect(replication=True)
-        try:
-            # A replication command, sent as a simple query (psycopg does so for a query without parameters); the
-            # slot name is checked by the spec (lower-case letters, digits and underscores).
-            cur = export.execute(f"CREATE_REPLICATION_SLOT {self.slot} LOGICAL pgoutput (SNAPSHOT 'export')")
-            _, consistent_point, snapshot, _ = cur.fetchone()
-        except Exception as exc:
-            export.close()
-            raise ChangeStreamUnavailable(
-                f"{self.display_name}: cannot create replication slot {self.slot}: {exc}. Check "
-                "max_replication_slots and max_wal_senders on the server. Nothing was tiered"
-            ) from exc
-        self._export_conn = export
+            self.replication.drop_slot_left(conn)
+        self._export_conn, consistent_point, snapshot = self.replication.create_slot_exporting_snapshot()
         # Measured after the slot's snapshot: every row it sees lies in these blocks.
         with self.replication.connect() as conn:
             (rows, blocks) = conn.execute(
@@ -489,9 +474,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             ).fetchone()
         # reltuples is -1 before the table's first ANALYZE: an estimate from its size then.
         estimate = int(rows) if rows is not None and rows >= 0 else int(blocks or 0) * ROWS_PER_BLOCK_GUESS
-        return ChangePlan(
-            parse_lsn(consistent_point), None, max(estimate, 1), snapshot=snapshot, blocks=int(blocks or 0)
-        )
+        return ChangePlan(consistent_point, None, max(estimate, 1), snapshot=snapshot, blocks=int(blocks or 0))
 
     def cut_splits(self, plan: ChangePlan, target_rows_per_split: int, parallelism: int) -> list[ChangeSplit]:
         """A first load is cut into ranges of the table's blocks of about equal size, as many as its estimated rows
@@ -673,7 +656,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     # -- eviction ------------------------------------------------------------------------------
     @property
     def eviction_origin(self) -> str:
-        return f"{EVICTION_ORIGIN}_{self.slot}"
+        return f"{EVICTION_ORIGIN}_{self.replication.slot}"
 
     def keyed_evictor(self) -> KeyedEvictionSource:
         return self

@@ -4,6 +4,7 @@ sessions carry. Every statement runs on a psycopg connection of its own (``conne
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,8 @@ from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, Source
 from airflow_provider_tiering.sources.postgres.cursor_source import APPLICATION_NAME
 from airflow_provider_tiering.sources.postgres.pgoutput import decode, format_lsn, parse_lsn
 from airflow_provider_tiering.sources.sql import quote_identifier
+
+log = logging.getLogger(__name__)
 
 #: What eviction's session calls, restricted to superusers unless granted (PostgreSQL 14 and later).
 ORIGIN_SESSION_FUNCTIONS = ("pg_replication_origin_session_setup(text)", "pg_replication_origin_session_reset()")
@@ -189,6 +192,30 @@ class Replication:
         return SlotStatus(
             self.slot, True, bool(active), confirmed, None if retained is None else int(retained), wal_status
         )
+
+    def drop_slot_left(self, conn: Any) -> None:
+        """Drop the slot a first load that never committed left (no lake data depends on it), before a new one."""
+        if self.position(conn) is not None:
+            log.info("%s: dropping slot %s left by an earlier first load", self.display_name, self.slot)
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+
+    def create_slot_exporting_snapshot(self) -> tuple[Any, int, str]:
+        """Create the slot over a replication connection that exports the snapshot the slot starts from. Returns
+        that connection (the snapshot lives while it is open: the caller closes it once the load is read), the
+        slot's consistent point and the snapshot's name."""
+        export = self.connect(replication=True)
+        try:
+            # A replication command, sent as a simple query (psycopg does so for a query without parameters); the
+            # slot name is checked by the spec (lower-case letters, digits and underscores).
+            cur = export.execute(f"CREATE_REPLICATION_SLOT {self.slot} LOGICAL pgoutput (SNAPSHOT 'export')")
+            _, consistent_point, snapshot, _ = cur.fetchone()
+        except Exception as exc:
+            export.close()
+            raise ChangeStreamUnavailable(
+                f"{self.display_name}: cannot create replication slot {self.slot}: {exc}. Check "
+                "max_replication_slots and max_wal_senders on the server. Nothing was tiered"
+            ) from exc
+        return export, parse_lsn(consistent_point), str(snapshot)
 
     def position(self, conn: Any) -> int | None:
         """The slot's confirmed position; None: there is no slot; -1: it lost the WAL it needed."""
