@@ -50,7 +50,8 @@ def server_cpu_seconds(postmaster: int) -> float:
 
 
 def measure(rounds: int, rows: int, workdir: Path) -> dict[str, float]:
-    import adbc_driver_postgresql.dbapi as driver
+    import adbc_driver_postgresql.dbapi as adbc
+    import psycopg
 
     from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.core.spec import TableSpec
@@ -60,15 +61,19 @@ def measure(rounds: int, rows: int, workdir: Path) -> dict[str, float]:
     from testbed.pg_server import PostgresServer
     from testbed.rounds import round_parts
 
-    opened = 0
-    connect = driver.connect
+    opened = {"adbc": 0, "psycopg": 0}
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        nonlocal opened
-        opened += 1
-        return connect(*args, **kwargs)
+    def counting(name: str, driver: Any) -> None:
+        connect = driver.connect
 
-    driver.connect = counting  # type: ignore[assignment]  # counts the rounds' connections, the fixture's too
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            opened[name] += 1
+            return connect(*args, **kwargs)
+
+        driver.connect = counted  # counts the rounds' connections (the fixture's are made outside a round)
+
+    counting("adbc", adbc)
+    counting("psycopg", psycopg)
     with PostgresServer(workdir / "pg") as server:
         hot = PostgresHot(server.dsn)
         hot.create("small_rounds")
@@ -86,22 +91,25 @@ def measure(rounds: int, rows: int, workdir: Path) -> dict[str, float]:
         round_parts(spec, hot, catalog, writer=writer).run(store)  # creates the lake table
         postmaster = int((Path(server.datadir) / "postmaster.pid").read_text().split()[0])
         wall = client = on_server = 0.0
-        connections = 0
+        connections = {"adbc": 0, "psycopg": 0}
         for number in range(rounds):
             hot.insert("small_rounds", rows * (number + 1) + 1, rows)
-            opened, client_before, server_before = 0, cpu_seconds(), server_cpu_seconds(postmaster)
+            opened.update(adbc=0, psycopg=0)
+            client_before, server_before = cpu_seconds(), server_cpu_seconds(postmaster)
             started = time.perf_counter()
             result = round_parts(spec, hot, catalog, writer=writer).run(store)
             wall += time.perf_counter() - started
             client += cpu_seconds() - client_before
             on_server += server_cpu_seconds(postmaster) - server_before
-            connections += opened
+            for name, count in opened.items():
+                connections[name] += count
             assert result.metrics is not None and result.metrics.rows == rows, result
     return {
         "wall_ms": 1000 * wall / rounds,
         "client_cpu_ms": 1000 * client / rounds,
         "server_cpu_ms": 1000 * on_server / rounds,
-        "connections": connections / rounds,
+        "connections": sum(connections.values()) / rounds,
+        "adbc_connections": connections["adbc"] / rounds,
     }
 
 

@@ -718,7 +718,7 @@ def test_11_a_one_megabyte_error_is_stored_truncated_to_2_kib(
     with pytest.raises(SourceError) as raised:
         run(spec, pg.source(spec.source), catalog_of(catalog_properties), state_path, writer)
     assert len(str(raised.value)) > 1_000_000  # the message did arrive whole
-    state = assert_failed_round(state_path, f"SourceError: postgres table public.{name}: ", "ERROR:  row 1: xxxx")
+    state = assert_failed_round(state_path, f"SourceError: postgres table public.{name}: ", "failed: row 1: xxxx")
     assert state.last_error is not None and state.last_error.endswith(" …[truncated]")
     assert 2000 < len(state.last_error.encode()) <= 2048
     assert state_path.stat().st_size < 8 * 1024

@@ -558,7 +558,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         if split is not None and split.end_block is not None:
             bounds.append(f"ctid < '({int(split.end_block)},0)'::tid")
         where = f" WHERE {' AND '.join(bounds)}" if bounds else ""
-        conn = self.table._connect()  # the bulk reader's ADBC session (binary COPY into Arrow)
+        conn = self.table._connect_arrow()  # the bulk reader's ADBC session (binary COPY into Arrow)
         try:
             cur = conn.cursor()
             try:
@@ -629,7 +629,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             f"WITH t AS (SELECT j.__n, {casts} FROM json_to_recordset(CAST($1 AS json)) AS j(__n int8, {definitions})) "
             f"SELECT {self._select_list(schema)}, {fill_select} FROM t ORDER BY __n"
         )
-        conn = self.table._connect()
+        conn = self.table._connect_arrow()
         try:
             cur = conn.cursor()
             try:
