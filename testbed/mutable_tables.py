@@ -13,6 +13,7 @@ import random
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -256,19 +257,29 @@ def postgres_mutable(dsn: str, table: str, **options: Any) -> MutableHot:
 
 
 def mariadb_mutable(url: str, table: str, **options: Any) -> MutableHot:
+    import pymysql
+
     from testbed.hot_tables import MariaDBHot
 
     server = MariaDBHot(url)
     # One connection per thread, kept: PyMySQL sets up TLS on every connect (about 10 ms of CPU on each side),
-    # and the random workloads run thousands of statements. A ping reconnects it after a server restart.
+    # and the random workloads run thousands of statements. One that fails a ping (the server restarted) is replaced.
     kept = threading.local()
 
-    def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def connection() -> Any:
         conn = getattr(kept, "conn", None)
-        if conn is None:
-            conn = kept.conn = server.connect()
-        else:
-            conn.ping(reconnect=True)
+        if conn is not None:
+            try:
+                conn.ping(reconnect=False)
+                return conn
+            except pymysql.MySQLError:
+                with suppress(pymysql.MySQLError):  # already closed by the failed ping
+                    conn.close()
+        kept.conn = server.connect()
+        return kept.conn
+
+    def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        conn = connection()
         with conn.cursor() as cur:
             cur.execute(sql, tuple(params))
             return list(cur.fetchall())
