@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,16 @@ from tests.fixtures_servers import mariadb_server, pg_server, s3_server  # noqa:
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"terminated by signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM (a cancelled CI job, the suite script's trap) ends the run as Ctrl-C does, so every fixture's teardown
+    # runs: it stops the Airflow clusters and unmounts the chaos run's tmpfs, which the default action leaves behind.
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 @pytest.fixture(scope="session")
