@@ -97,6 +97,17 @@ def libpq_conninfo(connection: ConnectionInfo) -> str:
     return make_conninfo("", **{k: v for k, v in parameters.items() if v is not None})
 
 
+def psycopg_connect(display_name: str, conninfo: str, **options: Any) -> Any:
+    """A new autocommit psycopg connection named after this package (the watermark tells its sessions apart by the
+    name); ``options`` are psycopg's (``cursor_factory``, ``replication``...). SourceError when it cannot connect."""
+    import psycopg
+
+    try:
+        return psycopg.connect(conninfo, application_name=APPLICATION_NAME, autocommit=True, **options)
+    except psycopg.Error as exc:
+        raise SourceError(f"{display_name}: cannot connect: {exc}") from exc
+
+
 class PostgresSource(SqlSource):
     """A PostgreSQL table, reached with the fields of a ``postgres`` connection."""
 
@@ -125,12 +136,9 @@ class PostgresSource(SqlSource):
         """A psycopg connection for the small queries (``_query`` and the planning's): it connects in about a
         tenth of ADBC's client time, which reads all of ``pg_type`` on every connect. PostgreSQL's own ``$n``
         placeholders (a raw cursor), so every statement is written once for both drivers."""
-        import psycopg
+        from psycopg import RawCursor
 
-        try:
-            return psycopg.connect(self._conninfo(), autocommit=True, cursor_factory=psycopg.RawCursor)
-        except psycopg.Error as exc:
-            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
+        return psycopg_connect(self.display_name, self._conninfo(), cursor_factory=RawCursor)
 
     def _connect_arrow(self) -> Any:
         """An ADBC connection, for what is read as Arrow: splits, snapshots, rows to evict."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
-from airflow_provider_tiering.sources.postgres.cursor_source import APPLICATION_NAME
+from airflow_provider_tiering.sources.postgres.cursor_source import psycopg_connect
 from airflow_provider_tiering.sources.postgres.pgoutput import decode, format_lsn, parse_lsn
 from airflow_provider_tiering.sources.sql import quote_identifier
 
@@ -58,15 +58,7 @@ class Replication:
 
     def connect(self, replication: bool = False) -> Any:
         """A new autocommit psycopg connection (a replication one, for replication commands)."""
-        import psycopg
-
-        options: dict[str, Any] = {"application_name": APPLICATION_NAME, "autocommit": True}
-        if replication:
-            options["replication"] = "database"
-        try:
-            return psycopg.connect(self.conninfo, **options)
-        except Exception as exc:
-            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
+        return psycopg_connect(self.display_name, self.conninfo, **({"replication": "database"} if replication else {}))
 
     def check_server(
         self, conn: Any, tiered_columns: Callable[[], Sequence[str]], key: Callable[[], Sequence[str]]
