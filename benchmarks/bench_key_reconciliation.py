@@ -122,8 +122,9 @@ def main() -> None:
         source.bind_key(MergeKey(("id",), "version"))
         source.schema()  # its catalog query is not the keys' read
         started = time.monotonic()
-        with source.reading_one_snapshot([], with_keys=True):
-            hot_keys = source.live_keys()
+        with source.reading_one_snapshot(None, [], with_keys=True) as read:
+            hot_keys = read.keys
+        assert hot_keys is not None
         hot_read = time.monotonic() - started
         table = lake_of(spec(0), catalog).load_table()
         started = time.monotonic()

@@ -9,7 +9,6 @@ still reads the row's old version; one that reads its own fresh snapshot no long
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,12 @@ class UpdatesBeforeEachSplit(PostgresSource):
         super().__init__(source.spec, source.connection)
         self.record_dir = str(record_dir)
 
-    def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    def select_split_sql(self, split: RangeSplit, schema: pa.Schema) -> str:
+        # Every read of a split builds its statement here, whichever reader runs it (this source, or the reader of
+        # the round's exported snapshot): the update commits before that statement runs.
         if split.index >= 1:
             self._update_one_row_of(split)
-        yield from super().read_split(split, schema)
+        return super().select_split_sql(split, schema)
 
     def _update_one_row_of(self, split: RangeSplit) -> None:
         record = os.path.join(self.record_dir, f"split-{split.index}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +33,8 @@ from airflow_provider_tiering.core.ports import (
     LineageDataset,
     MergeKey,
     MergeResult,
+    RejectedRecord,
+    RoundRead,
     SafeWatermark,
     Source,
     SplitReader,
@@ -95,17 +97,14 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         self.truncated = False
         self._versions = itertools.count(1)
         self._ids = itertools.count(1)
-        self._snapshot: dict[int, dict[str, Any]] | None = None
-        #: The keys a round bound (``bind_key``), one per round, and those read in its snapshot (``live_keys``).
+        #: The keys a round bound (``bind_key``), one per round.
         self.bound_keys: list[MergeKey] = []
-        self._live_keys: pa.Table | None = None
 
     def session(self) -> MemoryTable:
         """Another process's connection to the same table (a rival round's): the rows are shared, its snapshot is
         its own."""
         other = MemoryTable.__new__(MemoryTable)
         other.__dict__.update(self.__dict__)
-        other._snapshot = None
         return other
 
     # -- what a test does to the table
@@ -130,7 +129,7 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
     def _reach(self) -> dict[int, dict[str, Any]]:
         if self.unreachable:
             raise SourceError(f"{self.display_name} is unreachable (password {self.password})")
-        return self.rows if self._snapshot is None else self._snapshot
+        return self.rows
 
     def _versions_in(self, low: int, high: int) -> list[int]:
         return sorted(row["version"] for row in self._reach().values() if low < row["version"] <= high)
@@ -178,37 +177,53 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         return {"cursor": plan.end}
 
     def read_split(self, split: MemorySplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        rows = [row for row in self._reach().values() if split.low < row["version"] <= split.high]
-        yield from pa.Table.from_pylist(sorted(rows, key=lambda row: row["version"]), schema).to_batches()
+        return _read_rows(self._reach(), split, schema)
 
     def bind_key(self, key: MergeKey) -> None:
         self.bound_keys.append(key)
 
     @contextmanager
-    def _one_snapshot(self, with_keys: bool) -> Iterator[None]:
-        self._snapshot = {key: dict(row) for key, row in self._reach().items()}
-        if with_keys:
-            self._live_keys = pa.table({"id": pa.array(sorted(self._snapshot), pa.int64())})
-        try:
-            yield
-        finally:
-            self._snapshot = self._live_keys = None
-
     def reading_one_snapshot(
-        self, splits: Sequence[MemorySplit], *, read_here: bool = False, with_keys: bool = False
-    ) -> AbstractContextManager[None]:
-        return self._one_snapshot(with_keys)
-
-    def live_keys(self) -> pa.Table:
-        if self._live_keys is None:
-            raise SourceError(f"{self.display_name}: keys are read only inside a reconciling round's snapshot")
-        return self._live_keys
+        self,
+        plan: MemoryPlan | None,
+        splits: Sequence[MemorySplit],
+        *,
+        read_here: bool = False,
+        with_keys: bool = False,
+    ) -> Iterator[RoundRead[MemorySplit]]:
+        snapshot = MemoryRead(self, {key: dict(row) for key, row in self._reach().items()})
+        keys = pa.table({"id": pa.array(sorted(snapshot.rows), pa.int64())}) if with_keys else None
+        yield RoundRead(snapshot, keys)
 
     def lineage_dataset(self) -> LineageDataset:
         return LineageDataset("memory", self.display_name)
 
     def identity(self) -> HotIdentity:
         return HotIdentity(table="16384")
+
+
+def _read_rows(rows: dict[int, dict[str, Any]], split: MemorySplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    picked = [row for row in rows.values() if split.low < row["version"] <= split.high]
+    yield from pa.Table.from_pylist(sorted(picked, key=lambda row: row["version"]), schema).to_batches()
+
+
+@dataclass(frozen=True)
+class MemoryRead:
+    """The rows of a :class:`MemoryTable` as a round's snapshot holds them: what its splits read."""
+
+    table: MemoryTable
+    rows: dict[int, dict[str, Any]]
+
+    @property
+    def display_name(self) -> str:
+        return self.table.display_name
+
+    def read_split(self, split: MemorySplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        self.table._reach()  # an unreachable table fails its reads
+        return _read_rows(self.rows, split, schema)
+
+    def take_rejects(self) -> list[RejectedRecord]:
+        return []
 
 
 # -- files and the split writer -------------------------------------------------------------------------------

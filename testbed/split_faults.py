@@ -52,9 +52,11 @@ class FirstAttemptFaults(PostgresSource):
         self.kill_executor = tuple(kill_executor)
         self._split_index: int | None = None
 
-    def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    def select_split_sql(self, split: RangeSplit, schema: pa.Schema) -> str:
+        # Every read of a split builds its statement here, whichever reader runs it (this source, or the reader of
+        # the round's exported snapshot, which carries this source to the task).
         self._split_index = split.index
-        yield from super().read_split(split, schema)
+        return super().select_split_sql(split, schema)
 
     def take_rejects(self) -> list[dict[str, Any]]:
         from pyspark import TaskContext

@@ -13,6 +13,7 @@ Spark task (so sources, splits and partitioners must pickle).
 
 from __future__ import annotations
 
+import copy
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,7 +21,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 from typing_extensions import TypedDict
@@ -100,7 +101,7 @@ class MergeKey:
     soft_delete_column: str | None = None
     #: Rows come from a change stream: they carry ``CHANGE_DELETED``, ``CHANGE_FILL`` and ``CHANGE_CHUNK``.
     from_change_stream: bool = False
-    #: This round also reads every key of the hot table in its snapshot (``Source.live_keys``), and the merge
+    #: This round also reads every key of the hot table in its snapshot (``RoundRead.keys``), and the merge
     #: removes the lake's keys that are not among them (hard deletes, the old key of a changed key).
     reconcile: bool = False
 
@@ -302,6 +303,19 @@ class SplitReader(Protocol[SplitT_contra]):
         ...
 
 
+@dataclass(frozen=True)
+class RoundRead(Generic[SplitT]):
+    """What a round reads through while it holds one snapshot of its source (:meth:`Source.reading_one_snapshot`):
+    it lives as long as that snapshot, so nothing of it is left on the source for a later round to find."""
+
+    #: What the split writer reads the round's splits with: the source itself (pickled to Spark tasks), or a reader
+    #: that only this process can use (the round's open transaction, the changes its plan already read).
+    reader: SplitReader[SplitT]
+    #: Every key of the hot table in that very snapshot, read on entering (asked for with ``with_keys``, by a
+    #: round that reconciles, ``MergeKey.reconcile``); None when not asked for.
+    keys: pa.Table | None = None
+
+
 class EvictionSource(Protocol):
     """A hot store that can delete rows the lake holds (see ``core/eviction.py``)."""
 
@@ -416,6 +430,19 @@ class Source(ABC, Generic[PlanT, SplitT]):
     #: Human-readable name for messages (never contains credentials).
     display_name: str
 
+    def for_round(self) -> Self:
+        """This source for one round: the kernel calls it as a round opens and the round uses only what it returns.
+        What a round binds (its key, its lake, its column history) and what it reads once and keeps (the table's
+        columns and identity, a listing) start empty in it, so that a round never finds an earlier round's; it holds
+        no connection of this object's."""
+        session = copy.copy(self)  # copy's protocol goes through ``__getstate__``: the connections it drops stay behind
+        session._begin_round()
+        return session
+
+    def _begin_round(self) -> None:
+        """Called on a round's fresh copy (:meth:`for_round`): reset what a round binds or reads once and keeps."""
+        return None
+
     @abstractmethod
     def schema(self) -> pa.Schema:
         """The Arrow schema of the tiered columns, as written to the lake; empty when it cannot be known yet
@@ -471,27 +498,27 @@ class Source(ABC, Generic[PlanT, SplitT]):
         return nullcontext()
 
     def reading_one_snapshot(
-        self, splits: Sequence[SplitT], *, read_here: bool = False, with_keys: bool = False
-    ) -> AbstractContextManager[None]:
-        """Held while the round reads ``splits`` (entered after the safe watermark, before the Spark job): every
-        split, and every attempt of it, reads the same consistent snapshot of the source, so each row version is
-        read exactly once whatever commits meanwhile. Splits of immutable things (files) need nothing shared.
+        self, plan: PlanT | None, splits: Sequence[SplitT], *, read_here: bool = False, with_keys: bool = False
+    ) -> AbstractContextManager[RoundRead[SplitT]]:
+        """Held while the round reads ``splits`` of ``plan`` (entered after the safe watermark, before the Spark
+        job; ``plan`` is None for a round that reads only the keys): every split, and every attempt of it, reads
+        the same consistent snapshot of the source, so each row version is read exactly once whatever commits
+        meanwhile. Splits of immutable things (files) need nothing shared. Yields what the round reads through
+        (:class:`RoundRead`), which holds the round's own state (an open transaction, changes read by the plan).
         ``read_here``: the one split is read by this process, in this thread (the writer's local write).
         ``with_keys``: a reconciling round (``MergeKey.reconcile``) also reads every key of the hot table in that
-        snapshot, on entering, before any split (:meth:`live_keys`)."""
-        return nullcontext()
-
-    def live_keys(self) -> pa.Table:
-        """Inside :meth:`reading_one_snapshot` entered ``with_keys`` (a round that reconciles): every key of the hot
-        table, in the very snapshot the round's splits read (the columns of the key bound with :meth:`bind_key`,
-        typed as :meth:`schema` types them).
+        snapshot, on entering, before any split (``RoundRead.keys``: the columns of the key bound with
+        :meth:`bind_key`, typed as :meth:`schema` types them).
 
         Raises:
-            SourceError: this source cannot read its keys (only SQL tables merged by cursor can).
+            SourceError: ``with_keys``, and this source cannot read its keys (only SQL tables merged by cursor and
+                a change stream's load can).
         """
-        from airflow_provider_tiering.core.errors import SourceError
+        if with_keys:
+            from airflow_provider_tiering.core.errors import SourceError
 
-        raise SourceError(f"{self.display_name} cannot read every key of its table (key reconciliation)")
+            raise SourceError(f"{self.display_name} cannot read every key of its table (key reconciliation)")
+        return nullcontext(RoundRead(self))
 
     @abstractmethod
     def lineage_dataset(self) -> LineageDataset:
@@ -525,7 +552,7 @@ class Source(ABC, Generic[PlanT, SplitT]):
 
     def bind_key(self, key: MergeKey) -> None:
         """Called once a round, before planning, with a merge table's key (a change stream reduces its changes by
-        it; a reconciling round reads its columns, :meth:`live_keys`)."""
+        it; a reconciling round reads its columns, ``RoundRead.keys``)."""
         return None
 
     def primary_key(self) -> tuple[str, ...] | None:

@@ -35,6 +35,7 @@ from airflow_provider_tiering.core.ports import (
     MergeResult,
     PlanT,
     RejectsSink,
+    RoundRead,
     SafeWatermark,
     Source,
     SplitT,
@@ -200,6 +201,7 @@ def run_round(
     file (``lake/rejects.py``). ``announced_epoch`` is the newest epoch an asset event announced (0: none; None:
     unknown): the lake's commits above it come back in ``unannounced``.
     """
+    source = source.for_round()  # this round's own: nothing an earlier round read or bound
     r = RoundContext(
         spec=spec, source=source, lake=lake, writer=writer, state_store=state_store, rejects=rejects,
         secrets=[*secrets, *source.secrets()], retry_delay=retry_delay, notify=observe or (lambda phase: None),
@@ -354,12 +356,19 @@ def _reconciliation(
     reconciling = replace(key, reconcile=True)
     if has_rows:
         return reconciling, None  # the keys are read with the rows
-    with r.source.reading_one_snapshot([], with_keys=True):  # no rows to read: the keys alone, in a snapshot
-        hot_keys = r.source.live_keys()
+    with r.source.reading_one_snapshot(None, [], with_keys=True) as read:  # no rows: the keys alone, in a snapshot
+        hot_keys = _hot_keys(r, read)
     if not r.lake.keys_not_in(hot_keys, reconciling):
         state.keys_reconciled_at = r.clock()
         return key, None
     return reconciling, hot_keys
+
+
+def _hot_keys(r: RoundContext[PlanT, SplitT], read: RoundRead[SplitT]) -> pa.Table:
+    """The keys a snapshot entered ``with_keys`` read; a source that yields none cannot reconcile."""
+    if read.keys is None:
+        raise SourceError(f"{r.source.display_name}: no keys were read in the round's snapshot (key reconciliation)")
+    return read.keys
 
 
 def _nothing_to_tier(r: RoundContext[PlanT, SplitT], state: TableState, planned: _Planned[PlanT]) -> RoundResult:
@@ -423,11 +432,13 @@ def _write(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int)
     hot_keys = planned.hot_keys
     in_process = len(splits) == 1 and r.writer.writes_single_split_locally
     if not planned.keys_only:
-        with r.source.reading_one_snapshot(splits, read_here=in_process, with_keys=planned.reconciling):
+        with r.source.reading_one_snapshot(
+            planned.plan, splits, read_here=in_process, with_keys=planned.reconciling
+        ) as read:
             if planned.reconciling:
-                hot_keys = r.source.live_keys()  # read on entering, in the snapshot the splits read
+                hot_keys = _hot_keys(r, read)  # read on entering, in the snapshot the splits read
             written = r.writer.write(
-                r.source, splits, planned.opened.schema, _write_target(r, planned, epoch),
+                read.reader, splits, planned.opened.schema, _write_target(r, planned, epoch),
                 rejects_uri=None if r.rejects is None else r.rejects.staging_uri(epoch, r.attempt),
             )  # fmt: skip
     r.source.check_shape_unchanged()

@@ -185,6 +185,10 @@ class MySqlSource(SqlSource):
         self._cursor_sql_type: str | None = None
         self._primary_key: tuple[str, ...] | None = None
 
+    def _begin_round(self) -> None:
+        super()._begin_round()
+        self._cursor_sql_type = self._primary_key = None
+
     # -- connections ---------------------------------------------------------------------------
     def secrets(self) -> list[str]:
         return self.connection.secrets()

@@ -29,8 +29,11 @@ from airflow_provider_tiering.core.ports import (
     BehindLook,
     EvictionSource,
     MergeKey,
+    RejectedRecord,
+    RoundRead,
     SafeWatermark,
     Source,
+    SplitReader,
     TieredSample,
     TiersReader,
     VerifyRows,
@@ -46,6 +49,23 @@ if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs 
 Rows = list[tuple[Any, ...]]
 #: Runs a query (with bound parameters) in an open transaction, as Arrow batches of the given schema.
 RunInTransaction = Callable[[str, Sequence[Any], "pa.Schema"], Iterator["pa.RecordBatch"]]
+
+
+@dataclass(frozen=True)
+class RoundTransaction:
+    """A reconciling round's open transaction (``SqlSource._round_transaction``)."""
+
+    #: Runs a query in it: the round's keys are read with it.
+    run: RunInTransaction
+    #: What reads the round's splits in its snapshot wherever they run (PostgreSQL's imported snapshot); None when
+    #: only a split read in this process, through ``run``, can.
+    reader: SplitReader[RangeSplit] | None = None
+
+
+@contextmanager
+def _in_transaction_only(transaction: AbstractContextManager[RunInTransaction]) -> Iterator[RoundTransaction]:
+    with transaction as run:
+        yield RoundTransaction(run)
 
 
 def quote_identifier(name: str, quote: str = '"') -> str:
@@ -123,10 +143,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         self._schema: pa.Schema | None = None
         self._evict_conn: Any = None
         self._key: MergeKey | None = None
-        #: A reconciling round's keys, read in its snapshot (``live_keys``).
-        self._live_keys: pa.Table | None = None
-        #: A reconciling round's transaction, where a split read in this process runs (see ``reading_one_snapshot``).
-        self._round_read: RunInTransaction | None = None
         #: The table's identity as the round first read it (``check_shape_unchanged`` compares its column ids).
         self._round_identity: HotIdentity | None = None
         #: Whether ``connected()`` is entered, and the connection it keeps (opened by the first query in it).
@@ -135,9 +151,13 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        # The round's open transaction and connections stay in the round's process (not pickled to Spark).
-        state.update(_round_read=None, _live_keys=None, _evict_conn=None, _holding=False, _held=None)
+        # The round's connections stay in the round's process (not pickled to Spark).
+        state.update(_evict_conn=None, _holding=False, _held=None)
         return state
+
+    def _begin_round(self) -> None:
+        super()._begin_round()
+        self._schema = self._round_identity = self._key = None
 
     # -- connections -----------------------------------------------------------------------------
     @abstractmethod
@@ -348,10 +368,13 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         return {"cursor": plan.upper}
 
     def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        return self.conformed(self._execute_arrow(self.select_split_sql(split, schema), schema), schema)
+
+    def conformed(self, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """A split's batches conformed to exactly ``schema`` (``sources/conform.py``); an unsupported value's error
+        names the table."""
         from airflow_provider_tiering.sources.conform import conform_batch
 
-        sql = self.select_split_sql(split, schema)
-        batches = self._execute_arrow(sql, schema) if self._round_read is None else self._round_read(sql, (), schema)
         for batch in batches:
             try:
                 conformed = conform_batch(batch, schema)
@@ -363,25 +386,22 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     def bind_key(self, key: MergeKey) -> None:
         self._key = key
 
-    def _shared_snapshot(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[None]:
-        """What lets separate connections read ``splits`` in one snapshot (see ``cut_splits``); nothing here."""
-        return nullcontext()
+    def _shared_snapshot(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[SplitReader[RangeSplit]]:
+        """What lets separate connections read ``splits`` in one snapshot (see ``cut_splits``), and what reads them
+        in it, held while they are read; here nothing: the source reads each split itself."""
+        return nullcontext(self)
 
-    def _round_transaction(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[RunInTransaction]:
+    def _round_transaction(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[RoundTransaction]:
         """A reconciling round's transaction, open while its splits are read: its keys are read in it, and so
         is its split when read in this process (the dialect's consistent read, ``_snapshot``)."""
-        return self._snapshot()
-
-    #: Whether a reconciling round's split, read in this process, runs in the round's transaction (dialects
-    #: whose split readers cannot import it).
-    _split_reads_in_round_transaction: ClassVar[bool] = True
+        return _in_transaction_only(self._snapshot())
 
     @contextmanager
     def reading_one_snapshot(
-        self, splits: Sequence[RangeSplit], *, read_here: bool = False, with_keys: bool = False
-    ) -> Iterator[None]:
+        self, plan: RangePlan | None, splits: Sequence[RangeSplit], *, read_here: bool = False, with_keys: bool = False
+    ) -> Iterator[RoundRead[RangeSplit]]:
         """One snapshot for the round's splits; a reconciling round (``with_keys``) also reads every key of the
-        table in it, before any split (``live_keys``).
+        table in it, before any split (``RoundRead.keys``).
 
         PostgreSQL exports the transaction's snapshot and every split reader imports it, wherever it runs. SQLite
         and MariaDB read a round as one split: read ``read_here`` (in this process, the local writer), it runs in
@@ -392,24 +412,15 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         with those keys, when the keys were read; a key deleted in between stays in the lake until the next
         reconciliation; and the merge never removes a key among the round's own rows."""
         if not with_keys:
-            with self._shared_snapshot(splits):
-                yield
+            with self._shared_snapshot(splits) as reader:
+                yield RoundRead(reader)
             return
-        holds = not self._split_reads_in_round_transaction or read_here
-        with self._round_transaction(splits) as run:
-            self._live_keys = self._read_keys(run)
-            if holds:
-                if self._split_reads_in_round_transaction:
-                    self._round_read = run
-                try:
-                    yield
-                finally:
-                    self._live_keys = self._round_read = None
+        with self._round_transaction(splits) as transaction:
+            keys = self._read_keys(transaction.run)
+            if transaction.reader is not None or read_here:
+                yield RoundRead(transaction.reader or _InTransaction(self, transaction.run), keys)
                 return
-        try:
-            yield
-        finally:
-            self._live_keys = None
+        yield RoundRead(self, keys)
 
     def _read_keys(self, run: RunInTransaction) -> pa.Table:
         import pyarrow as pa
@@ -423,11 +434,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         columns = ", ".join(self.select_expression(f) for f in key_schema)
         batches = [conform_batch(b, key_schema) for b in run(f"SELECT {columns} FROM {self.table_ref}", (), key_schema)]
         return pa.Table.from_batches(batches, schema=key_schema)
-
-    def live_keys(self) -> pa.Table:
-        if self._live_keys is None:
-            raise SourceError(f"{self.display_name}: keys are read only inside a reconciling round's snapshot")
-        return self._live_keys
 
     # -- the hot table's shape (``core/follow_shape.py``) ------------------------------------------
     def identity(self) -> HotIdentity:
@@ -735,3 +741,23 @@ def first_value(batches: Sequence[pa.RecordBatch], field: pa.Field[Any]) -> Any:
         if batch.num_rows:
             return conform_batch(batch, target).column(0)[0].as_py()
     return None
+
+
+class _InTransaction:
+    """A SQL table's splits read in its round's open transaction: a reconciling round's, read by this process in the
+    snapshot its keys were read in (see ``SqlSource.reading_one_snapshot``). Never pickled: it lives with the
+    transaction."""
+
+    def __init__(self, source: SqlSource, run: RunInTransaction) -> None:
+        self.source = source
+        self.run = run
+
+    @property
+    def display_name(self) -> str:
+        return self.source.display_name
+
+    def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        return self.source.conformed(self.run(self.source.select_split_sql(split, schema), (), schema), schema)
+
+    def take_rejects(self) -> list[RejectedRecord]:
+        return self.source.take_rejects()

@@ -289,6 +289,27 @@ def test_a_merge_round_keeps_the_latest_version_of_each_key_and_reconciles_delet
     assert parts.state().keys_reconciled_at == NOW
 
 
+def test_the_splits_are_read_in_the_rounds_snapshot_and_a_later_reconciliation_removes_what_it_deleted() -> None:
+    """The writer reads the splits through what the source's snapshot yields (``RoundRead``): rows deleted while
+    the round writes are still read by it, as a PostgreSQL round's imported snapshot reads them, and the next round's
+    reconciliation removes them from the lake."""
+    parts = Parts(merge={"primary_key": ["id"]})
+    ids = parts.hot.insert(30)
+    parts.round()
+    parts.hot.update(ids[:5], "changed")
+    parts.writer.before_write = lambda: parts.hot.delete(ids[:5])
+    result = parts.round()
+    assert result.metrics is not None and result.metrics.updated_rows == 5
+    lake = {row["id"]: row["value"] for row in parts.lake.rows().to_pylist()}
+    assert [lake[i] for i in ids[:5]] == ["changed"] * 5
+    parts.writer.before_write = None
+    parts.store.doc = {**parts.state().to_json(), "keys_reconciled_at": None}
+    parts.spec = _spec(merge={"primary_key": ["id"], "reconcile_keys_every_seconds": 60})
+    result = parts.round()
+    assert result.metrics is not None and result.metrics.deleted_rows == 5
+    assert sorted(parts.lake.rows().to_pylist(), key=lambda r: r["id"]) == parts.hot.as_table().to_pylist()
+
+
 def test_a_truncate_found_while_planning_keeps_the_hot_tables_identity_for_an_adopting_reset() -> None:
     """A change stream finds a TRUNCATE when it plans: the round fails, quarantined, and keeps the hot table's
     identity so that ``reset --adopt-hot-table`` can continue with the table as it is."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -64,6 +65,11 @@ class FileSource(Source[FilePlan, FileSplit]):
     def __getstate__(self) -> dict[str, Any]:
         # Executors need neither the driver's listings nor its open filesystem.
         return {**self.__dict__, "_filesystem": None, "_pending": None}
+
+    def _begin_round(self) -> None:
+        super()._begin_round()
+        self.offsets_log = copy.copy(self.offsets_log)  # bound to the lake by the round, its reads its own
+        self._schema = None
 
     def _check_archive_location(self, archive: str) -> None:
         scheme = self.location.split("://", 1)[0] if "://" in self.location else "file"

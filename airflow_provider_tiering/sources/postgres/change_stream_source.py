@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +42,8 @@ from airflow_provider_tiering.core.ports import (
     KeyValues,
     LineageDataset,
     MergeKey,
+    RejectedRecord,
+    RoundRead,
     SafeWatermark,
     Source,
     TiersReader,
@@ -114,6 +116,11 @@ class ChangePlan:
     #: A first load's table size in blocks, measured after the slot was created (every row its snapshot sees lies
     #: in them): what its splits cut.
     blocks: int | None = None
+    #: The round's own state, kept in this process: a first load's exporting session (its snapshot lives while it
+    #: is open; ``reading_one_snapshot`` closes it once the load is written), and the changes the plan read when
+    #: they fit in memory (a split read here is typed from them, without reading the slot again).
+    exporting: Any = field(default=None, compare=False, repr=False)
+    found: ChangeSet | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_empty(self) -> bool:
@@ -161,22 +168,15 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             spec.publication(),
         )  # fmt: skip
         self.key: tuple[str, ...] | None = None
-        self._export_conn: Any = None
-        #: The changes ``plan`` read (start LSN, end LSN, what they leave), for ``read_split`` in this process.
-        self._planned: tuple[int | None, int, ChangeSet] | None = None
         #: What the lake knows of former column names and initial defaults (``bind_column_history``).
         self._history = ColumnHistory()
-        #: A reload's keys, read in its load's snapshot (``reading_one_snapshot(..., with_keys=True)``).
-        self._live_keys: pa.Table | None = None
         #: The WAL the last plan left for later rounds (its cap), for the status.
         self._backlog_bytes = 0
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_export_conn"] = None  # the exporting session stays with the round's process
-        state["_planned"] = None  # a Spark task reads its split's changes itself rather than receive them
-        state["_live_keys"] = None
-        return state
+    def _begin_round(self) -> None:
+        super()._begin_round()
+        self.table = self.table.for_round()
+        self.key, self._history, self._backlog_bytes = None, ColumnHistory(), 0
 
     # -- what the kernel asks of every source ----------------------------------------------------
     def connected(self) -> AbstractContextManager[None]:
@@ -337,7 +337,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             chunks = Chunks(changes_in_chunks(messages, window, keys_per_chunk=self.spec.keys_in_memory))
             number = 0
             for number, rows in enumerate(chunks, start=1):
-                yield from self._typed(rows, schema, number)
+                yield from self.typed(rows, schema, number)
         counts = chunks.counts
         if not counts.rows_complete:  # never with a plan's end, a record boundary: the written chunks are dropped
             raise SourceError(
@@ -454,8 +454,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         self._backlog_bytes = plan.backlog_bytes
         # Exactly the transactions ending in (start, plan end]: what read_split would read again (when they fit in
         # memory; otherwise it reads them again in chunks).
-        self._planned = (plan.start_lsn, plan.end_lsn, found) if found.rows_complete else None
-        return plan
+        return replace(plan, found=found) if found.rows_complete else plan
 
     def _plan_first_load(self) -> ChangePlan:
         """Create the slot (dropping one left by a first load that never committed: no lake data depends on it)
@@ -464,7 +463,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             self._check_server(conn)
             self.replication.ensure_publication(conn)
             self.replication.drop_slot_left(conn)
-        self._export_conn, consistent_point, snapshot = self.replication.create_slot_exporting_snapshot()
+        exporting, consistent_point, snapshot = self.replication.create_slot_exporting_snapshot()
         # Measured after the slot's snapshot: every row it sees lies in these blocks.
         with self.replication.connect() as conn:
             (rows, blocks) = conn.execute(
@@ -474,7 +473,9 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             ).fetchone()
         # reltuples is -1 before the table's first ANALYZE: an estimate from its size then.
         estimate = int(rows) if rows is not None and rows >= 0 else int(blocks or 0) * ROWS_PER_BLOCK_GUESS
-        return ChangePlan(consistent_point, None, max(estimate, 1), snapshot=snapshot, blocks=int(blocks or 0))
+        return ChangePlan(
+            consistent_point, None, max(estimate, 1), snapshot=snapshot, blocks=int(blocks or 0), exporting=exporting
+        )
 
     def cut_splits(self, plan: ChangePlan, target_rows_per_split: int, parallelism: int) -> list[ChangeSplit]:
         """A first load is cut into ranges of the table's blocks of about equal size, as many as its estimated rows
@@ -495,26 +496,25 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
 
     @contextmanager
     def reading_one_snapshot(
-        self, splits: Sequence[ChangeSplit], *, read_here: bool = False, with_keys: bool = False
-    ) -> Iterator[None]:
+        self,
+        plan: ChangePlan | None,
+        splits: Sequence[ChangeSplit],
+        *,
+        read_here: bool = False,
+        with_keys: bool = False,
+    ) -> Iterator[RoundRead[ChangeSplit]]:
         """The first load reads the slot's exported snapshot: its session is closed once the load is written. A load
-        that reconciles (a reload of a table the lake holds) reads every key in that snapshot first (``live_keys``):
-        the lake's keys that are not among them were deleted since its LSN."""
+        that reconciles (a reload of a table the lake holds) reads every key in that snapshot first
+        (``RoundRead.keys``): the lake's keys that are not among them were deleted since its LSN. A round of changes
+        read here is typed from the changes its plan read."""
         try:
             snapshot = splits[0].snapshot if splits else None
-            if with_keys and snapshot is not None:
-                self._live_keys = self._read_keys(snapshot)
-            yield
+            keys = self._read_keys(snapshot) if with_keys and snapshot is not None else None
+            found = None if plan is None or not read_here else plan.found
+            yield RoundRead(self if found is None else _PlannedChanges(self, found), keys)
         finally:
-            self._live_keys = None
-            if self._export_conn is not None:
-                self._export_conn.close()
-                self._export_conn = None
-
-    def live_keys(self) -> pa.Table:
-        if self._live_keys is None:
-            raise SourceError(f"{self.display_name}: keys are read only inside a reload's snapshot")
-        return self._live_keys
+            if plan is not None and plan.exporting is not None:
+                plan.exporting.close()
 
     def _read_keys(self, snapshot: str) -> pa.Table:
         schema = self.schema()
@@ -528,20 +528,6 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             yield from self._read_snapshot(split.snapshot, schema, split)
             return
         assert split.start_lsn is not None
-        planned = self._planned
-        if planned is not None and planned[:2] == (split.start_lsn, split.end_lsn):
-            found = planned[2]  # written by the process that planned it: the slot is not read a second time
-            log.info(
-                "%s: %d transactions: %d inserts, %d updates, %d deletes -> %d keys",
-                self.display_name,
-                found.transactions,
-                found.inserted,
-                found.updated,
-                found.deleted,
-                len(found.rows),
-            )
-            yield from self._typed(found.rows, schema, 1)
-            return
         with self.replication.connect() as conn:
             yield from self._change_chunks(conn, split.start_lsn, split.end_lsn, schema)
 
@@ -574,7 +560,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         finally:
             conn.close()
 
-    def _typed(self, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int) -> Iterator[pa.RecordBatch]:
+    def typed(self, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int) -> Iterator[pa.RecordBatch]:
         """A chunk of the change set's rows typed by the server, each with its change columns. A column a change does
         not carry (made before the column was added) gets what rows written before it hold: the lake's initial
         default of it, else NULL. The key whose lake row holds an update's unchanged TOAST values is typed too, so it
@@ -707,3 +693,27 @@ def _with_change_columns(
             ]
         ),
     )
+
+
+class _PlannedChanges:
+    """A round of changes read by the process that planned it, typed from the changes its plan read: the slot is
+    not read a second time. Never pickled: a Spark task reads its split's changes itself."""
+
+    def __init__(self, source: PostgresCdcSource, found: ChangeSet) -> None:
+        self.source = source
+        self.found = found
+
+    @property
+    def display_name(self) -> str:
+        return self.source.display_name
+
+    def read_split(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        found = self.found
+        log.info(
+            "%s: %d transactions: %d inserts, %d updates, %d deletes -> %d keys", self.display_name,
+            found.transactions, found.inserted, found.updated, found.deleted, len(found.rows),
+        )  # fmt: skip
+        return self.source.typed(found.rows, schema, 1)
+
+    def take_rejects(self) -> list[RejectedRecord]:
+        return []

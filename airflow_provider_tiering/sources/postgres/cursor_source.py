@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +16,7 @@ from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import MissingDependency, SourceError, UnsupportedColumnType
 from airflow_provider_tiering.core.offsets import Offsets, cursor_of
 from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution, RangeSplit
-from airflow_provider_tiering.core.ports import LineageDataset, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.ports import LineageDataset, RejectedRecord, SafeWatermark, SplitReader, VerifyRows
 from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity, InPlaceChanges
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.postgres.column_types import (
@@ -28,6 +29,7 @@ from airflow_provider_tiering.sources.postgres.column_types import (
 from airflow_provider_tiering.sources.sql import (
     Bindings,
     OpenTransaction,
+    RoundTransaction,
     Rows,
     RunInTransaction,
     SqlSource,
@@ -121,8 +123,10 @@ class PostgresSource(SqlSource):
         self._cursor_sql_type: str | None = None
         #: How each tiered column is read (filled with the schema).
         self._columns: dict[str, tuple[PgColumn, ColumnRead]] = {}
-        #: The round's exported snapshot while its splits are read (travels with this object to Spark tasks).
-        self._snapshot_id: str | None = None
+
+    def _begin_round(self) -> None:
+        super()._begin_round()
+        self._cursor_sql_type, self._columns = None, {}
 
     def secrets(self) -> list[str]:
         return self.connection.secrets()
@@ -583,57 +587,57 @@ class PostgresSource(SqlSource):
 
         return run
 
-    _split_reads_in_round_transaction = False  # split readers import the exported snapshot, wherever they run
-
     @contextmanager
-    def _shared_snapshot(self, splits: Sequence[RangeSplit]) -> Iterator[None]:
+    def _shared_snapshot(self, splits: Sequence[RangeSplit]) -> Iterator[SplitReader[RangeSplit]]:
         """Export a snapshot that every split reader imports (``SET TRANSACTION SNAPSHOT``), from a transaction
         held open until the splits are read. Taken after the safe watermark, it sees every row up to it.
 
         One split is one statement, which reads one snapshot by itself. The transaction holds back vacuum of the
         rows it can see for the length of the write, like any long read."""
         if len(splits) < 2 or not self.spec.consistent_snapshot:
-            yield
+            yield self
             return
-        with self._exported_snapshot():
-            yield
+        with self._exported_snapshot() as (_, reader):
+            yield reader
 
     @contextmanager
-    def _exported_snapshot(self) -> Iterator[RunInTransaction]:
-        """A repeatable-read transaction whose snapshot split readers import while it is open; yields a function
-        that runs a query in it."""
+    def _round_transaction(self, splits: Sequence[RangeSplit]) -> Iterator[RoundTransaction]:
+        # A reconciling round exports its snapshot even for one split: its keys are read in the exporting
+        # transaction, and every split reader imports that very snapshot.
+        with self._exported_snapshot() as (run, reader):
+            yield RoundTransaction(run, reader)
+
+    @contextmanager
+    def _exported_snapshot(self) -> Iterator[tuple[RunInTransaction, ImportedSnapshot]]:
+        """A repeatable-read transaction whose snapshot split readers import while it is open, wherever they run:
+        runs a query in it, and the reader of splits in its snapshot."""
         conn = self._connect_arrow()
         try:
             cur = conn.cursor()
             try:
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur.execute("SELECT pg_export_snapshot()")
-                (self._snapshot_id,) = cur.fetchone()
+                (snapshot_id,) = cur.fetchone()
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: cannot export the round's snapshot: {exc}") from exc
-
-            run = self._running_in(cur)
-            try:
-                yield run
-            finally:
-                self._snapshot_id = None
+            yield self._running_in(cur), ImportedSnapshot(self, snapshot_id)
         finally:
             conn.close()
 
-    def _round_transaction(self, splits: Sequence[RangeSplit]) -> AbstractContextManager[RunInTransaction]:
-        # A reconciling round exports its snapshot even for one split: its keys are read in the exporting
-        # transaction, and every split reader imports that very snapshot.
-        return self._exported_snapshot()
-
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        return self.read_arrow(sql, None)
+
+    def read_arrow(self, sql: str, snapshot_id: str | None) -> Iterator[pa.RecordBatch]:
+        """Stream a query's rows as Arrow batches on a connection of its own, in the exported ``snapshot_id``
+        when given (see ``ImportedSnapshot``)."""
         conn = self._connect_arrow()
         try:
             cur = conn.cursor()
             try:
-                if self._snapshot_id is not None:
+                if snapshot_id is not None:
                     cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     # SET TRANSACTION SNAPSHOT takes no bound parameter; the id comes from the server itself.
-                    cur.execute(f"SET TRANSACTION SNAPSHOT {quote_string(self._snapshot_id)}")
+                    cur.execute(f"SET TRANSACTION SNAPSHOT {quote_string(snapshot_id)}")
                 cur.execute(sql)
                 reader = cur.fetch_record_batch()
             except Exception as exc:
@@ -652,3 +656,23 @@ class PostgresSource(SqlSource):
             except Exception as exc:
                 raise self._read_failed(what, exc) from exc
             yield batch
+
+
+@dataclass(frozen=True)
+class ImportedSnapshot:
+    """A PostgreSQL round's splits, each read in the snapshot the round exported (``SET TRANSACTION SNAPSHOT``)
+    while its transaction is open: pickled with its source to the Spark tasks that read them."""
+
+    source: PostgresSource
+    snapshot_id: str
+
+    @property
+    def display_name(self) -> str:
+        return self.source.display_name
+
+    def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        sql = self.source.select_split_sql(split, schema)
+        return self.source.conformed(self.source.read_arrow(sql, self.snapshot_id), schema)
+
+    def take_rejects(self) -> list[RejectedRecord]:
+        return self.source.take_rejects()
