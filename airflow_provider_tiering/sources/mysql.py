@@ -31,14 +31,8 @@ from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDist
 from airflow_provider_tiering.core.ports import LineageDataset, SafeWatermark, VerifyRows
 from airflow_provider_tiering.core.shape import HotIdentity
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
-from airflow_provider_tiering.sources.sql import (
-    Bindings,
-    OpenTransaction,
-    Rows,
-    SqlSource,
-    cursor_to_json,
-    quote_identifier,
-)
+from airflow_provider_tiering.sources.sql import OpenTransaction, SqlSource, cursor_to_json
+from airflow_provider_tiering.sources.sql_table import Bindings, Rows, quote_identifier
 
 #: Every session reads and compares times in UTC (TIMESTAMP columns are stored in UTC, shown in the session's zone).
 SESSION_TIME_ZONE = "SET time_zone = '+00:00'"
@@ -260,10 +254,11 @@ class MySqlSource(SqlSource):
         if not rows:
             raise SourceError(f"{self.display_name} does not exist (or is not visible to this user)")
         fields = []
+        wanted = self._columns_to_read()
         for name, data_type, column_type, precision, scale, nullable in rows:
             if name == self.spec.cursor_column:
                 self._cursor_sql_type = str(data_type).lower()
-            if self.spec.columns is not None and name not in self.spec.columns and name != self.spec.cursor_column:
+            if wanted is not None and name not in wanted:
                 continue
             try:
                 kind = arrow_type(name, str(data_type), str(column_type), precision, scale)

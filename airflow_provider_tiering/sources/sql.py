@@ -1,11 +1,11 @@
-"""What every SQL hot store shares: a table read incrementally by a monotonic cursor column.
+"""What every SQL hot store read by a cursor shares: a table (``sql_table.py``) read incrementally by a monotonic
+cursor column.
 
 Splits are ``(lower, upper]`` cursor ranges (``core/planner.py``). A dialect (``postgres/cursor_source.py``,
-``sqlite.py``, ``mysql.py``) supplies its connections, placeholders, type mapping, safe watermark, row ids for
-eviction and a consistent read. Identifiers are validated by the spec and quoted here; values are bound as
-parameters, except in the statement that reads a split, where a dialect may inline the cursor bounds as typed
-literals (the bounds are offsets this package wrote, never user input): PostgreSQL streams a query as binary COPY
-only without parameters.
+``sqlite.py``, ``mysql.py``) supplies, beside the table's hooks, its cursor literals, distribution, safe watermark,
+and a round's consistent read. Values are bound as parameters, except in the statement that reads a split, where a
+dialect may inline the cursor bounds as typed literals (the bounds are offsets this package wrote, never user
+input): PostgreSQL streams a query as binary COPY only without parameters.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, closing, contextmanager, nullcontext, suppress
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, final
 
@@ -22,7 +22,7 @@ from pydantic import JsonValue, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict below Python 3.12
 
 from airflow_provider_tiering.core.documents import JsonObject
-from airflow_provider_tiering.core.errors import ShapeChangedDuringRound, SourceError, UnsupportedColumnType
+from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.offsets import CursorValue, Offsets, SafeEnd, cursor_after, cursor_of, cursor_offsets
 from airflow_provider_tiering.core.planner import CursorDistribution, RangePlan, RangeSplit, cut_splits, plan_range
 from airflow_provider_tiering.core.ports import (
@@ -39,16 +39,11 @@ from airflow_provider_tiering.core.ports import (
     VerifyRows,
     WatermarkBlocker,
 )
-from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
+from airflow_provider_tiering.sources.sql_table import Bindings, RunInTransaction, SqlTable
 
 if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs none of it (0.26 s of 0.28 s)
     import pyarrow as pa
-
-#: A query's rows, or a statement's placeholders' values.
-Rows = list[tuple[Any, ...]]
-#: Runs a query (with bound parameters) in an open transaction, as Arrow batches of the given schema.
-RunInTransaction = Callable[[str, Sequence[Any], "pa.Schema"], Iterator["pa.RecordBatch"]]
 
 
 @dataclass(frozen=True)
@@ -68,20 +63,6 @@ def _in_transaction_only(transaction: AbstractContextManager[RunInTransaction]) 
         yield RoundTransaction(run)
 
 
-def quote_identifier(name: str, quote: str = '"') -> str:
-    """Quote an SQL identifier (names are also validated by the spec; quoting is the second guard)."""
-    if "\x00" in name:
-        raise SourceError("identifier contains a NUL character")
-    return quote + name.replace(quote, quote * 2) + quote
-
-
-def quote_string(value: str) -> str:
-    """An SQL string literal, for the few places a value cannot be bound (see the module description)."""
-    if "\x00" in value:
-        raise SourceError("literal contains a NUL character")
-    return "'" + value.replace("'", "''") + "'"
-
-
 def cursor_to_json(value: object) -> CursorValue:
     """Cursor values are kept JSON-native: ints stay ints, times become fixed-format ISO strings."""
     if isinstance(value, (int, float, str)) and not isinstance(value, bool):
@@ -93,23 +74,6 @@ def cursor_to_json(value: object) -> CursorValue:
     if isinstance(value, date):
         return value.isoformat()
     raise SourceError(f"cursor value {value!r} of type {type(value).__name__} cannot be used as an offset")
-
-
-@dataclass
-class Bindings:
-    """The values bound to one statement's placeholders, in order; ``bind(value)`` returns the placeholder."""
-
-    placeholder: Callable[[int], str]
-    cast_cursor: Callable[[str], str] = str
-    values: list[Any] = field(default_factory=list)
-
-    def bind(self, value: Any) -> str:
-        self.values.append(value)
-        return self.placeholder(len(self.values))
-
-    def bind_cursor(self, value: Any) -> str:
-        """A cursor value, cast to the cursor column's type where the dialect needs it."""
-        return self.cast_cursor(self.bind(value))
 
 
 @dataclass(frozen=True)
@@ -127,7 +91,7 @@ class OpenTransaction:
         return WatermarkBlocker(self.pid, started, self.age_seconds, self.prepared)
 
 
-class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
+class SqlSource(SqlTable, Source[RangePlan, RangeSplit], EvictionSource):
     """A table read incrementally by a monotonic cursor column."""
 
     #: How long the watermark sleeps between looks at the transactions it waits for.
@@ -138,139 +102,67 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     #: The hot table holds rows the lake has too, or has evicted: a read across tiers needs both.
     holds_every_row = False
 
-    def __init__(self, spec: SqlSourceSpec) -> None:
-        self.spec = spec
-        self._schema: pa.Schema | None = None
-        self._evict_conn: Any = None
-        self._key: MergeKey | None = None
-        #: The table's identity as the round first read it (``check_shape_unchanged`` compares its column ids).
-        self._round_identity: HotIdentity | None = None
-        #: Whether ``connected()`` is entered, and the connection it keeps (opened by the first query in it).
-        self._holding = False
-        self._held: Any = None
+    spec: SqlSourceSpec
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        # The round's connections stay in the round's process (not pickled to Spark).
-        state.update(_evict_conn=None, _holding=False, _held=None)
-        return state
+    def __init__(self, spec: SqlSourceSpec) -> None:
+        super().__init__(spec)
+        self._key: MergeKey | None = None
 
     def _begin_round(self) -> None:
         super()._begin_round()
-        self._schema = self._round_identity = self._key = None
-
-    # -- connections -----------------------------------------------------------------------------
-    @abstractmethod
-    def _connect(self) -> Any:
-        """A new autocommit connection to the hot store (DB-API); SourceError when it cannot connect."""
-
-    @contextmanager
-    def connected(self) -> Iterator[None]:
-        """Keep one connection for the small queries made inside (see ``Source.connected``): a round on PostgreSQL
-        otherwise opens about nine, and each costs a server process, authentication and, with ADBC, a read of
-        ``pg_type`` (about 30 ms of the client's CPU)."""
-        if self._holding:
-            yield
-            return
-        self._holding = True
-        try:
-            yield
-        finally:
-            self._holding = False
-            self._drop_held()
-
-    @contextmanager
-    def _query_connection(self) -> Iterator[Any]:
-        """A connection for one small query: inside ``connected()`` the kept one (dropped after an error, so that a
-        broken connection is not used again), else one of its own, closed after."""
-        if not self._holding:
-            with closing(self._connect()) as conn:  # not ``with conn``: sqlite3's commits and keeps it open
-                yield conn
-            return
-        if self._held is None:
-            self._held = self._connect()
-        try:
-            yield self._held
-        except BaseException:
-            self._drop_held()
-            raise
-
-    def _drop_held(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            with suppress(Exception):  # closing a connection the server already dropped
-                held.close()
+        self._key = None
 
     # -- dialect hooks -------------------------------------------------------------------------
-    @abstractmethod
-    def _placeholder(self, position: int) -> str:
-        """The placeholder of the ``position``-th (1-based) bound value."""
-
     def _cast_cursor(self, placeholder: str) -> str:
         """A bound cursor value as the cursor column's type (for drivers that bind every string as text)."""
         return placeholder
-
-    @abstractmethod
-    def _load_schema(self) -> pa.Schema:
-        """Arrow schema of every column of the table, in table order; SourceError if it is missing."""
 
     @abstractmethod
     def _cursor_literal(self, value: Any) -> str:
         """Render a JSON-native cursor value as an SQL literal of the cursor column's type (split reads only)."""
 
     @abstractmethod
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        """Run a small query with bound ``params`` and return all its rows."""
-
-    @abstractmethod
     def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
         """Row count and cursor quantiles in ``(lower, upper]``."""
-
-    @abstractmethod
-    def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """Stream the result of a query (without parameters) as Arrow batches."""
 
     def _string_cursor_allowed(self) -> bool:
         return False
 
-    # -- shared --------------------------------------------------------------------------------
+    # -- the cursor ----------------------------------------------------------------------------
     def bindings(self) -> Bindings:
         return Bindings(self._placeholder, self._cast_cursor)
-
-    @property
-    def table_ref(self) -> str:
-        table = quote_identifier(self.spec.table)
-        return f"{quote_identifier(self.spec.db_schema)}.{table}" if self.spec.db_schema else table
 
     @property
     def cursor_ref(self) -> str:
         return self.quote(self.spec.cursor_column)
 
-    def quote(self, name: str) -> str:
-        return quote_identifier(name)
+    def _columns_to_read(self) -> tuple[str, ...] | None:
+        columns = self.spec.columns
+        return None if columns is None else (*columns, self.spec.cursor_column)
 
-    def schema(self) -> pa.Schema:
-        if self._schema is None:
-            import pyarrow as pa
+    def _required_columns(self) -> tuple[str, ...]:
+        return (self.spec.cursor_column,)
 
-            full = self._load_schema()
-            wanted = self.spec.columns or tuple(full.names)
-            missing = [c for c in (*wanted, self.spec.cursor_column) if c not in full.names]
-            if missing:
-                raise SourceError(f"{self.display_name}: column(s) {', '.join(missing)} not found")
-            cursor_type = full.field(self.spec.cursor_column).type
-            if not (
-                pa.types.is_integer(cursor_type)
-                or pa.types.is_timestamp(cursor_type)
-                or pa.types.is_date(cursor_type)
-                or (pa.types.is_string(cursor_type) and self._string_cursor_allowed())
-            ):
-                raise SourceError(
-                    f"{self.display_name}: cursor column {self.spec.cursor_column!r} has type {cursor_type}; "
-                    "an integer, date or timestamp column is needed"
-                )
-            self._schema = pa.schema([full.field(c) for c in wanted])
-        return self._schema
+    def _check_columns(self, full: pa.Schema) -> None:
+        import pyarrow as pa
+
+        cursor_type = full.field(self.spec.cursor_column).type
+        if not (
+            pa.types.is_integer(cursor_type)
+            or pa.types.is_timestamp(cursor_type)
+            or pa.types.is_date(cursor_type)
+            or (pa.types.is_string(cursor_type) and self._string_cursor_allowed())
+        ):
+            raise SourceError(
+                f"{self.display_name}: cursor column {self.spec.cursor_column!r} has type {cursor_type}; "
+                "an integer, date or timestamp column is needed"
+            )
+
+    def _rows_upto(self, tiered: Offsets | None, bindings: Bindings) -> str:
+        return self.range_predicate(None, cursor_of(tiered), bindings.bind_cursor)
+
+    def _rows_after(self, offsets: Offsets | None, bindings: Bindings) -> str:
+        return self.range_predicate(cursor_of(offsets), None, bindings.bind_cursor)
 
     def range_predicate(self, lower: Any | None, upper: Any | None, value: Callable[[Any], str]) -> str:
         """``lower < cursor <= upper`` (either bound may be None), each bound rendered by ``value``: a bound
@@ -281,10 +173,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         if upper is not None:
             parts.append(f"{self.cursor_ref} <= {value(upper)}")
         return " AND ".join(parts) if parts else "1 = 1"
-
-    def select_expression(self, field: pa.Field[Any]) -> str:
-        """How a column is selected for reading; dialects may cast to a cheaper wire type."""
-        return self.quote(field.name)
 
     def select_split_sql(self, split: RangeSplit, schema: pa.Schema) -> str:
         columns = ", ".join(self.select_expression(field) for field in schema)
@@ -370,18 +258,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
     def read_split(self, split: RangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         return self.conformed(self._execute_arrow(self.select_split_sql(split, schema), schema), schema)
 
-    def conformed(self, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """A split's batches conformed to exactly ``schema`` (``sources/conform.py``); an unsupported value's error
-        names the table."""
-        from airflow_provider_tiering.sources.conform import conform_batch
-
-        for batch in batches:
-            try:
-                conformed = conform_batch(batch, schema)
-            except UnsupportedColumnType as exc:
-                raise UnsupportedColumnType(f"{self.display_name}: {exc}") from exc
-            yield conformed
-
     # -- the round's one snapshot, and its keys when it reconciles -------------------------------
     def bind_key(self, key: MergeKey) -> None:
         self._key = key
@@ -436,48 +312,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         return pa.Table.from_batches(batches, schema=key_schema)
 
     # -- the hot table's shape (``core/follow_shape.py``) ------------------------------------------
-    def identity(self) -> HotIdentity:
-        found = self._read_identity()
-        if self._round_identity is None:  # what check_shape_unchanged compares with
-            self._round_identity = found
-        return found
-
-    def _read_identity(self) -> HotIdentity:
-        """The dialect's identity of the table and its columns (none by default)."""
-        return HotIdentity()
-
-    def _as_text(self, expression: str) -> str:
-        """A value of any type as text, to tell whether rows hold one same value (the dialect's cast)."""
-        return f"CAST({expression} AS TEXT)"
-
-    def added_column_values(self, column: str, tiered: Offsets | None, rewritten: bool) -> AddedValues:
-        """What the rows at or below ``tiered`` (None: every row) hold in ``column`` now: one scan of them, counting
-        its values and comparing the smallest and greatest as text; a value every row shares is read as the lake
-        types it."""
-        bindings = self.bindings()
-        predicate = self.range_predicate(None, cursor_of(tiered), bindings.bind_cursor)
-        ref = self.quote(column)
-        ((rows, values, low, high),) = self._query(
-            f"SELECT count(*), count({ref}), min({self._as_text(ref)}), max({self._as_text(ref)}) "
-            f"FROM {self.table_ref} WHERE {predicate}",
-            bindings.values,
-        )
-        if not values:
-            return AddedValues(AddedValuesKind.NULL, how=f"it is NULL in the {rows} tiered rows")
-        if values < rows or low != high:
-            return AddedValues(
-                AddedValuesKind.PER_ROW,
-                how=f"{values} of the {rows} tiered rows hold a value, from {low!r} to {high!r}",
-            )
-        import pyarrow as pa
-
-        field = self.schema().field(column)
-        one = f"SELECT {self.select_expression(field)} FROM {self.table_ref} WHERE {predicate} AND {ref} IS NOT NULL"
-        with self._snapshot() as run:
-            batches = list(run(f"{one} LIMIT 1", bindings.values, pa.schema([field])))
-        value = first_value(batches, field)
-        return AddedValues(AddedValuesKind.CONSTANT, value, how=f"every one of the {rows} tiered rows holds {low!r}")
-
     def tiered_sample(self, tiered: Offsets) -> TieredSample | None:
         """The rows at the greatest cursor value at or below ``tiered`` and the count of rows there, in one
         snapshot: two index probes and a count of the tiered range."""
@@ -526,28 +360,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
                 for b in run(f"SELECT {select} FROM {self.table_ref} WHERE {predicate}", bindings.values, schema)
             ]
         return pa.Table.from_batches(batches, schema=schema)
-
-    def check_shape_unchanged(self) -> None:
-        """Read the hot table's columns again and compare them with those the round read."""
-        if self._schema is None:
-            return
-        before = self._schema
-        self._schema = None
-        with self.connected():
-            try:
-                now = self.schema()
-            finally:
-                self._schema = before
-            planned = self._round_identity
-            changed = not now.equals(before) or (
-                planned is not None and self._read_identity().columns != planned.columns
-            )
-        if changed:
-            raise ShapeChangedDuringRound(
-                f"{self.display_name}: its columns changed while the round read it (an ALTER TABLE committed "
-                "meanwhile): what was read may lack a column's values, so nothing was committed; the next round "
-                "follows the new columns"
-            )
 
     # -- safe watermark, for dialects with a view of open transactions -------------------------
     def _watermark_waiting_for_transactions(
@@ -600,50 +412,12 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         return self
 
     @abstractmethod
-    def _age_before(self, column: str, field: pa.Field[Any], cutoff: datetime, bindings: Bindings) -> str:
-        """SQL predicate: the (quoted) date/time ``column`` is before ``cutoff`` (an aware UTC datetime)."""
-
-    @abstractmethod
-    def _row_id_sql(self) -> str:
-        """The select expression of a row's id, named ``__row_id``: what the delete of an evicted batch matches."""
-
-    @abstractmethod
     def _evict_in_transaction(
         self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
     ) -> int:
         """In one transaction: read the rows of ``select_sql`` (its first column a row id, locked against change),
         hand them (without the row id, as ``schema``) to ``verify``, which raises to roll back, then delete exactly
         those rows. Returns the rows deleted."""
-
-    def _eviction_connection(self) -> Any | None:
-        """A connection kept open for every batch of one eviction (a connection costs ~0.1 s); None: a dialect that
-        opens its own for each batch."""
-        return None
-
-    @contextmanager
-    def evicting(self) -> Iterator[None]:
-        self._evict_conn = self._eviction_connection()
-        try:
-            yield
-        finally:
-            conn, self._evict_conn = self._evict_conn, None
-            if conn is not None:
-                conn.close()
-
-    def _age_field(self, age_column: str | None) -> pa.Field[Any]:
-        import pyarrow as pa
-
-        name = age_column or self.spec.cursor_column
-        schema = self.schema()
-        if name not in schema.names:
-            raise SourceError(f"{self.display_name}: eviction age column {name!r} is not a tiered column")
-        field = schema.field(name)
-        if not (pa.types.is_timestamp(field.type) or pa.types.is_date(field.type)):
-            raise SourceError(
-                f"{self.display_name}: eviction needs a date or timestamp age column; {name!r} is {field.type} "
-                "(set eviction.age_column)"
-            )
-        return field
 
     def evict_batch(
         self,
@@ -654,7 +428,7 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
         limit: int,
         verify: VerifyRows,
     ) -> tuple[int, CursorValue | None]:
-        field = self._age_field(age_column)
+        field = self._age_field(age_column or self.spec.cursor_column)
         schema = self.schema()
         columns = ", ".join(self.select_expression(f) for f in schema)
         bindings = self.bindings()
@@ -671,34 +445,6 @@ class SqlSource(Source[RangePlan, RangeSplit], EvictionSource):
 
         deleted = self._evict_in_transaction(select, bindings.values, schema, check)
         return deleted, cursor_to_json(last[0]) if last else None
-
-    # -- a consistent read (read across tiers) ------------------------------------------------------
-    @abstractmethod
-    def _snapshot(self) -> AbstractContextManager[Callable[[str, Sequence[Any], pa.Schema], Iterator[pa.RecordBatch]]]:
-        """A read-only transaction whose snapshot of the database is fixed on entry; yields a function that runs
-        a query (with bound parameters) in it as Arrow batches."""
-
-    @contextmanager
-    def rows_after_reader(self) -> Iterator[Callable[[Offsets | None], pa.Table]]:
-        """Fix a snapshot of the hot table now; inside the block, ``read(offsets)`` returns its rows beyond
-        ``offsets`` as of that moment, whatever is inserted or deleted meanwhile (``None``: every row)."""
-        import pyarrow as pa
-
-        from airflow_provider_tiering.sources.conform import conform_batch
-
-        schema = self.schema()
-        columns = ", ".join(self.select_expression(field) for field in schema)
-        with self._snapshot() as run:
-
-            def read(offsets: Offsets | None) -> pa.Table:
-                lower = cursor_of(offsets)
-                bindings = self.bindings()
-                predicate = self.range_predicate(lower, None, bindings.bind_cursor)
-                sql = f"SELECT {columns} FROM {self.table_ref} WHERE {predicate}"
-                batches = [conform_batch(batch, schema) for batch in run(sql, bindings.values, schema)]
-                return pa.Table.from_batches(batches, schema=schema)
-
-            yield read
 
 
 @final
@@ -728,19 +474,6 @@ def _read_candidate(candidate: JsonObject | None) -> _Candidate | None:
 def _candidate_key(key: Sequence[Any]) -> list[JsonValue]:
     """A transaction's key as the state document keeps it (JSON: lists, times as ISO text)."""
     return [value.isoformat() if isinstance(value, datetime) else value for value in key]
-
-
-def first_value(batches: Sequence[pa.RecordBatch], field: pa.Field[Any]) -> Any:
-    """The first value of ``field`` among ``batches``, as the lake types it (None: no row)."""
-    import pyarrow as pa
-
-    from airflow_provider_tiering.sources.conform import conform_batch
-
-    target = pa.schema([field])
-    for batch in batches:
-        if batch.num_rows:
-            return conform_batch(batch, target).column(0)[0].as_py()
-    return None
 
 
 class _InTransaction:

@@ -18,14 +18,8 @@ from airflow_provider_tiering.core.planner import CursorDistribution, stride_qua
 from airflow_provider_tiering.core.ports import LineageDataset, SafeWatermark, VerifyRows
 from airflow_provider_tiering.core.shape import HotIdentity
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
-from airflow_provider_tiering.sources.sql import (
-    Bindings,
-    Rows,
-    SqlSource,
-    cursor_to_json,
-    quote_identifier,
-    quote_string,
-)
+from airflow_provider_tiering.sources.sql import SqlSource, cursor_to_json
+from airflow_provider_tiering.sources.sql_table import Bindings, Rows, quote_identifier, quote_string
 
 if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs none of it (0.26 s of 0.28 s)
     import pyarrow as pa

@@ -75,9 +75,8 @@ from airflow_provider_tiering.sources.postgres.streamed_table import (
     StreamedTable,
     WholeTableReader,
     key_text,
-    table_reader_spec,
 )
-from airflow_provider_tiering.sources.sql import quote_identifier, quote_string
+from airflow_provider_tiering.sources.sql_table import quote_identifier, quote_string
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +159,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def __init__(self, spec: PostgresCdcSourceSpec, connection: ConnectionInfo) -> None:
         self.spec = spec
         self.connection = connection
-        self.table = StreamedTable(table_reader_spec(spec), connection)
+        self.table = StreamedTable(spec, connection)
         self.display_name = f"postgres table {spec.db_schema or 'public'}.{spec.table} (change stream)"
         schema = quote_identifier(spec.db_schema or "public")
         self.replication = Replication(

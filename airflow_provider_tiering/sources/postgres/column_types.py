@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_provider_tiering.core.errors import UnsupportedColumnType
-from airflow_provider_tiering.sources.sql import quote_string
+from airflow_provider_tiering.sources.sql_table import quote_string
 
 #: Unconstrained ``numeric``: Iceberg needs a fixed precision and scale; 38/18 keeps typical money and ratios exact.
 UNCONSTRAINED_NUMERIC = pa.decimal128(38, 18)

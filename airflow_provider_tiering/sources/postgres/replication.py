@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
-from airflow_provider_tiering.sources.postgres.cursor_source import psycopg_connect
 from airflow_provider_tiering.sources.postgres.pgoutput import decode, format_lsn, parse_lsn
-from airflow_provider_tiering.sources.sql import quote_identifier
+from airflow_provider_tiering.sources.postgres.table import psycopg_connect
+from airflow_provider_tiering.sources.sql_table import quote_identifier
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""The table behind a change stream, as a bulk reader sees it: its columns, types and reads (those of the
-cursor-read source, without a cursor), read whole in one snapshot for reads across tiers, and its eviction, walked in
-key order in sessions tagged with the table's replication origin, so the stream skips eviction's deletes."""
+"""The table behind a change stream, as a bulk reader sees it: a PostgreSQL table without a cursor (``table.py``:
+its columns, types and reads), read whole in one snapshot for reads across tiers, and its eviction, walked in key
+order in sessions tagged with the table's replication origin, so the stream skips eviction's deletes."""
 
 from __future__ import annotations
 
@@ -16,20 +16,20 @@ import pyarrow as pa
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.ports import HeldRows, KeyBatch, KeyValues
-from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec, SqlSourceSpec
-from airflow_provider_tiering.sources.postgres.cursor_source import PostgresSource
+from airflow_provider_tiering.sources.postgres.table import PostgresTable
 
 log = logging.getLogger(__name__)
 
 
-class StreamedTable(PostgresSource):
-    """The streamed table's columns, types and bulk reads, as the cursor-read source has them, without a cursor; and
-    its eviction, walked in key order, in sessions tagged with the table's eviction origin."""
+class StreamedTable(PostgresTable):
+    """The streamed table's columns, types and bulk reads; and its eviction, walked in key order, in sessions tagged
+    with the table's eviction origin."""
 
     #: The replication origin eviction's deleting sessions set (None: not evicting; nothing is deleted then).
     eviction_origin: str | None = None
 
     def schema(self) -> pa.Schema:
+        """The tiered columns in table order (the lake table's order, whatever order the spec names them in)."""
         if self._schema is None:
             found = self._load_schema()
             missing = [c for c in self.spec.columns or () if c not in found.names]
@@ -120,12 +120,3 @@ class WholeTableReader:
     def rows_after_reader(self) -> Iterator[Callable[[Offsets | None], pa.Table]]:
         with self._table.rows_after_reader() as read:
             yield lambda offsets: read(None)  # every row: the offsets (an LSN) bound no column
-
-
-def table_reader_spec(spec: PostgresCdcSourceSpec) -> SqlSourceSpec:
-    # The bulk reader's spec: its cursor column is never read here (a change stream has no cursor), but the model
-    # needs one among the declared columns.
-    cursor = spec.columns[0] if spec.columns else "_"
-    return SqlSourceSpec(
-        conn_id=spec.conn_id, table=spec.table, db_schema=spec.db_schema, cursor_column=cursor, columns=spec.columns
-    )
