@@ -229,7 +229,7 @@ def run_round(
     start = planned.opened.start
     return RoundResult(
         spec.name, RoundOutcome.TIERED, epoch, committed.snapshot_id, start, written.end, metrics,
-        state.watermark_blockers, cleaned, unannounced=planned.unannounced,
+        state.watermark_blockers, cleaned, unannounced=planned.unannounced, read_schema=planned.opened.schema,
     )  # fmt: skip
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.ports import TieringCommit
 from airflow_provider_tiering.core.state import RoundMetrics
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class RoundPhase(enum.StrEnum):
@@ -45,6 +48,8 @@ class RoundResult:
     note: str | None = None
     #: Earlier commits that no asset event announced (see ``run_round``'s ``announced_epoch``), oldest first.
     unannounced: tuple[TieringCommit, ...] = ()
+    #: The hot table's columns as the round read them (a round that tiered rows): its lineage's fields.
+    read_schema: pa.Schema | None = field(default=None, compare=False, repr=False)
 
     def announcements(self) -> list[dict[str, Any]]:
         """The asset events this round owes, oldest first: its unannounced predecessors (``recovered``), then its

@@ -129,7 +129,8 @@ class TierTableOperator(BaseOperator):
 
         spec = self.table_spec
         try:
-            fields = arrow_fields(parts.source.schema())
+            # The columns the round read: its source is its own copy, and a landing zone's files may be gone since.
+            fields = arrow_fields(result.read_schema if result.read_schema is not None else parts.source.schema())
             metrics = result.metrics
             self._lineage = RoundLineage(
                 replace(parts.source.lineage_dataset(), fields=fields),

@@ -276,3 +276,26 @@ def test_a_failed_attempts_rejects_files_are_removed_by_the_next_committed_round
     assert result.outcome == "tiered" and result.metrics.rows == 1 and result.metrics.rejected_rows == 1
     assert not [p for p in left if p.exists()], "the failed attempt's rejects files were left behind"
     assert [r[:2] for r in lake_rows(catalog_properties, side, ["source_file", "line"])] == [("a.csv", 3)]
+
+
+def test_a_rounds_lineage_names_the_columns_it_read_though_its_files_are_deleted_after_the_commit(
+    catalog_properties, local_writer, tmp_path
+):
+    """The operator's lineage takes the columns the round read (``RoundResult.read_schema``): the caller's source
+    would look at the landing zone again after the round, where ``after_commit="delete"`` left no file to read a
+    Parquet schema from."""
+    from airflow_provider_tiering.operators.tier_table import TierTableOperator
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    path = landing / "part-0.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(10), pa.int64()), "value": [i / 4 for i in range(10)]}), path)
+    os.utime(path, (AN_HOUR_AGO, AN_HOUR_AGO))
+    spec = make_spec("gone", path=str(landing), format="parquet", after_commit="delete")
+    parts = round_parts(spec, None, catalog_properties, writer=local_writer)
+    result = parts.run(JsonFileStateStore(tmp_path / "gone.json"))
+    assert result.outcome == "tiered" and list(landing.iterdir()) == []
+    operator = TierTableOperator(table=spec.model_dump(mode="json", exclude_none=True))
+    operator._keep_lineage(parts, result)
+    assert operator._lineage is not None
+    assert operator._lineage.input.fields == (("id", "int64"), ("value", "double"))

@@ -69,6 +69,7 @@ class FileSource(Source[FilePlan, FileSplit]):
     def _begin_round(self) -> None:
         super()._begin_round()
         self.offsets_log = copy.copy(self.offsets_log)  # bound to the lake by the round, its reads its own
+        self.text_reader = TextFileReader(self.spec, self.display_name)  # the round's bad records only
         self._schema = None
 
     def _check_archive_location(self, archive: str) -> None:
