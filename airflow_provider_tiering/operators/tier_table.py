@@ -129,8 +129,8 @@ class TierTableOperator(BaseOperator):
 
         spec = self.table_spec
         try:
-            # The columns the round read: its source is its own copy, and a landing zone's files may be gone since.
-            fields = arrow_fields(result.read_schema if result.read_schema is not None else parts.source.schema())
+            # The columns the round read: a landing zone's files may be gone since (``after_commit``).
+            fields = () if result.read_schema is None else arrow_fields(result.read_schema)
             metrics = result.metrics
             self._lineage = RoundLineage(
                 replace(parts.source.lineage_dataset(), fields=fields),
