@@ -547,7 +547,9 @@ class Source(ABC, Generic[PlanT, SplitT]):
 
     def stream_status(self) -> JsonObject | None:
         """A change stream's slot as the hot store shows it, JSON (see ``TableState.change_stream``): ``slot``,
-        ``retained_wal_bytes``, ``max_retained_wal_bytes``...; None for a source without one."""
+        ``retained_wal_bytes``, ``max_retained_wal_bytes``...; None for a source without one. A field this round
+        cannot tell (what a plan measures, when the round failed before planning) is left out: the state keeps its
+        last known value."""
         return None
 
     def bind_key(self, key: MergeKey) -> None:

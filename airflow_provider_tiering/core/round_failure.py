@@ -58,14 +58,16 @@ def record_failure(
 
 
 def record_stream(state: TableState, source: Source[PlanT, SplitT], secrets: Sequence[str]) -> None:
-    """Keep the change stream's slot status in the state document (best effort: it is reporting)."""
+    """Keep the change stream's slot status in the state document (best effort: it is reporting). A field the
+    source left out this time (``Source.stream_status``) keeps its last known value: a round that failed before
+    planning must not show a capped table's backlog as gone."""
     try:
         found = source.stream_status()
     except Exception as exc:
         log.warning("%s: cannot read its replication slot's status: %s", state.table, describe_error(exc, secrets))
         return
     if found is not None:
-        state.change_stream = found
+        state.change_stream = {**(state.change_stream or {}), **found}
 
 
 def record_failure_before_round(

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import (
     FencedError,
     NotRetryable,
@@ -19,12 +20,13 @@ from airflow_provider_tiering.core.errors import (
     SourceError,
     TableTruncated,
 )
+from airflow_provider_tiering.core.offsets import Offsets, SafeEnd
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.round_failure import RetryDelay, no_retry
 from airflow_provider_tiering.core.round_result import RoundOutcome, RoundPhase, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus
-from testbed.memory_ports import MemoryFiles, MemoryLake, MemoryStateStore, MemoryTable, MemoryWriter
+from testbed.memory_ports import MemoryFiles, MemoryLake, MemoryPlan, MemoryStateStore, MemoryTable, MemoryWriter
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -253,6 +255,47 @@ def test_the_row_cap_leaves_a_backlog_for_the_next_rounds() -> None:
         backlogs.append(result.metrics.backlog_rows)
     assert backlogs == [60, 20, 0]
     parts.assert_lake_holds_hot_rows_once()
+
+
+class StreamedMemoryTable(MemoryTable):
+    """A memory table behind a replication slot: the WAL the slot retains is read on every look, the WAL a capped
+    round left for later rounds only by the round's plan (as ``PostgresCdcSource.stream_status`` tells them)."""
+
+    retained = 0
+    left: int | None = None
+
+    def _begin_round(self) -> None:
+        self.left = None
+
+    def plan(self, start: Offsets | None, end: SafeEnd, max_rows: int) -> MemoryPlan:
+        plan = super().plan(start, end, max_rows)
+        self.left = plan.backlog * 100
+        return plan
+
+    def stream_status(self) -> JsonObject:
+        found: JsonObject = {"slot": "tiering_events", "retained_wal_bytes": self.retained}
+        if self.left is not None:
+            found["backlog_wal_bytes"] = self.left
+        return found
+
+
+def test_a_round_failing_before_its_plan_keeps_the_backlog_the_last_plan_measured() -> None:
+    """The status shows a capped table's backlog until a plan measures it again: a round that failed before
+    planning (the hot store unreachable) does not show it as gone, and shows the slot's retained WAL as it is now."""
+    parts = Parts(max_rows_per_round=40)
+    parts.hot = StreamedMemoryTable()
+    parts.hot.insert(100)
+    parts.round()
+    slot = {"slot": "tiering_events"}
+    assert parts.state().change_stream == {**slot, "retained_wal_bytes": 0, "backlog_wal_bytes": 6000}
+    parts.hot.unreachable, parts.hot.retained = True, 9000
+    with pytest.raises(SourceError):
+        parts.round()
+    assert parts.state().change_stream == {**slot, "retained_wal_bytes": 9000, "backlog_wal_bytes": 6000}
+    parts.hot.unreachable = False
+    parts.round()
+    parts.round()
+    assert parts.state().change_stream == {**slot, "retained_wal_bytes": 9000, "backlog_wal_bytes": 0}
 
 
 def test_rows_held_back_by_an_open_transaction_wait_and_show_their_blocker() -> None:

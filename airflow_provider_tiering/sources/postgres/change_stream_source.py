@@ -169,13 +169,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         self.key: tuple[str, ...] | None = None
         #: What the lake knows of former column names and initial defaults (``bind_column_history``).
         self._history = ColumnHistory()
-        #: The WAL the last plan left for later rounds (its cap), for the status.
-        self._backlog_bytes = 0
+        #: The WAL this round's plan left for later rounds (its cap), for the status; None before it planned.
+        self._backlog_bytes: int | None = None
 
     def _begin_round(self) -> None:
         super()._begin_round()
         self.table = self.table.for_round()
-        self.key, self._history, self._backlog_bytes = None, ColumnHistory(), 0
+        self.key, self._history, self._backlog_bytes = None, ColumnHistory(), None
 
     # -- what the kernel asks of every source ----------------------------------------------------
     def connected(self) -> AbstractContextManager[None]:
@@ -271,7 +271,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         found = self.replication.status().to_json()
         found["publication"] = self.replication.publication
         found["max_retained_wal_bytes"] = int(self.spec.max_retained_wal_mb * 1024 * 1024)
-        found["backlog_wal_bytes"] = self._backlog_bytes
+        if self._backlog_bytes is not None:  # a round that failed before planning does not know it
+            found["backlog_wal_bytes"] = self._backlog_bytes
         return found
 
     # -- the slot's changes --------------------------------------------------------------------
