@@ -135,9 +135,12 @@ class ChangingTable:
             self.conn.execute(f"DELETE FROM {t} WHERE id = %s", (key,))
             self.counts["delete"] += 1
         else:  # deleted and inserted again under the same key
-            self.conn.execute(f"DELETE FROM {t} WHERE id = %s", (key,))
-            self._insert_one(key)
-            self.counts["reinsert"] += 1
+            # Only if this delete removed it: when another writer changed the key first (deleted it, or deleted and
+            # inserted it again) the delete waits for that commit, then finds no row of its own snapshot to remove,
+            # and an insert would collide with the other writer's row.
+            if self.conn.execute(f"DELETE FROM {t} WHERE id = %s", (key,)).rowcount:
+                self._insert_one(key)
+                self.counts["reinsert"] += 1
 
     def hot_by_key(self) -> dict[Any, tuple[Any, ...]]:
         rows = self.conn.execute(f'SELECT {", ".join(COLUMNS)} FROM "{self.table}"').fetchall()
