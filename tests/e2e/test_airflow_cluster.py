@@ -56,7 +56,6 @@ DAG_FILE = textwrap.dedent(
 )
 
 
-@pytest.mark.serial
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("metadata", ["sqlite", "postgres"])
 def test_real_cluster_runs_dag_with_asset_state_store(tmp_path: Path, pg_server, metadata: str) -> None:
