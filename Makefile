@@ -17,13 +17,14 @@ demo: setup spark-cds
 	$(BIN)/python demo/run_demo.py
 
 ## The whole suite: lint, type check, unit, integration (PostgreSQL, MariaDB, Spark, pyiceberg), e2e (real Airflow scheduler); the e2e
-## tests run beside the others (in two halves), then the timing-sensitive ones alone (scripts/run_tests.sh).
+## tests run beside the others (in two halves, and the two that wait on clocks in a third stream), then the short
+## chaos run alone (scripts/run_tests.sh).
 test: setup spark-cds
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	VENV=$(VENV) bash scripts/run_tests.sh
 
-## The benchmarks at a tiny size (tests marked `bench`): each still runs, compares and reports. CI runs it after `make test`.
+## The benchmarks at a tiny size (tests marked `bench`): each still runs, compares and reports. CI runs it beside `make test`.
 bench-smoke: setup spark-cds
 	tmp=$$(mktemp -d) && chmod 755 $$tmp && $(BIN)/python -m pytest tests -m bench --basetemp $$tmp/bench; \
 	  rc=$$?; rm -rf $$tmp; exit $$rc
