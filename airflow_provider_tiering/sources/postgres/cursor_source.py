@@ -231,18 +231,8 @@ class PostgresSource(PostgresTable, SqlSource):
     def _exported_snapshot(self) -> Iterator[tuple[RunInTransaction, ImportedSnapshot]]:
         """A repeatable-read transaction whose snapshot split readers import while it is open, wherever they run:
         runs a query in it, and the reader of splits in its snapshot."""
-        conn = self._connect_arrow()
-        try:
-            cur = conn.cursor()
-            try:
-                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                cur.execute("SELECT pg_export_snapshot()")
-                (snapshot_id,) = cur.fetchone()
-            except Exception as exc:
-                raise SourceError(f"{self.display_name}: cannot export the round's snapshot: {exc}") from exc
-            yield self._running_in(cur), ImportedSnapshot(self, snapshot_id)
-        finally:
-            conn.close()
+        with self._read_transaction("SELECT pg_export_snapshot()", "cannot export the round's snapshot") as (cur, id_):
+            yield self._running_in(cur), ImportedSnapshot(self, str(id_))
 
 
 @dataclass(frozen=True)

@@ -390,18 +390,24 @@ class PostgresTable(SqlTable):
     # -- reading -------------------------------------------------------------------------------
     @contextmanager
     def _snapshot(self) -> Iterator[Callable[[str, Sequence[Any], pa.Schema], Iterator[pa.RecordBatch]]]:
+        with self._read_transaction("SELECT 1", "cannot start a read transaction") as (cur, _):
+            yield self._running_in(cur)
+
+    @contextmanager
+    def _read_transaction(self, first_query: str, failed: str) -> Iterator[tuple[Any, Any]]:
+        """A read-only REPEATABLE READ transaction on an ADBC connection of its own, committed when the block ends:
+        yields its cursor and the value of ``first_query``, the query that takes the transaction's snapshot (used by
+        all its later queries). ``failed`` says what failed when it cannot start."""
         conn = self._connect_arrow()
         try:
             cur = conn.cursor()
             try:
-                # REPEATABLE READ: the snapshot is taken by the transaction's first query and used by all its queries.
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                cur.execute("SELECT 1")
-                cur.fetchall()
+                cur.execute(first_query)
+                (value,) = cur.fetchone()
             except Exception as exc:
-                raise SourceError(f"{self.display_name}: cannot start a read transaction: {exc}") from exc
-
-            yield self._running_in(cur)
+                raise SourceError(f"{self.display_name}: {failed}: {exc}") from exc
+            yield cur, value
             cur.execute("COMMIT")
         finally:
             conn.close()
