@@ -17,7 +17,7 @@ demo: setup spark-cds
 	$(BIN)/python demo/run_demo.py
 
 ## The whole suite: lint, type check, unit, integration (PostgreSQL, MariaDB, Spark, pyiceberg), e2e (real Airflow scheduler); the e2e
-## tests run beside the others (in two halves, and the two that wait on clocks in a third stream), then the short
+## tests run beside the others (in two halves, and those that wait on clocks or DAG runs in a third stream), then the short
 ## chaos run alone (scripts/run_tests.sh).
 test: setup spark-cds
 	$(BIN)/ruff check .

@@ -19,24 +19,26 @@ chmod 755 "$TMP"
 # attempts in the first half).
 SIDE_FIRST=(tests/integration/test_spark_standalone.py)
 SIDE_REST=(tests/integration/test_split_attempts.py tests/integration/test_shape_changes.py)
+# A minute of migrations under a writer, with rounds killed at random: it rides with the third stream, which has time.
+SIDE_WAITING=(tests/integration/test_change_stream_migrations.py)
 E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_cli.py tests/e2e/test_demo.py)
-# Mostly idle (a table's freshness interval waited out, the harness's own DAG run): on their own, they cost the other
-# streams little CPU and the run their wall time, which in a half would add to it (measured: the serial pass, with
-# them, 3:01 at 5-30% of the 2 cores).
-E2E_WAITING=(tests/e2e/test_deferral.py tests/e2e/test_airflow_cluster.py)
+# Mostly idle (a table's freshness interval waited out, the harness's own DAG run, re-created tables' DAG runs): on
+# their own, they cost the other streams little CPU and the run their wall time, which in a half would add to it
+# (measured: the serial pass, with the first two, 3:01 at 5-30% of the 2 cores).
+E2E_WAITING=(tests/e2e/test_deferral.py tests/e2e/test_airflow_cluster.py tests/e2e/test_shape_through_dags.py)
 E2E_REST=()
 for module in tests/e2e/test_*.py; do
   [[ " ${E2E_FIRST[*]} ${E2E_WAITING[*]} " == *" $module "* ]] || E2E_REST+=("$module")
 done
 MAIN_IGNORES=()
-for module in "${SIDE_FIRST[@]}" "${SIDE_REST[@]}"; do
+for module in "${SIDE_FIRST[@]}" "${SIDE_REST[@]}" "${SIDE_WAITING[@]}"; do
   MAIN_IGNORES+=(--ignore "$module")
 done
 "$PY" -m pytest "${E2E_FIRST[@]}" "${SIDE_FIRST[@]}" -m "not serial and not bench" --basetemp "$TMP/e2e1" "$@" >"$TMP/e2e1.log" 2>&1 &
 e2e1_pid=$!
 "$PY" -m pytest "${E2E_REST[@]}" "${SIDE_REST[@]}" -m "not serial and not bench" --basetemp "$TMP/e2e2" "$@" >"$TMP/e2e2.log" 2>&1 &
 e2e2_pid=$!
-"$PY" -m pytest "${E2E_WAITING[@]}" -m "not serial and not bench" --basetemp "$TMP/e2e3" "$@" >"$TMP/e2e3.log" 2>&1 &
+"$PY" -m pytest "${E2E_WAITING[@]}" "${SIDE_WAITING[@]}" -m "not serial and not bench" --basetemp "$TMP/e2e3" "$@" >"$TMP/e2e3.log" 2>&1 &
 e2e3_pid=$!
 trap 'kill "$e2e1_pid" "$e2e2_pid" "$e2e3_pid" 2>/dev/null' INT TERM
 "$PY" -m pytest tests/unit tests/integration "${MAIN_IGNORES[@]}" -m "not serial and not bench" --basetemp "$TMP/main" "$@"
@@ -52,7 +54,7 @@ echo "================ e2e tests, first half, and the rounds on a standalone clu
 cat "$TMP/e2e1.log"
 echo "================ e2e tests, second half, the split attempts and the changes of shape (ran beside the tests above) ================"
 cat "$TMP/e2e2.log"
-echo "================ e2e tests that wait on clocks (ran beside the tests above) ================"
+echo "================ e2e tests that wait on clocks, and a change stream's migrations (ran beside the tests above) ================"
 cat "$TMP/e2e3.log"
 echo "================ serial tests (alone) ================"
 "$PY" -m pytest tests -m "serial and not bench" --basetemp "$TMP/serial" "$@"

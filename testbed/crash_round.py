@@ -135,6 +135,10 @@ class CatalogThatDiesBeforeTheSwap(InterposedCatalog):
 
 def main() -> None:
     config = json.loads(sys.argv[1])
+    if config.get("log"):  # the round's account of itself, for a test that keeps each child's output
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     spec = TableSpec.parse(config["spec"])
     kill_at = config["kill_at"]
     warehouse = config["catalog"]["warehouse"].rstrip("/")

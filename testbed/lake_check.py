@@ -162,3 +162,34 @@ def duckdb_lake_rows(
 def null_counts(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> dict[str, int]:
     """How many rows hold NULL in each column."""
     return {name: sum(1 for row in rows if row[i] is None) for i, name in enumerate(columns)}
+
+
+def assert_lake_equals_rows(
+    catalog_properties: dict[str, str],
+    identifier: tuple[str, str],
+    columns: Sequence[str],
+    expected: Sequence[Sequence[Any]],
+    *,
+    by_key: bool,
+) -> None:
+    """The lake table holds ``expected`` (the hot table's rows in ``columns``), read by pyiceberg and by DuckDB's
+    Iceberg reader: by key (the first column: one row per key, none lost or extra, each equal) where there is one,
+    and by content hash and null counts."""
+    for reader in (lake_rows, duckdb_lake_rows):
+        found = reader(catalog_properties, identifier, columns)
+        if by_key:
+            keys = [row[0] for row in found]
+            assert len(keys) == len(set(keys)), f"{reader.__name__}: a key is in the lake twice"
+            lake = {row[0]: tuple(_normal(v) for v in row) for row in found}
+            hot = {row[0]: tuple(_normal(v) for v in row) for row in expected}
+            assert set(lake) == set(hot), (
+                f"{reader.__name__}: keys only in the lake {sorted(set(lake) - set(hot))[:5]}, "
+                f"only in the hot table {sorted(set(hot) - set(lake))[:5]}"
+            )
+            differing = [k for k in hot if lake[k] != hot[k]]
+            assert not differing, (
+                f"{reader.__name__}: {len(differing)} of {len(hot)} keys differ, e.g. {differing[0]}: "
+                f"{str(lake[differing[0]])[:300]} != {str(hot[differing[0]])[:300]}"
+            )
+        assert digest(found) == digest(expected), reader.__name__
+        assert null_counts(found, columns) == null_counts(expected, columns), reader.__name__

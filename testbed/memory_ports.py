@@ -99,6 +99,8 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         self._ids = itertools.count(1)
         #: The keys a round bound (``bind_key``), one per round.
         self.bound_keys: list[MergeKey] = []
+        #: The table's id (PostgreSQL's oid): another one once the table is dropped and created again.
+        self.table_id = "16384"
 
     def session(self) -> MemoryTable:
         """Another process's connection to the same table (a rival round's): the rows are shared, its snapshot is
@@ -199,7 +201,12 @@ class MemoryTable(Source[MemoryPlan, MemorySplit]):
         return LineageDataset("memory", self.display_name)
 
     def identity(self) -> HotIdentity:
-        return HotIdentity(table="16384")
+        return HotIdentity(table=self.table_id)
+
+    def recreate(self) -> None:
+        """Drop the table and create it again, empty, under the same name: another table id."""
+        self.rows.clear()
+        self.table_id = str(int(self.table_id) + 1)
 
 
 def _read_rows(rows: dict[int, dict[str, Any]], split: MemorySplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -367,6 +374,13 @@ class MemoryLake:
         held = Counter(tuple(row.values()) for row in self.rows().select(rows.schema.names).to_pylist())
         missing = Counter(tuple(row.values()) for row in rows.to_pylist()) - held
         return sum(missing.values())
+
+    def keys_not_held(
+        self, rows: pa.Table, key: Sequence[str], *, lake_names: Mapping[str, str | None] | None = None
+    ) -> pa.Table:
+        held = Counter(tuple(row.values()) for row in self.rows().select(rows.schema.names).to_pylist())
+        short = [row for row in rows.to_pylist() if held[tuple(row.values())] == 0]
+        return pa.Table.from_pylist([{c: row[c] for c in key} for row in short], rows.select(key).schema)
 
     def write_target(
         self, epoch: int, attempt: str, target_file_bytes: int, *, change_stream: bool = False

@@ -3,9 +3,11 @@ at most once, a cheap probe of the hot store.
 
 One decision serves the tier operator and both modes of the due sensor; the Airflow layer only maps it to a task
 outcome. A table is due once ``freshness_seconds`` have passed since its last tiered round (at once when never
-tiered, failed, or left mid-round); a due table at rest whose hot store holds nothing beyond its committed offsets
-has nothing new. A quarantined table is refused; a DAG run that names its tables runs those, due or not, and
-skips the others.
+tiered, failed, or left mid-round); a due table at rest whose hot store holds nothing beyond its committed offsets,
+and whose hot table is the one, in the shape, the last round recorded, has nothing new. A probe never skips a check
+the round would make: a table dropped and created again, truncated, rewritten or reshaped runs its round, which
+follows the change or refuses it. A quarantined table is refused; a DAG run that names its tables runs those, due or
+not, and skips the others.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import datetime, timedelta
 from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.error_text import describe_error
 from airflow_provider_tiering.core.offsets import Offsets
-from airflow_provider_tiering.core.ports import BehindLook
+from airflow_provider_tiering.core.ports import BehindLook, Probe
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus
 
@@ -56,27 +58,36 @@ class TaskDecision:
     emptied: JsonObject | None = None
     #: When a merge table's key reconciliation falls due: from then on the table runs without new rows.
     reconcile_at: datetime | None = None
+    #: The hot table's identity and shape as the last round recorded them (``TableState.hot_shape``): a probe that
+    #: finds another runs the round.
+    hot_shape: JsonObject | None = None
 
     @property
     def runs(self) -> bool:
         return self.action is TaskAction.RUN
 
-    def probed(self, has_work: bool, behind: BehindLook | None = None) -> TaskDecision:
-        """The decision once the hot store has answered a ``PROBE`` (``behind``: its look below the offsets)."""
+    def probed(self, probe: Probe) -> TaskDecision:
+        """The decision once the hot store has answered a ``PROBE`` (see :meth:`Source.probe`)."""
         if self.action is not TaskAction.PROBE:
             return self
-        emptied = self.emptied if behind is None else behind.emptied
-        if behind is not None and behind.arrived:
+        behind = probe.behind
+        if probe.changed is not None:
+            reason = (
+                f"{self.table}: due, and its hot table changed since the last round ({probe.changed}): the round "
+                "follows the change or refuses it"
+            )
+            return replace(self, action=TaskAction.RUN, reason=reason)
+        if behind.arrived:
             reason = f"{self.table}: due, with {behind.arrived} row(s) behind {self.committed} ({behind.where})"
-            return replace(self, action=TaskAction.RUN, reason=reason, emptied=emptied)
-        if has_work:
+            return replace(self, action=TaskAction.RUN, reason=reason, emptied=behind.emptied)
+        if probe.has_rows:
             reason = f"{self.table}: due, with rows beyond {self.committed}"
-            return replace(self, action=TaskAction.RUN, reason=reason, emptied=emptied)
+            return replace(self, action=TaskAction.RUN, reason=reason, emptied=behind.emptied)
         return replace(
             self,
             action=TaskAction.NOTHING_NEW,
             reason=f"{self.table}: nothing to tier; the hot store has no row beyond {self.committed}",
-            emptied=emptied,
+            emptied=behind.emptied,
         )
 
 
@@ -147,27 +158,35 @@ def decide_task(
     if state is not None and state.committed is not None and state.keys_reconciliation_due(reconcile_every, now):
         # Hard deletes leave no row beyond the offsets for a probe to find: a due reconciliation runs the round.
         return TaskDecision(name, TaskAction.RUN, f"{name}: due, and its keys' reconciliation too", committed=committed)
+    if state is not None and state.committed is not None and state.hot_shape is None:
+        # Nothing to compare the hot table with (a state document older than the record): the round checks it.
+        reason = f"{name}: due; no round recorded its hot table's shape yet, so the round checks it"
+        return TaskDecision(name, TaskAction.RUN, reason, committed=committed)
     if _at_rest(state):
         reason = f"{name}: due; new rows?"
         return TaskDecision(
-            name, TaskAction.PROBE, reason, committed=committed, emptied=emptied, reconcile_at=reconcile_at
-        )
+            name, TaskAction.PROBE, reason, committed=committed, emptied=emptied, reconcile_at=reconcile_at,
+            hot_shape=None if state is None else state.hot_shape,
+        )  # fmt: skip
     return TaskDecision(name, TaskAction.RUN, f"{name}: due", committed=committed)
 
 
-def probe_hot_store(
-    probe: Callable[[Offsets | None, JsonObject | None], tuple[bool, BehindLook]], decision: TaskDecision
-) -> TaskDecision:
-    """Answer a ``PROBE`` decision with the hot store's ``probe`` (``Source.probe``: rows beyond the committed
-    offsets, or arrived behind them). A probe that fails counts as "there may be rows": the round then reports and
-    records the error (it owns the table's state, retries and quarantine)."""
+#: A hot store's probe (``Source.probe``): the committed offsets, the emptied stretch, the recorded shape.
+ProbeFunction = Callable[[Offsets | None, JsonObject | None, JsonObject | None], Probe]
+
+
+def probe_hot_store(probe: ProbeFunction, decision: TaskDecision) -> TaskDecision:
+    """Answer a ``PROBE`` decision with the hot store's ``probe`` (``Source.probe``: the hot table's identity and
+    shape against the last round's record, rows arrived behind the committed offsets, rows beyond them). A probe that
+    fails counts as "there may be rows": the round then reports and records the error (it owns the table's state,
+    retries and quarantine)."""
     if decision.action is not TaskAction.PROBE:
         return decision
     try:
-        return decision.probed(*probe(decision.committed, decision.emptied))
+        return decision.probed(probe(decision.committed, decision.emptied, decision.hot_shape))
     except Exception as exc:
         log.warning("%s: probing the hot store failed, the round will tell: %s", decision.table, describe_error(exc))
-        return decision.probed(True)
+        return decision.probed(Probe(True, BehindLook(emptied=decision.emptied)))
 
 
 def record_decision(state: TableState | None, decision: TaskDecision, now: datetime) -> TableState | None:

@@ -15,8 +15,11 @@
    (it becomes the field's Iceberg initial default, and with ``lake.backfill_added_columns`` is also written into
    the files), or a value of their own in each (an append table refuses; a merge or change-stream table reloads). A
    promoted column of a rewritten table is compared with the lake's values (an ``ALTER ... TYPE ... USING`` may have
-   changed them): an append table refuses when they differ, a merge table reloads; a change-stream table reloads,
-   as it does when a change reuses a column's former name (its stream would map it to the wrong column).
+   changed them): an append table refuses when they differ, a merge table reloads; a change-stream table reads the
+   rows whose values differ again by key, with its changes.
+   A change stream places the columns of its changes by column id, aligned with the layout the lake recorded, so a
+   name reused for another column needs nothing more (where no layout was recorded, by an earlier version, it
+   reloads: its stream would map the name to the wrong column).
 
 A reload is recorded in the lake with the schema change that needs it (``LakeShape.pending_reload``), so a round
 that dies before committing it leaves it pending; the commit of the reload clears it.
@@ -98,6 +101,9 @@ class _Follow(Generic[PlanT, SplitT]):
     key: MergeKey | None
     committed: LakeCommit | None
     now: datetime
+    #: A change stream's rewritten table: the rows that differ from the lake's, added columns included, are read again
+    #: by key in this round (``_rewritten_rows_read_again``).
+    rows_read_again: bool = False
 
     @property
     def mode(self) -> Mode:
@@ -164,7 +170,7 @@ class _Follow(Generic[PlanT, SplitT]):
                 list(pending.pending_backfill),
                 rewritten,
             )
-        self.source.bind_column_history(ColumnHistory(pending.former_names, pending.defaults))
+        self.source.bind_column_history(ColumnHistory(pending.former_names, pending.defaults, recorded.identity))
         return ShapeOutcome(
             identity,
             identity_changed=not identity.same_as(previous),
@@ -208,7 +214,7 @@ class _Follow(Generic[PlanT, SplitT]):
         change-stream table then reloads, unless a promotion explains it (checked column by column) or, for a change
         stream, a TRUNCATE it refuses. Elsewhere, and for an append table, the rows are looked at (``_looked_at``)."""
         tiered = self.tiered
-        if tiered is None:
+        if tiered is None or recorded.pending_reload:  # a reload pending reads the whole table and its keys anyway
             return None
         horizon = None if recorded.identity is None else recorded.identity.horizon
         streams = self.mode is Mode.CHANGE_STREAM
@@ -220,12 +226,45 @@ class _Follow(Generic[PlanT, SplitT]):
             f"{(recorded.identity or HotIdentity()).storage} -> {identity.storage})"
         )
         if streams:
-            if not rewritten or changes.widened or self.source.truncated_since(tiered):
+            if not rewritten or self.source.truncated_since(tiered):
                 return None
-            return f"{what}: every row was written since, without a change each (an ALTER TABLE ... USING)"
+            return self._rewritten_rows_read_again(tiered, recorded, changes, what)
         if rewritten and self.mode is Mode.MERGE and not changes.widened:
             return f"{what}: every row at or below the lake's offsets was written since, without a change each"
         return self._looked_at(tiered, recorded, identity, changes, what)
+
+    def _rewritten_rows_read_again(
+        self, tiered: Offsets, recorded: LakeShape, changes: ShapeChanges, what: str
+    ) -> str | None:
+        """A change stream's table whose every row was written since without a change each (a promotion, an ``ALTER
+        TABLE ... TYPE ... USING``, a column dropped after one): its rows are compared with the lake's in the columns
+        both have, and those that differ are read again by key with the round's changes (the stream carries nothing
+        of a rewrite). None when the source can; else why the whole table is read again."""
+        why = f"{what}: every row was written since, without a change each (an ALTER TABLE ... USING)"
+        if self.key is None:
+            return why
+        lake_of = {hot: lake for lake, hot in changes.renamed}
+        gone = {*changes.dropped, *(old for old, _ in changes.displaced)}
+        # Each hot column's lake column; an added one's rows are compared with NULL (its values came with the
+        # rewrite, or with changes the stream carries: read again either way).
+        lake_names: dict[str, str | None] = {
+            column: None if column in changes.added else lake_of.get(column, column)
+            for column in self.schema.names
+            if column in changes.added
+            or (lake_of.get(column, column) in recorded.columns and lake_of.get(column, column) not in gone)
+        }
+        rows = self.source.tiered_column_values(list(lake_names), tiered)
+        if rows is None:
+            return why
+        differing = self.lake.keys_not_held(rows, self.key.columns, lake_names=lake_names)
+        if differing.num_rows and not self.source.read_again(differing):
+            return why
+        self.rows_read_again = True
+        log.info(
+            "%s: %s; %d of its rows differ from the lake's and are read again by key", self.spec.name, what,
+            differing.num_rows,
+        )  # fmt: skip
+        return None
 
     def _looked_at(
         self, tiered: Offsets, recorded: LakeShape, identity: HotIdentity, changes: ShapeChanges, what: str
@@ -270,6 +309,8 @@ class _Follow(Generic[PlanT, SplitT]):
             if values.kind is AddedValuesKind.CONSTANT and _primitive(values.value):
                 defaults[column] = values.value
                 continue
+            if self.rows_read_again:  # the rows holding a value in it are read again by key: NULL for the others
+                continue
             what = f"column {column!r} was added with a value of its own in the rows the lake holds ({values.how})"
             if self.mode is Mode.APPEND:
                 raise SchemaConflict(
@@ -279,8 +320,10 @@ class _Follow(Generic[PlanT, SplitT]):
                 )
             reload.append(what)
         if changes.widened and holds_rows and rewritten:
-            reload.extend(self._promoted_values(changes))
-        if self.mode is Mode.CHANGE_STREAM and holds_rows:
+            reload.extend(self._promoted_values(changes, recorded))
+        aligned = recorded.identity is not None and bool(recorded.identity.type_ids)
+        if self.mode is Mode.CHANGE_STREAM and holds_rows and not aligned:
+            # Without a recorded layout the stream's columns are placed by name (``Source.bind_column_history``).
             reused = self._reused_names(changes, recorded)
             if reused:
                 reload.append(
@@ -291,14 +334,16 @@ class _Follow(Generic[PlanT, SplitT]):
             defaults, "; ".join(reload) or None, backfill=self.spec.lake.backfill_added_columns and bool(defaults)
         )
 
-    def _promoted_values(self, changes: ShapeChanges) -> list[str]:
+    def _promoted_values(self, changes: ShapeChanges, recorded: LakeShape) -> list[str]:
         """A promoted column of a rewritten table: its values in the rows the lake holds, compared with the lake's
-        (an ``ALTER TABLE ... TYPE ... USING`` may change them; a plain promotion never does)."""
+        (an ``ALTER TABLE ... TYPE ... USING`` may change them; a plain promotion never does). A change stream's rows
+        were compared already, every column (``_rewritten_rows_read_again``), where the lake recorded an identity."""
         promoted = [name for name, _, _ in changes.widened]
         what = f"column(s) {promoted} changed type ({'; '.join(f'{n} {a} -> {b}' for n, a, b in changes.widened)})"
         tiered = self.tiered
         if self.mode is Mode.CHANGE_STREAM or tiered is None:
-            return [f"{what} and the table was rewritten, which the change stream does not carry"]
+            compared = self.mode is Mode.CHANGE_STREAM and recorded.identity is not None
+            return [] if compared else [f"{what} and the table was rewritten, which the change stream does not carry"]
         by = list(self.key.columns) if self.key is not None else [str(self.spec.source.cursor())]
         columns = list(dict.fromkeys([*by, *promoted]))  # a promoted key or cursor once
         rows = self.source.tiered_column_values(columns, tiered)

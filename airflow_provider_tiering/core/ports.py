@@ -225,6 +225,21 @@ class BehindLook:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """What a due table's probe found (:meth:`Source.probe`): rows beyond the committed offsets, its look behind them,
+    and how the hot table's identity or shape changed since the last round (``changed``, in words; None: it did
+    not, or there was nothing to compare with). Any of them gives its round work to do."""
+
+    has_rows: bool
+    behind: BehindLook = field(default_factory=lambda: BehindLook())
+    changed: str | None = None
+
+    @property
+    def has_work(self) -> bool:
+        return self.has_rows or self.behind.arrived > 0 or self.changed is not None
+
+
+@dataclass(frozen=True)
 class TieredSample:
     """What a round checks, after the hot table's storage was replaced (``HotIdentity.storage``), to tell a rewrite
     of the same rows (VACUUM FULL, a rewriting ALTER TABLE) from other rows below the lake's offsets (truncated and
@@ -459,12 +474,21 @@ class Source(ABC, Generic[PlanT, SplitT]):
     def has_rows_after(self, committed: Offsets | None) -> bool:
         """Whether the hot store holds any row beyond ``committed`` (a cheap probe, safe or not)."""
 
-    def probe(self, committed: Offsets | None, emptied: JsonObject | None) -> tuple[bool, BehindLook]:
-        """A due table's probe: whether a round has work (rows beyond ``committed``, or rows that arrived behind
-        it: the round then fails naming them), and the look behind (see :meth:`look_behind`)."""
+    def probe(self, committed: Offsets | None, emptied: JsonObject | None, shape: JsonObject | None) -> Probe:
+        """A due table's probe: whether a round has work, on one connection. First the hot table's identity and
+        shape (one catalogue query) against ``shape``, what the last round recorded (``HotIdentity.shape_json``;
+        None: nothing to compare with): a table dropped and created again, truncated, rewritten or given other
+        columns runs its round, which follows the change or refuses it, even when no row is new (a re-created
+        table's change stream holds nothing, its new rows may lie below the offsets). Then rows that arrived behind
+        ``committed`` (the round then fails naming them; see :meth:`look_behind`), and rows beyond it."""
+        from airflow_provider_tiering.core.shape import shape_change
+
         with self.connected():
+            changed = None if shape is None else shape_change(shape, self.identity())
+            if changed is not None:
+                return Probe(False, BehindLook(emptied=emptied), changed)
             behind = self.look_behind(committed, emptied)
-            return behind.arrived > 0 or self.has_rows_after(committed), behind
+            return Probe(behind.arrived == 0 and self.has_rows_after(committed), behind)
 
     def look_behind(self, committed: Offsets | None, emptied: JsonObject | None) -> BehindLook:
         """Whether rows arrived at or below ``committed``, where no round reads. A cursor goes backwards when the
@@ -618,6 +642,13 @@ class Source(ABC, Generic[PlanT, SplitT]):
         change stream decodes changes made before the last change of shape with it)."""
         return None
 
+    def read_again(self, keys: pa.Table) -> bool:
+        """Called before planning, after the hot table was rewritten without a change each (an ``ALTER TABLE ...
+        TYPE ... USING``): the rows of ``keys`` (the merge key's columns) hold values the lake does not, and this
+        round reads them again by key. False for a source that cannot (a merge round then reads the whole table
+        again); a change stream reads them with its changes."""
+        return False
+
     def check_shape_unchanged(self) -> None:
         """Called after the round's rows are written, before its commit: raise
         :class:`~airflow_provider_tiering.core.errors.ShapeChangedDuringRound` if the hot table's columns changed
@@ -766,6 +797,19 @@ class Lake(Protocol):
         snapshot lacks: among its rows whose ``cursor`` column equals the value given, or among all its rows (the
         lake's column of each of ``rows``' columns named by ``lake_names`` where it differs, its values read as
         ``rows`` types them).
+
+        Raises:
+            LakeError: the lake's rows cannot be compared with the hot store's.
+        """
+        ...
+
+    def keys_not_held(
+        self, rows: pa.Table, key: Sequence[str], *, lake_names: Mapping[str, str | None] | None = None
+    ) -> pa.Table:
+        """The ``key`` columns of those of the hot table's ``rows`` that the current snapshot lacks value for value
+        (each column read from the lake's column ``lake_names`` names, as ``rows`` types it; None: one the lake does
+        not have, compared with NULL): the rows a change stream reads again after a rewrite its stream does not
+        carry.
 
         Raises:
             LakeError: the lake's rows cannot be compared with the hot store's.

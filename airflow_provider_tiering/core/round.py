@@ -255,6 +255,9 @@ def _failure_recorded(r: RoundContext[PlanT, SplitT], state: TableState, epoch: 
 def _open(r: RoundContext[PlanT, SplitT], state: TableState) -> _Opened:
     """The hot table's columns and key, the lake table (created on the first round), and the state document
     reconciled with the lake's latest commit."""
+    # The identity before the columns: a change between the two reads makes the identity the round records (and a
+    # probe compares with) older than what the round followed, so the next probe runs a round rather than miss one.
+    identity = r.source.identity()
     schema = r.source.schema()
     key = resolve_merge_key(r.spec, r.source, schema)
     if key is not None:
@@ -263,7 +266,6 @@ def _open(r: RoundContext[PlanT, SplitT], state: TableState) -> _Opened:
     state.merge_key = None if key is None else list(key.columns)
     # An empty schema: the source cannot know its columns yet (no Parquet file has landed), so no table.
     location = None
-    identity = r.source.identity()
     if len(schema):
         location = r.lake.ensure_table(schema, () if key is None else key.columns, identity)
     r.source.bind_lake(location, r.lake.storage())
@@ -381,6 +383,7 @@ def _nothing_to_tier(r: RoundContext[PlanT, SplitT], state: TableState, planned:
     state.walk_to_idle()
     state.consecutive_failures = 0
     state.next_retry_at = None
+    state.hot_shape = shape.identity.shape_json()
     state.last_checked_time = r.clock()
     if not state.watermark_blockers:
         state.caught_up_time = state.last_checked_time
@@ -527,6 +530,7 @@ def _record(
     state.transition(TableStatus.TIERED)
     state.committed = CommittedSnapshot(committed.snapshot_id, epoch, written.end, now)
     state.replaced_hot_table = state.adopt_hot_table = None  # the commit recorded the hot table it tiered
+    state.hot_shape = planned.shape.identity.shape_json()
     if planned.reconciling:
         state.keys_reconciled_at = now
     state.last_tiered_time = state.last_checked_time = now

@@ -34,9 +34,49 @@ class HotIdentity:
     #: Where the store's history of writes stood when the identity was read (PostgreSQL: the next transaction id):
     #: a row written later is newer than it. None where the store cannot tell.
     horizon: str | None = None
+    #: Each column's type as its store declares it, and its nullability (``numeric(12,2) not null``): a change that
+    #: keeps a column's id (a wider ``varchar``, ``DROP NOT NULL``) shows here. Empty where the identity does not
+    #: tell (a store whose ``storage`` changes with every change of its tables' definitions: SQLite).
+    types: Mapping[str, str] = field(default_factory=dict)
+    #: The store's type id of each column id a change stream describes (PostgreSQL: ``atttypid`` by ``attnum``;
+    #: generated columns, which the stream never carries, left out), and the highest column id the table ever gave,
+    #: dropped columns included (``relnatts``): what a change stream aligns an older description of the table's
+    #: columns with (``sources/postgres/relation_columns.py``). Empty and None where the store keeps no column ids.
+    type_ids: Mapping[int, int] = field(default_factory=dict)
+    last_column_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "storage": self.storage, "horizon": self.horizon}
+        found: dict[str, Any] = {"table": self.table, "storage": self.storage, "horizon": self.horizon}
+        if self.columns:
+            found["columns"] = dict(self.columns)
+        if self.type_ids:
+            found["type_ids"] = {str(k): v for k, v in sorted(self.type_ids.items())}
+        if self.last_column_id is not None:
+            found["last_column_id"] = self.last_column_id
+        return found
+
+    @classmethod
+    def from_json(cls, found: Mapping[str, Any]) -> HotIdentity:
+        """An identity as :meth:`to_json` wrote it (a lake's record of it)."""
+        return cls(
+            table=found.get("table"),
+            storage=found.get("storage"),
+            columns={str(k): int(v) for k, v in (found.get("columns") or {}).items()},
+            horizon=found.get("horizon"),
+            type_ids={int(k): int(v) for k, v in (found.get("type_ids") or {}).items()},
+            last_column_id=found.get("last_column_id"),
+        )
+
+    def shape_json(self) -> dict[str, Any]:
+        """The table's identity and shape, without what moves with every write (the horizon): what a due table's
+        probe compares with the record the last round left (``TableState.hot_shape``, :func:`shape_change`)."""
+        return {
+            "table": self.table,
+            "storage": self.storage,
+            "columns": dict(sorted(self.columns.items())),
+            "types": dict(sorted(self.types.items())),
+            "last_column_id": self.last_column_id,
+        }
 
     def same_as(self, other: HotIdentity | dict[str, Any] | None) -> bool:
         """The same table in the same storage (the horizon moves with every write and does not count)."""
@@ -44,6 +84,40 @@ class HotIdentity:
             return False
         found = other.to_json() if isinstance(other, HotIdentity) else other
         return (found.get("table"), found.get("storage")) == (self.table, self.storage)
+
+
+def shape_change(recorded: Mapping[str, Any], now: HotIdentity) -> str | None:
+    """How the hot table's identity or shape (``now``) differs from ``recorded`` (:meth:`HotIdentity.shape_json` as
+    the last round left it), in words for the task log; None when it does not. Any difference makes a due table's
+    task run its round, which follows the change or refuses it (``core/follow_shape.py``)."""
+    found = now.shape_json()
+    if found == dict(recorded):
+        return None
+    said: list[str] = []
+    if found["table"] != recorded.get("table"):
+        said.append(f"its table id {recorded.get('table')} -> {found['table']} (dropped and created again?)")
+    elif found["storage"] != recorded.get("storage"):
+        said.append(f"its storage {recorded.get('storage')} -> {found['storage']} (truncated, rewritten or DDL)")
+    before: Mapping[str, int] = recorded.get("columns") or {}
+    after: Mapping[str, int] = found["columns"]
+    by_id = {number: name for name, number in before.items()}
+    renamed = [f"{by_id[n]} -> {name}" for name, n in after.items() if n in by_id and by_id[n] != name]
+    added = [name for name, n in after.items() if n not in by_id]
+    dropped = [name for name, n in before.items() if n not in after.values()]
+    types_before: Mapping[str, str] = recorded.get("types") or {}
+    if not after and not before:  # a store without column ids: columns by name
+        added = [name for name in found["types"] if name not in types_before]
+        dropped = [name for name in types_before if name not in found["types"]]
+    said += [f"renamed {', '.join(renamed)}"] if renamed else []
+    said += [f"added {', '.join(added)}"] if added else []
+    said += [f"dropped {', '.join(dropped)}"] if dropped else []
+    retyped = [
+        f"{name} {types_before[name]} -> {kind}"
+        for name, kind in found["types"].items()
+        if name in types_before and types_before[name] != kind
+    ]
+    said += [f"retyped {', '.join(retyped)}"] if retyped else []
+    return "; ".join(said) or "its columns changed"
 
 
 class AddedValuesKind(enum.StrEnum):
@@ -140,13 +214,17 @@ class LakeShape:
 
 @dataclass(frozen=True)
 class ColumnHistory:
-    """What a change stream needs to decode changes made before the hot table's last change of shape:
+    """What a change stream needs to decode changes made before the hot table's last changes of shape:
     ``former_names`` maps a name a column had (in an earlier Relation message) to its name now (None: a column
     dropped since, whose values no longer count); ``defaults`` what a row written before a column existed holds in
     it (the lake's initial default; absent: NULL)."""
 
     former_names: Mapping[str, str | None] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: The hot table's identity as the lake recorded it when its last round planned: the columns' layout then
+    #: (``HotIdentity.type_ids``, ``last_column_id``), which a change stream aligns its Relation messages with (by
+    #: column id, whatever the columns were called in between). None: not recorded.
+    start: HotIdentity | None = None
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,10 @@ class TableState:
     #: The last change of the hot table's shape the lake followed: when, what changed, and why the whole table is
     #: read again if it must be (``core/follow_shape.py``).
     shape_change: dict[str, Any] | None = None
+    #: The hot table's identity and shape (``HotIdentity.shape_json``) as the last round that planned with it left the
+    #: lake: a due table's probe compares the hot table's with it, and any difference runs the round (which follows
+    #: the change or refuses it) instead of "nothing new". None: no round recorded it yet.
+    hot_shape: dict[str, Any] | None = None
     #: An append table's rows updated and deleted in place behind the lake's back (PostgreSQL's counters): since the
     #: last round, in all since they were first watched, and the counters last seen.
     in_place_changes: dict[str, Any] | None = None

@@ -143,6 +143,8 @@ class TableTask(Generic[BuiltT]):
         changed = record_decision(state, decision, now)
         if changed is not None:
             self.state_store.save(changed)
+        if decision.runs:
+            log.info("%s", decision.reason)
         if not decision.runs:
             state = changed or state
             if decision.action is not TaskAction.NOT_SELECTED:

@@ -3,8 +3,9 @@ the hot store, and the work a change of the hot table's shape left pending (``co
 
 Each property has one writer, so a commit never overwrites what another kind of commit recorded meanwhile:
 
-* ``tiering.hot-identity``: the hot table's identity (table and storage id) as the last tiering commit's round saw it
-  when it planned (or as a round found it unchanged in content);
+* ``tiering.hot-identity``: the hot table's identity (table and storage id, each column's id, and the type ids a change
+  stream aligns its older descriptions of the columns with) as the last tiering commit's round saw it when it planned
+  (or as a round found it unchanged in content);
 * ``tiering.hot-columns``: per lake field id, the hot column's id (PostgreSQL's ``attnum``; null where the store keeps
   none) and whether the hot table dropped it; written with every change of the lake's schema;
 * ``tiering.pending-reload``: why the next round must read the whole hot table again and merge it (set with the
@@ -67,8 +68,7 @@ def recorded_identity(table: Table) -> HotIdentity | None:
     text = table.properties.get(IDENTITY_PROPERTY)
     if not text:
         return None
-    found = json.loads(text)
-    return HotIdentity(table=found.get("table"), storage=found.get("storage"), horizon=found.get("horizon"))
+    return HotIdentity.from_json(json.loads(text))
 
 
 def reload_property(reason: str | None) -> dict[str, str]:

@@ -164,13 +164,33 @@ class IcebergLake:
             column, value = cursor
             held = self.rows_in_cursor_range(column, value, value, rows)
         else:
-            table = self.load_table()
-            if table is None or table.current_snapshot() is None:
-                return rows.num_rows
-            names = {name: (lake_names or {}).get(name, name) for name in rows.schema.names}
-            found = table.scan(selected_fields=tuple(names.values())).to_arrow()
-            held = found.select(list(names.values())).rename_columns(list(names)).cast(rows.schema)
+            held = self._held_like(rows, lake_names)
         return missing_rows(rows, held)
+
+    def keys_not_held(
+        self, rows: pa.Table, key: Sequence[str], *, lake_names: Mapping[str, str | None] | None = None
+    ) -> pa.Table:
+        from airflow_provider_tiering.lake.row_compare import keys_of_missing_rows
+
+        return keys_of_missing_rows(rows, self._held_like(rows, lake_names), list(key))
+
+    def _held_like(self, rows: pa.Table, lake_names: Mapping[str, str | None] | None) -> pa.Table:
+        """The current snapshot's rows in ``rows``' columns (each read from the lake's column ``lake_names`` names;
+        None: NULL), typed as ``rows`` types them."""
+        import pyarrow as pa
+
+        names = {name: (lake_names or {}).get(name, name) for name in rows.schema.names}
+        table = self.load_table()
+        if table is None or table.current_snapshot() is None:
+            return rows.schema.empty_table()
+        found = table.scan(selected_fields=tuple(dict.fromkeys(n for n in names.values() if n is not None))).to_arrow()
+        return pa.Table.from_arrays(
+            [
+                pa.nulls(found.num_rows, field.type) if lake is None else found.column(lake).cast(field.type)
+                for field, lake in zip(rows.schema, names.values(), strict=True)
+            ],
+            schema=rows.schema,
+        )
 
     def _reload(self) -> Table:
         table = self.load_table()

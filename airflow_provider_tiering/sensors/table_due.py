@@ -19,7 +19,7 @@ from airflow_provider_tiering.core.decisions import (
 )
 from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.offsets import Offsets
-from airflow_provider_tiering.core.ports import BehindLook
+from airflow_provider_tiering.core.ports import Probe
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
@@ -29,7 +29,9 @@ from airflow_provider_tiering.triggers.table_due import TableDueTrigger
 
 class TableDueSensor(BaseSensorOperator):
     """Succeeds once a table is due: ``freshness_seconds`` have passed since its last tiered round and the
-    hot store has rows beyond the committed offsets. Put it before the table's :class:`TierTableOperator`.
+    hot store has rows beyond the committed offsets, or its hot table is no longer the one, in the shape, the last
+    round recorded (dropped and created again, truncated, reshaped: the round follows it or refuses it). Put it before
+    the table's :class:`TierTableOperator`.
 
     Deferrable (the default): the worker reads the table's state document, records a not-due table as
     SCHEDULED, and hands the wait to :class:`~airflow_provider_tiering.triggers.table_due.TableDueTrigger`
@@ -96,6 +98,7 @@ class TableDueSensor(BaseSensorOperator):
         spec = self.table_spec
         decision = self._decide(context)
         if decision.runs:
+            self.log.info("%s", decision.reason)
             return {"due": True, "reason": decision.reason}
         if decision.action in (TaskAction.NOT_SELECTED, TaskAction.QUARANTINED):
             raise AirflowSkipException(decision.reason)
@@ -113,6 +116,7 @@ class TableDueSensor(BaseSensorOperator):
                 committed=decision.committed,
                 emptied=decision.emptied,
                 reconcile_at=None if decision.reconcile_at is None else decision.reconcile_at.isoformat(),
+                hot_shape=decision.hot_shape,
                 poke_interval=self.poke_interval,
                 deadline=deadline.isoformat(),
             ),
@@ -136,11 +140,11 @@ class TableDueSensor(BaseSensorOperator):
         if decision.action is TaskAction.PROBE:
             from airflow_provider_tiering.hooks.tiering import TieringSourceHook
 
-            def probe(committed: Offsets | None, emptied: JsonObject | None) -> tuple[bool, BehindLook]:
+            def probe(committed: Offsets | None, emptied: JsonObject | None, shape: JsonObject | None) -> Probe:
                 return (
                     TieringSourceHook(self.table_spec.source, self.table_spec.lake)
                     .get_source()
-                    .probe(committed, emptied)
+                    .probe(committed, emptied, shape)
                 )
 
             decision = probe_hot_store(probe, decision)

@@ -35,11 +35,24 @@ BUFFERED_CHANGES = 10_000
 @dataclass
 class RowVersion:
     """A key's latest version: its columns' text values. ``fill_from`` names the key whose stored lake row holds
-    the values of ``unchanged`` (TOAST values an update left alone that no earlier change of the round carried)."""
+    the values of ``unchanged`` (TOAST values an update left alone that no earlier change of the round carried).
+    ``read_again``: the change's columns could not be placed (see :class:`RelationColumns`), ``values`` holds the
+    key only, and the key's row is read again from the hot table, as it is when the round reads it."""
 
     values: dict[str, Value]
     unchanged: tuple[str, ...] = ()
     fill_from: Key | None = None
+    read_again: bool = False
+
+
+@dataclass(frozen=True)
+class RelationColumns:
+    """What the columns of a Relation message are called now (None: a column whose values no longer count, dropped
+    since). ``placed`` False: only the key's columns could be told apart, and the rows the changes under the message
+    insert or update are read again by key."""
+
+    names: tuple[str | None, ...]
+    placed: bool = True
 
 
 @dataclass
@@ -68,16 +81,19 @@ class ChangeSet:
 class ChangeWindow:
     """Which of one slot's changes a round applies, and by what: the transactions committed in
     ``(start_lsn, end_lsn]`` (None: no end), none after the first one ending at or past ``stop_after_lsn``, none of
-    the ``skip_origins`` (eviction's own); rows keyed by ``key``; ``names`` gives, for a Relation message, the name
-    each of its columns has now (None: a column whose values no longer count; by default its own names)."""
+    the ``skip_origins`` (eviction's own); rows keyed by ``key``; ``names`` places, for a Relation message, each of
+    its columns among the table's now (by default by its own names); ``read_again``, rows read again by key after
+    the changes."""
 
     key: Sequence[str]
     start_lsn: int
     end_lsn: int | None
     skip_origins: frozenset[str] = frozenset()
     table: str = "the table"
-    names: Callable[[Relation], tuple[str | None, ...]] | None = None
+    names: Callable[[Relation], RelationColumns] | None = None
     stop_after_lsn: int | None = None
+    #: Keys whose rows are read again whatever the stream says of them (after a rewrite it does not carry).
+    read_again: tuple[Key, ...] = ()
 
 
 def apply_changes(messages: Iterable[Message], window: ChangeWindow, *, keys_in_memory: int | None = None) -> ChangeSet:
@@ -127,6 +143,9 @@ def changes_in_chunks(
     for message in messages:
         if (yield from reducer.take(message)):
             break
+    for row_key in window.read_again:  # read as the table is now: later than any change read
+        reducer.result.rows[row_key] = RowVersion(dict(zip(window.key, row_key, strict=True)), read_again=True)
+        reducer.result.updated += 1
     if reducer.result.rows:
         yield reducer.result.rows
         reducer.result.rows = {}
@@ -143,7 +162,7 @@ class _Reducer:
     window: ChangeWindow
     keys_per_chunk: int | None
     result: ChangeSet = field(default_factory=ChangeSet)
-    relations: dict[int, tuple[str | None, ...]] = field(default_factory=dict)
+    relations: dict[int, RelationColumns] = field(default_factory=dict)
     pending: list[Change | Truncate] = field(default_factory=list)
     begin: Begin | None = None
     origin: str | None = None
@@ -156,7 +175,7 @@ class _Reducer:
         """Apply one message, yielding the chunks it fills; returns whether the window ends here."""
         if isinstance(message, Relation):
             names = self.window.names
-            self.relations[message.oid] = message.columns if names is None else names(message)
+            self.relations[message.oid] = RelationColumns(message.columns) if names is None else names(message)
         elif isinstance(message, Begin):
             # The window's bounds are record boundaries (a commit's end, or an insert position read before the
             # flushed one): a transaction commits in it exactly when its commit record starts in it.
@@ -248,9 +267,11 @@ def _row(columns: tuple[str | None, ...], values: tuple[Value, ...] | None) -> d
     return {name: value for name, value in zip(columns, values, strict=True) if name is not None}
 
 
-def _apply(result: ChangeSet, change: Change, columns: tuple[str | None, ...], key: Sequence[str], table: str) -> None:
-    new, old = _row(columns, change.new), _row(columns, change.old)
-    if change.op == "I" and new is not None:
+def _apply(result: ChangeSet, change: Change, columns: RelationColumns, key: Sequence[str], table: str) -> None:
+    new, old = _row(columns.names, change.new), _row(columns.names, change.old)
+    if not columns.placed and change.op in ("I", "U") and new is not None:
+        _read_again(result, change, new, old, key, table)
+    elif change.op == "I" and new is not None:
         result.rows[_key_of(new, key, table)] = RowVersion(new)
         result.inserted += 1
     elif change.op == "D" and old is not None:
@@ -265,6 +286,10 @@ def _apply(result: ChangeSet, change: Change, columns: tuple[str | None, ...], k
             result.rows[old_key] = None
         unchanged = [column for column, value in new.items() if value is UNCHANGED_TOAST]
         fill_from: Key | None = None
+        if unchanged and before is not None and before.read_again:  # what it left alone is read again too
+            result.rows[new_key] = RowVersion({c: new[c] for c in key}, read_again=True)
+            result.updated += 1
+            return
         if unchanged and before is not None:  # an earlier change of the round carried them (or left them too)
             new.update({column: before.values.get(column) for column in unchanged})
             unchanged = [column for column in unchanged if new[column] is UNCHANGED_TOAST]
@@ -275,4 +300,26 @@ def _apply(result: ChangeSet, change: Change, columns: tuple[str | None, ...], k
         if unchanged and fill_from is None:
             fill_from = old_key
         result.rows[new_key] = RowVersion(new, tuple(unchanged), fill_from)
+        result.updated += 1
+
+
+def _read_again(
+    result: ChangeSet,
+    change: Change,
+    new: dict[str, Value],
+    old: dict[str, Value] | None,
+    key: Sequence[str],
+    table: str,
+) -> None:
+    """An insert or update whose columns could not be placed: its key's row is read again by key (an update of the
+    key deletes the old one)."""
+    new_key = _key_of(new, key, table)
+    if change.op == "U" and old is not None:
+        old_key = _key_of(old, key, table)
+        if old_key != new_key:
+            result.rows[old_key] = None
+    result.rows[new_key] = RowVersion({c: new[c] for c in key}, read_again=True)
+    if change.op == "I":
+        result.inserted += 1
+    else:
         result.updated += 1

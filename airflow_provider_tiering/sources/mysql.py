@@ -271,9 +271,16 @@ class MySqlSource(SqlSource):
         """MariaDB and MySQL keep no id of a table or column that survives what replaces one; InnoDB's table id
         changes with TRUNCATE, a rebuild (OPTIMIZE, ALTER TABLE ... FORCE, a type change) and DROP + CREATE, which is
         when a table may have been replaced: the round then checks its rows. Reading it needs the PROCESS privilege
-        (as the safe watermark does); without it the table has no identity."""
+        (as the safe watermark does); without it the table has no storage id. Each column's declared type and
+        nullability, by name, tell a change of columns that rebuilds nothing (an instant ADD or RENAME COLUMN)."""
         import pymysql
 
+        columns = self._query(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (self.database, self.spec.table),
+        )
+        types = {str(name): f"{kind}{'' if nullable == 'YES' else ' not null'}" for name, kind, nullable in columns}
         name = f"{self.database}/{self.spec.table}"
         # MariaDB's view of InnoDB's tables, then MySQL 8's (which renamed it).
         for view in ("INNODB_SYS_TABLES", "INNODB_TABLES"):
@@ -283,11 +290,11 @@ class MySqlSource(SqlSource):
                 code = exc.__cause__.args[:1] if isinstance(exc.__cause__, pymysql.MySQLError) else ()
                 if code == (1109,):  # no such view in this server
                     continue
-                if code in ((1227,), (1142,)):  # no PROCESS privilege (the watermark names it): no identity
-                    return HotIdentity()
+                if code in ((1227,), (1142,)):  # no PROCESS privilege (the watermark names it): no storage id
+                    return HotIdentity(types=types)
                 raise
-            return HotIdentity(storage=f"innodb table {rows[0][0]}") if rows else HotIdentity()
-        return HotIdentity()
+            return HotIdentity(storage=f"innodb table {rows[0][0]}" if rows else None, types=types)
+        return HotIdentity(types=types)
 
     def _as_text(self, expression: str) -> str:
         return f"CAST({expression} AS CHAR)"

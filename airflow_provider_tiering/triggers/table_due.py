@@ -24,8 +24,9 @@ async def sleep_until(moment: datetime | None) -> None:
 
 class TableDueTrigger(BaseTrigger):
     """Sleeps until ``due_at``, then probes the hot store every ``poke_interval`` seconds for rows beyond
-    ``committed`` (or arrived behind it, in the ``emptied`` stretch; see ``Source.look_behind``) until there are
-    some, ``reconcile_at`` passes (a merge table's key reconciliation: it runs without new rows) or ``deadline``
+    ``committed`` (or arrived behind it, in the ``emptied`` stretch; see ``Source.look_behind``), or a hot table
+    other than ``hot_shape`` (the identity and shape the last round recorded), until there are some, ``reconcile_at``
+    passes (a merge table's key reconciliation: it runs without new rows) or ``deadline``
     passes.
 
     Triggers have no access to the metadata database (so none to the table's state document): the
@@ -45,6 +46,7 @@ class TableDueTrigger(BaseTrigger):
         deadline: str | None,
         emptied: JsonObject | None = None,
         reconcile_at: str | None = None,
+        hot_shape: JsonObject | None = None,
     ) -> None:
         super().__init__()
         self.table = table
@@ -52,6 +54,7 @@ class TableDueTrigger(BaseTrigger):
         self.committed = committed
         self.emptied = emptied
         self.reconcile_at = reconcile_at
+        self.hot_shape = hot_shape
         self.poke_interval = poke_interval
         self.deadline = deadline
 
@@ -64,6 +67,7 @@ class TableDueTrigger(BaseTrigger):
                 "committed": self.committed,
                 "emptied": self.emptied,
                 "reconcile_at": self.reconcile_at,
+                "hot_shape": self.hot_shape,
                 "poke_interval": self.poke_interval,
                 "deadline": self.deadline,
             },
@@ -86,9 +90,11 @@ class TableDueTrigger(BaseTrigger):
             source = await hooks.TieringSourceHook(spec.source, spec.lake).aget_source()
             secrets = source.secrets()
             while True:
-                has_work, behind = await asyncio.to_thread(source.probe, self.committed, emptied)
-                emptied = behind.emptied
-                if has_work:
+                probe = await asyncio.to_thread(source.probe, self.committed, emptied, self.hot_shape)
+                emptied = probe.behind.emptied
+                if probe.has_work:
+                    if probe.changed is not None:
+                        self.log.info("%s: its hot table changed since the last round: %s", spec.name, probe.changed)
                     break
                 probes += 1
                 now = utcnow()

@@ -10,6 +10,7 @@ round whose lake is compared.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,9 @@ from airflow_provider_tiering.core.errors import (
 from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from testbed.lake_check import _normal, digest, duckdb_lake_rows, lake_rows, null_counts
+from airflow_provider_tiering.core.table_task import TableTask, TaskEnd
+from airflow_provider_tiering.sources.registry import build_source
+from testbed.lake_check import assert_lake_equals_rows, digest, lake_rows
 from testbed.rounds import round_parts
 from testbed.shape_tables import MariaDBShapeTable, PostgresShapeTable, ShapeTable, SqliteShapeTable, Writer
 
@@ -132,27 +135,11 @@ class Rounds:
 
 
 def assert_lake_equals_hot(rounds: Rounds, *, by_key: bool) -> None:
-    """The lake holds the hot table's rows in its current columns, read by pyiceberg and by DuckDB: by key (one row
-    per key) where there is one, by content hash and by null counts."""
+    """The lake holds the hot table's rows in its current columns (``testbed.lake_check.assert_lake_equals_rows``)."""
     columns = rounds.hot.columns()
-    expected = rounds.hot.rows(columns)
-    for reader in (lake_rows, duckdb_lake_rows):
-        found = reader(rounds.catalog_properties, rounds.identifier, columns)
-        if by_key:
-            keys = [row[0] for row in found]
-            assert len(keys) == len(set(keys)), f"{reader.__name__}: a key is in the lake twice"
-            lake = {row[0]: tuple(_normal(v) for v in row) for row in found}
-            hot = {row[0]: tuple(_normal(v) for v in row) for row in expected}
-            assert set(lake) == set(hot), (
-                f"{reader.__name__}: keys only in the lake {sorted(set(lake) - set(hot))[:5]}, "
-                f"only in the hot table {sorted(set(hot) - set(lake))[:5]}"
-            )
-            differing = [k for k in hot if lake[k] != hot[k]]
-            assert not differing, f"{reader.__name__}: {len(differing)} keys differ, e.g. {differing[0]}: " + (
-                f"{lake[differing[0]]} != {hot[differing[0]]}"
-            )
-        assert digest(found) == digest(expected), reader.__name__
-        assert null_counts(found, columns) == null_counts(expected, columns), reader.__name__
+    assert_lake_equals_rows(
+        rounds.catalog_properties, rounds.identifier, columns, rounds.hot.rows(columns), by_key=by_key
+    )
 
 
 def _until_settled(rounds: Rounds) -> None:
@@ -395,3 +382,75 @@ def test_an_append_table_changed_in_place_shows_the_count_and_alerts_past_its_bo
         assert in_place_alert(spec, rounds.store.load()) is None
     finally:
         hot.close()
+
+
+class _Builder:
+    """What a table's task builds its source and round with (``TieringHook`` in Airflow), over a test hot table."""
+
+    def __init__(self, spec: TableSpec, hot: ShapeTable, catalog_properties, writer) -> None:
+        self.spec, self.hot, self.catalog_properties, self.writer = spec, hot, catalog_properties, writer
+
+    def get_source(self):
+        return build_source(self.spec.source, self.hot.connection())
+
+    def build_round(self, source=None):
+        return round_parts(self.spec, self.hot, self.catalog_properties, writer=self.writer, source=source)
+
+    def secrets(self) -> list[str]:
+        return []
+
+
+PROBED = [
+    ("postgres", "append", "rename"),
+    ("postgres", "append", "drop"),
+    ("postgres", "append", "recreate"),
+    ("postgres", "merge", "add_plain"),
+    ("postgres", "merge", "recreate"),
+    ("postgres", "change_stream", "rename"),
+    ("postgres", "change_stream", "drop"),
+    ("postgres", "change_stream", "recreate"),
+    ("mariadb", "append", "rename"),
+    ("mariadb", "merge", "add_plain"),
+    ("sqlite", "append", "drop"),
+    ("sqlite", "merge", "rename"),
+]
+
+
+@pytest.mark.parametrize(("store", "mode", "change"), PROBED, ids=[f"{s}-{m}-{c}" for s, m, c in PROBED])
+def test_a_due_table_reshaped_or_recreated_with_nothing_new_runs_its_round_from_the_probe(
+    store, mode, change, make_table, catalog_properties, local_writer, tmp_path
+):
+    """A table's task, as the operator runs it (decision, probe, round): the hot table changes shape or is dropped
+    and created again, and no row arrives beyond the lake's offsets. The probe compares the table's identity and shape
+    with the last round's record, so the round runs: it follows the change (the lake's schema has it) or refuses it
+    (the task fails without retries). A probe that looked only for new rows skipped it as "nothing new"."""
+    name = f"probed_{store}_{mode}_{change}"[:50]
+    hot = make_table(store, name)
+    hot.create(40)
+    spec = _spec(store, mode, name)
+    store_file = JsonFileStateStore(tmp_path / f"{name}.json")
+    now = [datetime.now(UTC)]
+
+    def task() -> TableTask:
+        builder = _Builder(spec, hot, catalog_properties, local_writer)
+        return TableTask(spec, store_file, builder, lambda exc: timedelta(seconds=1), clock=lambda: now[0])
+
+    assert task().run().end is TaskEnd.SUCCEEDED
+    now[0] += timedelta(seconds=spec.freshness_seconds + 1)
+    assert task().run().end is TaskEnd.SKIPPED  # nothing new, nothing changed: the probe says so
+    with hot.lock:
+        hot.script(hot.change_sql(change))  # DDL only: no row beyond the offsets
+    now[0] += timedelta(seconds=spec.freshness_seconds + 1)
+    outcome = task().run()
+    if change == "recreate":
+        assert outcome.end is TaskEnd.FAILED and isinstance(outcome.cause, NotRetryable), outcome.reason
+        assert "--adopt-hot-table" in outcome.reason
+        return
+    assert outcome.end is not TaskEnd.SKIPPED or "nothing to tier; the lake is at" in outcome.reason, outcome.reason
+    assert outcome.result is not None, "the round did not run"
+    lake_columns = load_catalog("default", **catalog_properties).load_table((NAMESPACE, name)).schema()
+    current = set(hot.columns())
+    assert current <= {f.name for f in lake_columns.fields}, (current, lake_columns)
+    now[0] += timedelta(seconds=spec.freshness_seconds + 1)
+    again = task().run()  # the round recorded the new shape: nothing new again, without a round
+    assert again.end is TaskEnd.SKIPPED and again.result is None, again.reason

@@ -92,7 +92,7 @@ def apply(messages, start=0, end=None, keys_in_memory=None, **window):
 def test_messages_decode_as_the_protocol_lays_them_out():
     assert decode(begin(0x1_0000_0010, 42)) == Begin(0x1_0000_0010, 42)
     assert decode(commit(0x200)) == Commit(0x1F8, 0x200)
-    assert decode(relation(b"f")) == Relation(OID, "public", "t", "f", COLUMNS, ("id",))
+    assert decode(relation(b"f")) == Relation(OID, "public", "t", "f", COLUMNS, ("id",), (25,) * len(COLUMNS))
     assert decode(insert("1", None, "é")) == Change("I", OID, new=("1", None, "é"))
     changed = decode(update("2", "b", UNCHANGED_TOAST, old=("1", None, None)))
     assert changed == Change("U", OID, new=("2", "b", UNCHANGED_TOAST), old=("1", None, None))

@@ -14,11 +14,15 @@ from airflow_provider_tiering.core.decisions import (
     probe_hot_store,
     record_decision,
 )
-from airflow_provider_tiering.core.ports import BehindLook
+from airflow_provider_tiering.core.ports import BehindLook, Probe
+from airflow_provider_tiering.core.shape import HotIdentity
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import CommittedSnapshot, TableState, TableStatus
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+HOT = HotIdentity(
+    table="16384", storage="16390", columns={"id": 1, "b": 2}, types={"id": "bigint not null", "b": "text"}
+)
 SPEC = TableSpec.parse(
     {
         "name": "t",
@@ -36,6 +40,7 @@ def tiered_at(when: datetime, status: TableStatus = TableStatus.TIERED) -> Table
         epoch=3,
         last_tiered_time=when,
         committed=CommittedSnapshot(snapshot_id=9, epoch=3, end_offsets={"cursor": 50}),
+        hot_shape=HOT.shape_json(),
     )
 
 
@@ -75,16 +80,16 @@ def test_a_due_table_at_rest_runs_only_with_new_rows_and_otherwise_settles_check
     assert decision.action is TaskAction.PROBE
     probed_offsets: list[object] = []
 
-    def no_rows(offsets, emptied):
-        probed_offsets.append((offsets, emptied))
-        return False, BehindLook()
+    def no_rows(offsets, emptied, shape):
+        probed_offsets.append((offsets, emptied, shape))
+        return Probe(False, BehindLook())
 
     nothing = probe_hot_store(no_rows, decision)
-    assert probed_offsets == [({"cursor": 50}, None)]
+    assert probed_offsets == [({"cursor": 50}, None, HOT.shape_json())]
     assert nothing.action is TaskAction.NOTHING_NEW and "no row beyond {'cursor': 50}" in nothing.reason
     assert record_decision(state, nothing, later) is state
     assert state.status is TableStatus.TIERED and state.last_checked_time == later
-    assert probe_hot_store(lambda offsets, emptied: (True, BehindLook()), decision).runs
+    assert probe_hot_store(lambda offsets, emptied, shape: Probe(True, BehindLook()), decision).runs
 
 
 def test_a_probe_keeps_an_emptied_stretch_watched_and_runs_when_rows_arrive_in_it():
@@ -92,23 +97,73 @@ def test_a_probe_keeps_an_emptied_stretch_watched_and_runs_when_rows_arrive_in_i
     later = T0 + timedelta(seconds=400)
     decision = decide_task(SPEC, state, now=later, selected=None)
     stretch = {"after": 40, "through": 50}
-    emptied = probe_hot_store(lambda offsets, emptied: (False, BehindLook(0, stretch)), decision)
+    emptied = probe_hot_store(lambda offsets, emptied, shape: Probe(False, BehindLook(0, stretch)), decision)
     assert emptied.action is TaskAction.NOTHING_NEW
     assert record_decision(state, emptied, later) is state and state.emptied_range == stretch
     again = decide_task(SPEC, state, now=later + timedelta(seconds=400), selected=None)
     assert again.emptied == stretch
-    arrived = probe_hot_store(lambda offsets, emptied: (True, BehindLook(3, emptied, "40 < id <= 50")), again)
+    arrived = probe_hot_store(
+        lambda offsets, emptied, shape: Probe(False, BehindLook(3, emptied, "40 < id <= 50")), again
+    )
     assert arrived.runs and "3 row(s) behind {'cursor': 50} (40 < id <= 50)" in arrived.reason
     assert record_decision(state, arrived, later) is None  # the round looks again and fails, naming them
 
 
 def test_a_probe_that_fails_lets_the_round_run_and_tell():
-    def broken(offsets, emptied):
+    def broken(offsets, emptied, shape):
         raise OSError("hot store unreachable")
 
     decision = decide_task(SPEC, None, now=T0, selected=None)
     assert decision.action is TaskAction.PROBE and decision.committed is None
     assert probe_hot_store(broken, decision).runs
+
+
+def test_a_probe_that_failed_keeps_the_emptied_stretch_watched():
+    state = tiered_at(T0)
+    state.emptied_range = {"after": 40, "through": 50}
+    decision = decide_task(SPEC, state, now=T0 + timedelta(seconds=400), selected=None)
+
+    def broken(offsets, emptied, shape):
+        raise OSError("hot store unreachable")
+
+    assert probe_hot_store(broken, decision).emptied == {"after": 40, "through": 50}
+
+
+@pytest.mark.parametrize(
+    ("now", "words"),
+    [
+        (HotIdentity(table="16999", storage="17000", columns={"id": 1, "b": 2}), "table id 16384 -> 16999"),
+        (HotIdentity(table="16384", storage="17000", columns={"id": 1, "b": 2}, types=HOT.types), "storage 16390"),
+        (HotIdentity("16384", "16390", {"id": 1, "b2": 2}, types=HOT.types), "renamed b -> b2"),
+        (HotIdentity("16384", "16390", {"id": 1}, types={"id": "bigint not null"}), "dropped b"),
+        (HotIdentity("16384", "16390", {"id": 1, "b": 2}, types={**HOT.types, "b": "text not null"}),
+         "retyped b text -> text not null"),
+        (HotIdentity("16384", "16390", {"id": 1, "b": 2, "c": 4}, types=HOT.types), "added c"),
+    ],
+    ids=["recreated", "truncated", "renamed", "dropped", "not-null", "added"],
+)  # fmt: skip
+def test_a_hot_table_changed_since_the_last_round_runs_it_with_no_new_row(now, words):
+    """The probe's "nothing new" never skips a check the round makes: another table under the same name, new
+    storage, other columns or types run the round (which follows the change or refuses it)."""
+    decision = decide_task(SPEC, tiered_at(T0), now=T0 + timedelta(seconds=400), selected=None)
+    from airflow_provider_tiering.core.shape import shape_change
+
+    changed = shape_change(decision.hot_shape or {}, now)
+    assert changed is not None and words in changed
+    ran = probe_hot_store(lambda offsets, emptied, shape: Probe(False, changed=shape_change(shape, now)), decision)
+    assert ran.runs and words in ran.reason and "follows the change or refuses it" in ran.reason
+    assert shape_change(decision.hot_shape or {}, HOT) is None  # the same table, the horizon aside
+    assert shape_change(decision.hot_shape or {}, HotIdentity(**{**HOT.__dict__, "horizon": "991"})) is None
+
+
+def test_a_table_with_lake_rows_and_no_recorded_shape_runs_its_round_to_record_one():
+    """A state document older than the record of the hot table's shape cannot tell a reshaped table from the one
+    the lake holds: its round runs (and records it) rather than a probe saying "nothing new"."""
+    state = tiered_at(T0)
+    state.hot_shape = None
+    decision = decide_task(SPEC, state, now=T0 + timedelta(seconds=400), selected=None)
+    assert decision.runs and "no round recorded its hot table's shape" in decision.reason
+    assert decide_task(SPEC, None, now=T0, selected=None).action is TaskAction.PROBE  # no lake rows: a probe
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,20 @@ def test_a_due_table_tiers_and_announces_its_round_then_skips_until_due_again() 
     assert nothing.end is TaskEnd.SKIPPED and "no row beyond" in nothing.reason and len(table.built) == 1
 
 
+def test_a_table_recreated_with_nothing_new_fails_its_task_without_retries_instead_of_skipping() -> None:
+    """The probe of a due table at rest compares the hot table's identity with the last round's record: a table
+    dropped and created again (its new rows, if any, below the lake's offsets) runs its round, which refuses it."""
+    table = Table()
+    table.hot.insert(20)
+    assert table.task().run().end is TaskEnd.SUCCEEDED
+    table.hot.recreate()
+    table.now = T0 + timedelta(seconds=400)
+    outcome = table.task().run()
+    assert outcome.end is TaskEnd.FAILED and len(table.built) == 2, outcome.reason
+    assert isinstance(outcome.cause, NotRetryable) and "dropped and created again" in outcome.reason
+    assert "--adopt-hot-table" in outcome.reason
+
+
 def test_only_the_tables_a_run_names_are_tiered_due_or_not() -> None:
     table = Table()
     table.hot.insert(5)

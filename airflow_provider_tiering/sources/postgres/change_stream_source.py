@@ -55,6 +55,7 @@ from airflow_provider_tiering.sources.change_stream import (
     ChangeWindow,
     Chunks,
     Key,
+    RelationColumns,
     RowVersion,
     apply_changes,
     changes_in_chunks,
@@ -70,6 +71,7 @@ from airflow_provider_tiering.sources.postgres.pgoutput import (
     format_lsn,
     parse_lsn,
 )
+from airflow_provider_tiering.sources.postgres.relation_columns import ColumnLayout, MessageColumn
 from airflow_provider_tiering.sources.postgres.replication import Replication
 from airflow_provider_tiering.sources.postgres.streamed_table import (
     StreamedTable,
@@ -171,11 +173,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         self._history = ColumnHistory()
         #: The WAL this round's plan left for later rounds (its cap), for the status; None before it planned.
         self._backlog_bytes: int | None = None
+        #: Keys whose rows this round reads again (``read_again``), as the stream's text of their key columns.
+        self._keys_read_again: tuple[Key, ...] = ()
 
     def _begin_round(self) -> None:
         super()._begin_round()
         self.table = self.table.for_round()
-        self.key, self._history, self._backlog_bytes = None, ColumnHistory(), None
+        self.key, self._history, self._backlog_bytes, self._keys_read_again = None, ColumnHistory(), None, ()
 
     # -- what the kernel asks of every source ----------------------------------------------------
     def connected(self) -> AbstractContextManager[None]:
@@ -223,13 +227,25 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def bind_column_history(self, history: ColumnHistory) -> None:
         self._history = history
 
+    def tiered_column_values(self, columns: Sequence[str], tiered: Offsets) -> pa.Table:
+        return self.table.column_values(columns)  # every row of the table is in the lake
+
+    def read_again(self, keys: pa.Table) -> bool:
+        """The rows of ``keys`` are read again by key with the round's changes, after them (``ChangeWindow``)."""
+        names = keys.schema.names
+        self._keys_read_again = tuple(
+            tuple(None if row[c] is None else key_text(row[c]) for c in names) for row in keys.to_pylist()
+        )
+        return True
+
     def _current_names(self, relation: Relation, current: set[str]) -> tuple[str | None, ...]:
-        """The name each column of a Relation message has now, or None for a column whose values no longer count
-        (dropped since). A Relation describes the table as it was when the change after it was made: one sent before
-        a rename or a drop names columns by their former names, which the lake's history maps. A name the table has
-        now is its own (a change of shape that reuses a name for another column makes the lake load the table again
-        instead, ``core/follow_shape.py``); one added while the round ran fails the round later, when its columns are
-        checked again before the commit.
+        """The name each column of a Relation message has now, by name, for a lake that recorded no layout of the
+        table's columns (tiered by an earlier version; its next commit records one, see ``relation_columns.py``), or
+        None for a column whose values no longer count (dropped since). A Relation describes the table as it was when
+        the change after it was made: one sent before a rename or a drop names columns by their former names, which
+        the lake's history maps. A name the table has now is its own (a change of shape that reuses a name for
+        another column makes the lake load the table again instead, ``core/follow_shape.py``); one added while the
+        round ran fails the round later, when its columns are checked again before the commit.
 
         ``current``: the table's columns now.
 
@@ -276,16 +292,32 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         return found
 
     # -- the slot's changes --------------------------------------------------------------------
-    def _relation_names(self) -> Callable[[Relation], tuple[str | None, ...]]:
-        """What each Relation message's columns are called now (the table's columns read once, on the first)."""
+    def _relation_names(self) -> Callable[[Relation], RelationColumns]:
+        """Where each Relation message's columns stand now: by column id, aligned with the layout the lake recorded
+        (``relation_columns.py``); by name where it recorded none. The table's columns are read once, on the first."""
+        layouts: list[ColumnLayout | None] = []
         current: set[str] = set()
 
-        def names(relation: Relation) -> tuple[str | None, ...]:
+        def names(relation: Relation) -> RelationColumns:
+            if not layouts:
+                layouts.append(self._column_layout())
+            layout = layouts[0]
+            if layout is not None:
+                columns = [MessageColumn(n, t) for n, t in zip(relation.columns, relation.type_ids, strict=True)]
+                return layout.place(columns, self.key or self.primary_key())
             if not current:
                 current.update(self.table.identity().columns)
-            return self._current_names(relation, current)
+            return RelationColumns(self._current_names(relation, current))
 
         return names
+
+    def _column_layout(self) -> ColumnLayout | None:
+        """The table's columns when the lake's last round planned, and now (dropped ones included); None when the
+        lake recorded no layout."""
+        start = self._history.start
+        if start is None or not start.type_ids or start.last_column_id is None:
+            return None
+        return ColumnLayout(start.type_ids, start.last_column_id, self.table.attributes(), self.display_name)
 
     def _changes(
         self,
@@ -326,7 +358,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         """The changes of transactions committed in ``(start, end]``, keyed, eviction's own skipped."""
         return ChangeWindow(
             self.key or self.primary_key(), start, end, frozenset({self.eviction_origin}), self.display_name,
-            self._relation_names(), stop_after,
+            self._relation_names(), stop_after, self._keys_read_again,
         )  # fmt: skip
 
     def _change_chunks(self, conn: Any, start: int, end: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -565,9 +597,15 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         not carry (made before the column was added) gets what rows written before it hold: the lake's initial
         default of it, else NULL. The key whose lake row holds an update's unchanged TOAST values is typed too, so it
         compares with the lake's stored keys whatever the key's type (pgoutput's text of a timestamptz or bytea is
-        not Python's)."""
-        items = list(rows.items())
+        not Python's). A key whose changes could not be placed (``RowVersion.read_again``) is read again from the
+        table as it is now; gone from it, it is deleted."""
         key = self.key or self.primary_key()
+        again = [k for k, v in rows.items() if v is not None and v.read_again]
+        if again:
+            found, gone = self._current_rows(again, schema, key)
+            yield _with_change_columns(found, deleted=None, fill=None, chunk=chunk)
+            rows = {k: None if k in gone else v for k, v in rows.items() if k in gone or not (v and v.read_again)}
+        items = list(rows.items())
         defaults = {c: key_text(v) for c, v in self._history.defaults.items() if c in schema.names}
         for begin in range(0, len(items), TYPING_BATCH_ROWS):
             batch = items[begin : begin + TYPING_BATCH_ROWS]
@@ -595,6 +633,48 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             ]
             yield _with_change_columns(typed, deleted=deleted, fill=fills, chunk=chunk)
 
+    def _current_rows(self, keys: list[Key], schema: pa.Schema, key: Sequence[str]) -> tuple[pa.RecordBatch, set[Key]]:
+        """The table's current rows of ``keys`` (the text of their key columns, as the stream carries them), and the
+        keys it no longer has. Read now, they may be newer than the round's end: the next round applies the changes
+        after it again, each a whole row or a delete, so the lake converges on the table."""
+        quote = self.table.quote
+        pairs = [(f"__tiering_k{i}", column) for i, column in enumerate(key)]
+        definitions = ", ".join(f"{name} text" for name, _ in pairs)
+        casts = ", ".join(f"CAST(j.{name} AS {self.table.declared_type(c)}) AS {name}" for name, c in pairs)
+        joined = " AND ".join(f"t.{quote(c)} = k.{name}" for name, c in pairs)
+        sql = (
+            f"SELECT k.__tiering_n, t.ctid IS NULL AS __tiering_gone, {self._select_list(schema)} FROM (SELECT "
+            f"j.__tiering_n, {casts} FROM json_to_recordset(CAST($1 AS json)) AS j(__tiering_n int8, {definitions})) k "
+            f"LEFT JOIN {self.replication.qualified} t ON {joined} ORDER BY k.__tiering_n"
+        )
+        records = [
+            {"__tiering_n": n, **{name: v for (name, _), v in zip(pairs, values, strict=True)}}
+            for n, values in enumerate(keys)
+        ]
+        table = self._fetch_with_records(sql, records, "reading changed rows again by key")
+        gone_flags = [bool(flag) for flag in table.column("__tiering_gone").to_pylist()]
+        numbers: list[int] = table.column("__tiering_n").to_pylist()  # type: ignore[assignment]  # never NULL
+        gone = {keys[n] for n, flag in zip(numbers, gone_flags, strict=True) if flag}
+        present = table.filter(pa.array([not flag for flag in gone_flags], pa.bool_()))
+        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        batch = present.select(schema.names).combine_chunks().to_batches()
+        rows = batch[0] if batch else pa.RecordBatch.from_pylist([], schema=nullable)
+        log.info("%s: %d changed rows read again by key (%d gone)", self.display_name, len(keys), len(gone))
+        return conform_batch(rows, nullable), gone
+
+    def _fetch_with_records(self, sql: str, records: list[dict[str, Any]], what: str) -> pa.Table:
+        """The result of ``sql``, whose one parameter is ``records`` as JSON, as Arrow (the bulk reader's session)."""
+        conn = self.table._connect_arrow()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute(sql, parameters=(json.dumps(records),))
+                return cur.fetch_arrow_table()
+            except Exception as exc:
+                raise SourceError(f"{self.display_name}: {what} failed: {exc}") from exc
+        finally:
+            conn.close()
+
     def _type_on_server(
         self, records: list[dict[str, Any]], schema: pa.Schema, key: Sequence[str]
     ) -> tuple[pa.RecordBatch, list[list[str] | None]]:
@@ -615,16 +695,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             f"WITH t AS (SELECT j.__n, {casts} FROM json_to_recordset(CAST($1 AS json)) AS j(__n int8, {definitions})) "
             f"SELECT {self._select_list(schema)}, {fill_select} FROM t ORDER BY __n"
         )
-        conn = self.table._connect_arrow()
-        try:
-            cur = conn.cursor()
-            try:
-                cur.execute(sql, parameters=(json.dumps(records),))
-                table = cur.fetch_arrow_table()
-            except Exception as exc:
-                raise SourceError(f"{self.display_name}: typing the changes failed: {exc}") from exc
-        finally:
-            conn.close()
+        table = self._fetch_with_records(sql, records, "typing the changes")
         nullable = pa.schema([f.with_nullable(True) for f in schema])
         if table.num_rows == 0:
             return pa.RecordBatch.from_pylist([], schema=nullable), []

@@ -42,6 +42,8 @@ class Relation:
     replica_identity: str
     columns: tuple[str, ...]
     key_columns: tuple[str, ...]
+    #: Each column's type id (``pg_type.oid``) when the change after the message was made.
+    type_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,15 +188,16 @@ def decode(data: bytes) -> Message:
         identity = reader.byte()
         columns: list[str] = []
         keys: list[str] = []
+        type_ids: list[int] = []
         for _ in range(reader.int16()):
             flags = reader.int8()
             column = reader.string()
-            reader.int32()  # type oid
+            type_ids.append(reader.int32() & 0xFFFFFFFF)  # an oid is unsigned
             reader.int32()  # type modifier
             columns.append(column)
             if flags & 1:
                 keys.append(column)
-        return Relation(oid, namespace, name, identity, tuple(columns), tuple(keys))
+        return Relation(oid, namespace, name, identity, tuple(columns), tuple(keys), tuple(type_ids))
     if kind == "I":
         oid = reader.int32()
         reader.byte()  # "N"

@@ -38,6 +38,17 @@ class StreamedTable(PostgresTable):
             self._schema = found
         return self._schema
 
+    def column_values(self, columns: Sequence[str]) -> pa.Table:
+        """``columns`` of every row of the table, in one snapshot (a promoted column's values, compared with the
+        lake's after a rewrite)."""
+        from airflow_provider_tiering.sources.conform import conform_batch
+
+        schema = pa.schema([self.schema().field(c) for c in columns])
+        select = ", ".join(self.select_expression(f) for f in schema)
+        with self._snapshot() as run:
+            batches = [conform_batch(b, schema) for b in run(f"SELECT {select} FROM {self.table_ref}", (), schema)]
+        return pa.Table.from_batches(batches, schema=schema)
+
     @contextmanager
     def _deleting_session(self, cur: Any) -> Iterator[None]:
         """The eviction transaction's session carries the table's origin (pgoutput then tags the transaction with it

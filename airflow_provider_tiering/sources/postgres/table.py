@@ -25,6 +25,7 @@ from airflow_provider_tiering.sources.postgres.column_types import (
     column_read,
     select_expression,
 )
+from airflow_provider_tiering.sources.postgres.relation_columns import Attribute
 from airflow_provider_tiering.sources.sql_table import (
     Bindings,
     Rows,
@@ -198,24 +199,40 @@ class PostgresTable(SqlTable):
     # -- identity and shape --------------------------------------------------------------------
     def _read_identity(self) -> HotIdentity:
         """The table's ``oid`` (another table once dropped and created again), its ``relfilenode`` (new storage after
-        TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE) and each column's ``attnum`` (kept by a rename,
-        new for a column dropped and added again)."""
+        TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE), each column's ``attnum`` (kept by a rename, new
+        for a column dropped and added again), declared type and nullability, and what a change stream aligns its
+        older descriptions of the columns with (each column's type id, ``relnatts``): one catalogue query."""
         rows = self._query(
             "SELECT c.oid::int8, pg_relation_filenode(c.oid)::int8, a.attname::text, a.attnum::int8, "
-            "CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS int8) "
+            "CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS int8), "
+            "format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END, "
+            "a.atttypid::int8, a.attgenerated <> '', c.relnatts::int8 "
             "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
             "WHERE c.oid = to_regclass($1)",
             (self._qualified_name(),),
         )
         if not rows:
             raise SourceError(f"{self.display_name} does not exist (or is not visible to this user)")
-        oid, filenode, horizon = rows[0][0], rows[0][1], rows[0][4]
+        oid, filenode, horizon, natts = rows[0][0], rows[0][1], rows[0][4], rows[0][8]
         return HotIdentity(
             table=str(oid),
             storage=None if filenode is None else str(filenode),
-            columns={str(name): int(number) for _, _, name, number, _ in rows},
+            columns={str(row[2]): int(row[3]) for row in rows},
             horizon=str(horizon),
+            types={str(row[2]): str(row[5]) for row in rows},
+            type_ids={int(row[3]): int(row[6]) for row in rows if not row[7]},
+            last_column_id=int(natts),
         )
+
+    def attributes(self) -> list[Attribute]:
+        """Every attribute of the table, dropped ones included (``pg_attribute`` keeps them, renamed and untyped):
+        what a change stream places the columns of its older Relation messages among."""
+        rows = self._query(
+            "SELECT attnum::int8, CASE WHEN attisdropped THEN NULL ELSE attname::text END, atttypid::int8, "
+            "attgenerated <> '' FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 ORDER BY attnum",
+            (self._qualified_name(),),
+        )
+        return [Attribute(int(n), name, int(kind), bool(generated)) for n, name, kind, generated in rows]
 
     def rows_rewritten(self, horizon: str, tiered: Offsets | None) -> bool | None:
         """Whether every row at or below ``tiered`` (None: every row) was written after ``horizon`` (a next
