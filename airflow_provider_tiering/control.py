@@ -29,6 +29,7 @@ from airflow_provider_tiering.status import (
     tiered_assets,
     tiering_history,
 )
+from airflow_provider_tiering.status.lake_rows import refresh_lake_rows
 from airflow_provider_tiering.status.records import TieringRound
 
 #: Task instance states after which a table's task will not run again in that DAG run.
@@ -146,6 +147,8 @@ def trigger_tables(
 ) -> list[TriggeredRun]:
     """Start, for each DAG involved, one run that tiers only the named tables: each named by its name in its DAG,
     ``namespace.table``, or its asset's name or URI (see :func:`airflow_provider_tiering.status.get_tiering_status`).
+    The tables' rows of their catalogs' status tables (``sys.lake_tiering_status``) are refreshed (never raising);
+    each run's summary refreshes them again when it ends.
 
     Raises:
         TableNotFound: no DAG tiers a table of that name (the message lists the closest names).
@@ -202,6 +205,8 @@ def trigger_tables(
         for dag_id in unpausing:  # after the runs exist, in the same transaction
             s.get(DagModel, dag_id).is_paused = False
         s.flush()
+        triggered = {name for run in runs for name in run.assets.values()}
+        refresh_lake_rows([t for t in list_tiering_statuses(session=s) if t.asset_name in triggered])
     return runs
 
 

@@ -67,6 +67,24 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "cli": ["airflow_provider_tiering.cli.definition.get_tiering_cli_commands"],
+        "config": {
+            "tiering": {
+                "description": "The tiering provider's settings that are not a table's (a table's are in its spec).",
+                "options": {
+                    "status_namespace": {
+                        "description": (
+                            "Namespace of the status table every catalog of tiered tables gets: "
+                            "<namespace>.lake_tiering_status, one row per tiered table, refreshed at the end of every "
+                            "tiering DAG run and on a reset or trigger. Empty: no status table."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "sys",
+                        "default": "sys",
+                    },
+                },
+            },
+        },
         # No connection type: the Iceberg catalog is Airflow's Iceberg provider's ``iceberg`` connection (a
         # dependency), read as its hook reads it (``hooks/tiering.py: catalog_config``).
     }

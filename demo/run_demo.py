@@ -175,6 +175,42 @@ def print_statuses() -> bool:
     return all_ok and len(statuses) == 3
 
 
+STATUS_SQL = (
+    "SELECT table_name, status, tiering_epoch, last_tiered_time, last_round_rows, last_error\n"
+    "FROM sys.lake_tiering_status ORDER BY table_name"
+)
+
+
+def print_status_in_sql() -> bool:
+    """The lake's status table (``sys.lake_tiering_status``, written by each run's summary task), read back in SQL
+    with DuckDB's Iceberg reader: where dashboards and alerts written in SQL read it."""
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+    from pyiceberg.catalog import load_catalog
+
+    properties = dict(CATALOG)
+    catalog = load_catalog(properties.pop("name"), **properties)
+    metadata = catalog.load_table(("sys", "lake_tiering_status")).metadata_location.removeprefix("file://")
+    connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        for package in (duckdb_extension_avro, duckdb_extension_iceberg):  # loaded from their packages: no network
+            connection.execute(f"LOAD '{next(Path(package.__file__).parent.rglob('*.duckdb_extension'))}'")
+        connection.execute("CREATE SCHEMA sys")
+        connection.execute(f"CREATE VIEW sys.lake_tiering_status AS SELECT * FROM iceberg_scan('{metadata}')")
+        result = connection.execute(STATUS_SQL)
+        names = [column[0] for column in result.description]
+        rows = [["-" if v is None else str(v)[:19] for v in row] for row in result.fetchall()]
+    finally:
+        connection.close()
+    sql = STATUS_SQL.replace("\n", "\n  ")
+    print(f"\nThe same in SQL, where the lake is queried (DuckDB reading the lake's status table):\n\n  {sql}\n")
+    widths = [max(len(n), *(len(r[i]) for r in rows)) for i, n in enumerate(names)]
+    for line in (names, ["-" * w for w in widths], *rows):
+        print(("  " + "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True))).rstrip())
+    return len(rows) == 3 and all(row[1] == "TIERED" for row in rows)
+
+
 def freshness_seconds() -> float:
     """The longest freshness interval of the demo DAG's tables."""
     sys.path.insert(0, str(REPO / "dags"))
@@ -213,6 +249,7 @@ def main() -> int:
         else "\nSOME TABLES ARE NOT TIERED"
     )
     print("\n$ airflow tiering status\n" + airflow(env, "tiering", "status"), end="")
+    ok &= print_status_in_sql()
     return 0 if ok else 1
 
 

@@ -25,7 +25,8 @@ E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests
 # Mostly idle (a table's freshness interval waited out, the harness's own DAG run, re-created tables' DAG runs): on
 # their own, they cost the other streams little CPU and the run their wall time, which in a half would add to it
 # (measured: the serial pass, with the first two, 3:01 at 5-30% of the 2 cores).
-E2E_WAITING=(tests/e2e/test_deferral.py tests/e2e/test_airflow_cluster.py tests/e2e/test_shape_through_dags.py)
+E2E_WAITING=(tests/e2e/test_deferral.py tests/e2e/test_airflow_cluster.py tests/e2e/test_shape_through_dags.py
+  tests/e2e/test_status_in_sql.py)
 E2E_REST=()
 for module in tests/e2e/test_*.py; do
   [[ " ${E2E_FIRST[*]} ${E2E_WAITING[*]} " == *" $module "* ]] || E2E_REST+=("$module")

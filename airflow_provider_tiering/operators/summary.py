@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_tiering.assets import table_asset
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import staleness_alert
-from airflow_provider_tiering.core.state import utcnow
+from airflow_provider_tiering.core.state import TableState, utcnow
+from airflow_provider_tiering.core.status_rows import StatusRow, status_row
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
 from airflow_provider_tiering.run_conf import selected_tables
 
@@ -24,7 +26,9 @@ class TieringSummaryOperator(BaseOperator):
     It fails when any table task did not succeed or skip, or any of ``tables`` is stale past its bound (even one
     whose rounds keep tiering some rows: ``core/staleness.py``), so the DAG run ends failed and alerts fire; the
     table tasks themselves have already run (or failed) independently of each other. Maintenance tasks' outcomes
-    are listed too, and a failed one is logged as a warning: it never fails the run.
+    are listed too, and a failed one is logged as a warning: it never fails the run. Before it ends, whatever the
+    outcome, it refreshes ``tables``' rows in their catalogs' status table (``sys.lake_tiering_status``,
+    ``hooks/status_table.py``), which never fails the run either.
     """
 
     ui_color = "#eeeeee"
@@ -69,9 +73,11 @@ class TieringSummaryOperator(BaseOperator):
             else:
                 self.log.warning("%s  maintenance %s (tiering is not affected; see the table's status)", task_id, state)
         failed = sorted(t for t, s in outcomes.items() if s not in OK_STATES)
-        stale = self._stale_tables(context)
+        documents = self._state_documents(context)
+        stale = self._stale_tables(documents)
         for alert in stale.values():
             self.log.error("%s", alert)
+        self._refresh_status_tables(documents)
         problems = []
         if failed:
             problems.append(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")
@@ -81,12 +87,30 @@ class TieringSummaryOperator(BaseOperator):
             raise AirflowFailException("; ".join(problems))
         return outcomes
 
-    def _stale_tables(self, context: Any) -> dict[str, str]:
+    def _state_documents(self, context: Any) -> list[tuple[TableSpec, TableState | None]]:
+        return [(spec, AssetStateStore(context["asset_state_store"][table_asset(spec)]).load()) for spec in self.tables]
+
+    def _stale_tables(self, states: list[tuple[TableSpec, TableState | None]]) -> dict[str, str]:
         """The staleness alert of each table stale past its bound, by table name."""
         now, alerts = utcnow(), {}
-        for spec in self.tables:
-            state = AssetStateStore(context["asset_state_store"][table_asset(spec)]).load()
+        for spec, state in states:
             alert = staleness_alert(spec, state, now)
             if alert is not None:
                 alerts[spec.name] = alert
         return alerts
+
+    def _refresh_status_tables(self, states: list[tuple[TableSpec, TableState | None]]) -> None:
+        """The run's tables' rows in their catalogs' status tables, whatever the run's outcome (failed tables with
+        their errors); a refresh that fails is logged and counted, and never changes the run's outcome."""
+        from airflow_provider_tiering.hooks.status_table import refresh_status_tables
+
+        now = utcnow()
+        rows: dict[str, list[StatusRow]] = defaultdict(list)
+        for spec, state in states:
+            rows[spec.lake.catalog_conn_id].append(
+                status_row(
+                    namespace=spec.lake.namespace, table=spec.lake.table, asset=spec.asset_name, dag_id=self.dag_id,
+                    tiered_table=spec.name, state=state, now=now,
+                )
+            )  # fmt: skip
+        refresh_status_tables(rows)

@@ -8,6 +8,7 @@ from typing import Any
 from airflow_provider_tiering.core.state import TableState, utcnow
 from airflow_provider_tiering.hooks.asset_state import STATE_KEY
 from airflow_provider_tiering.status.assets import ReadableFilter
+from airflow_provider_tiering.status.lake_rows import refresh_lake_rows
 from airflow_provider_tiering.status.reads import get_tiering_status, session_scope
 
 
@@ -23,8 +24,9 @@ def reset_table(
     ``adopt_hot_table``, the hot table a round refused as another one (dropped and created again, truncated and
     reloaded) is tiered from its start, the lake's rows kept (ValueError when no round refused one).
 
-    Writes the state document through Airflow's state backend. Raises TableNotFound when no tiered table of
-    that name has a state document.
+    Writes the state document through Airflow's state backend, then the table's row of its catalog's status table
+    (``sys.lake_tiering_status``; a failure there is logged, never raised). Raises TableNotFound when no tiered
+    table of that name has a state document.
     """
     # Through the configured backend, as the execution API writes the tasks' asset state (Airflow 3.3's own
     # state-store REST endpoint writes to the default backend's table whatever is configured).
@@ -35,4 +37,5 @@ def reset_table(
         state = found.state
         state.reset(utcnow(), adopt_hot_table=adopt_hot_table)
         get_state_backend().set(AssetScope(asset_id=found.asset_id), STATE_KEY, json.dumps(state.to_json()), session=s)
+    refresh_lake_rows([found])  # the reset shows in SQL at once
     return state

@@ -11,6 +11,7 @@ from airflow_provider_tiering.core.documents import to_document
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.offsets import cursor_lag_seconds
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
+from airflow_provider_tiering.core.status_rows import StatusRow, status_row
 from airflow_provider_tiering.status.records import TableStatusRecord
 
 
@@ -31,6 +32,18 @@ class TieringStatus:
     @property
     def table(self) -> str:
         return self.state.table
+
+    @property
+    def catalog_conn_id(self) -> str:
+        """The connection of the lake's catalog, from the asset's URI (``iceberg://<conn id>/<namespace>/<table>``)."""
+        return self.asset_uri.removeprefix("iceberg://").split("/", 1)[0]
+
+    def status_row(self, now: datetime) -> StatusRow:
+        """The table's row in its catalog's status table (``sys.lake_tiering_status``)."""
+        return status_row(
+            namespace=self.namespace, table=self.lake_table, asset=self.asset_name, dag_id=self.dag_id,
+            tiered_table=self.table, state=self.state, now=now,
+        )  # fmt: skip
 
     @property
     def status(self) -> TableStatus:

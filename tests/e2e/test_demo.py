@@ -67,3 +67,11 @@ def test_demo_output_is_its_progress_and_the_status_table(tmp_path: Path) -> Non
     assert set(rows) == {"customers", "orders", "page_views"} and all(r[1] == "TIERED" for r in rows.values())
     assert rows["orders"][2] == "2" and "2,500" in rows["orders"]
     assert any(line.startswith("BACKLOG: ") for line in table[4:])
+
+    # And then the lake's status table, read back in SQL (DuckDB): a TIERED row per table, at its epoch.
+    sql = lines[[i for i, line in enumerate(lines) if "in SQL" in line][-1] :]
+    assert "FROM sys.lake_tiering_status" in "\n".join(sql), output
+    header = next(i for i, line in enumerate(sql) if line.split()[:2] == ["table_name", "status"])
+    found = {line.split()[0]: line.split() for line in sql[header + 2 : header + 5]}
+    assert set(found) == {"customers", "orders", "page_views"}, output
+    assert all(r[1] == "TIERED" for r in found.values()) and found["orders"][2] == "2", output

@@ -24,6 +24,7 @@ import sys
 import textwrap
 import tomllib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -142,10 +143,43 @@ def test_every_block_has_a_check() -> None:
     blocks = readme_blocks()
     languages = {b.language for b in blocks}
     # "" is the layout tree (plain text); every other language has tests below.
-    assert languages <= {"", "python", "yaml", "bash", "console"}, languages
+    assert languages <= {"", "python", "yaml", "bash", "console", "sql"}, languages
     kinds = {python_kind(b) for b in of("python")}
     assert {"spec", "dag file", "program"} <= kinds, kinds
-    assert of("yaml") and of("bash") and of("console")
+    assert of("yaml") and of("bash") and of("console") and of("sql")
+
+
+# -- SQL ------------------------------------------------------------------------------------------------------------
+def test_sql_examples_run_against_a_status_table(tmp_path: Path) -> None:
+    """Each SQL example runs in DuckDB against a real status table (``sys.lake_tiering_status``): DuckDB's own as
+    written, its placeholders filled with the table's metadata file; an example naming the table through a catalog
+    (``lake.sys.lake_tiering_status``, as Spark or Trino name it) through a DuckDB view of that name."""
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+    from pyiceberg.catalog import load_catalog
+
+    from airflow_provider_tiering.core.state import TableState
+    from airflow_provider_tiering.core.status_rows import status_row
+    from airflow_provider_tiering.lake.status_table import LakeStatusTable
+    from testbed.rounds import catalog
+
+    properties = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+    row = status_row(namespace="sales", table="orders", asset="tiering/sales/orders", dag_id="tiering_sales",
+                     tiered_table="orders", state=TableState(table="orders"), now=datetime.now(UTC))  # fmt: skip
+    LakeStatusTable(catalog(properties).handle()).refresh([row])
+    metadata = load_catalog("default", **properties).load_table(("sys", "lake_tiering_status")).metadata_location
+    connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    for package in (duckdb_extension_avro, duckdb_extension_iceberg):
+        connection.execute(f"LOAD '{next(Path(package.__file__).parent.rglob('*.duckdb_extension'))}'")
+    connection.execute("ATTACH ':memory:' AS lake")
+    connection.execute("CREATE SCHEMA lake.sys")
+    scan = f"iceberg_scan('{metadata.removeprefix('file://')}')"
+    connection.execute(f"CREATE VIEW lake.sys.lake_tiering_status AS SELECT * FROM {scan}")
+    for block in of("sql"):
+        text = re.sub(r"iceberg_scan\('[^']*'\)", scan, block.text)
+        found = connection.execute(text).fetchall()
+        assert isinstance(found, list), block.where
 
 
 # -- Python ---------------------------------------------------------------------------------------------------------
