@@ -172,3 +172,12 @@ class ConcurrentInserter(threading.Thread):
             self.next_id += 25
             self.acknowledged = self.next_id
             time.sleep(0.01)
+
+
+def recorded_shape(table: Any) -> dict[str, Any]:
+    """The hot table's identity and shape as a round records them (``TableState.hot_shape``), read through the table
+    spec's Airflow connection: a state document "at rest" that a probe compares the hot table with."""
+    from airflow_provider_tiering.core.spec import TableSpec
+    from airflow_provider_tiering.hooks.tiering import TieringSourceHook
+
+    return TieringSourceHook(TableSpec.parse(table).source).get_source().identity().shape_json()

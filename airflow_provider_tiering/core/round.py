@@ -435,15 +435,21 @@ def _write(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int)
     hot_keys = planned.hot_keys
     in_process = len(splits) == 1 and r.writer.writes_single_split_locally
     if not planned.keys_only:
-        with r.source.reading_one_snapshot(
-            planned.plan, splits, read_here=in_process, with_keys=planned.reconciling
-        ) as read:
-            if planned.reconciling:
-                hot_keys = _hot_keys(r, read)  # read on entering, in the snapshot the splits read
-            written = r.writer.write(
-                read.reader, splits, planned.opened.schema, _write_target(r, planned, epoch),
-                rejects_uri=None if r.rejects is None else r.rejects.staging_uri(epoch, r.attempt),
-            )  # fmt: skip
+        try:
+            with r.source.reading_one_snapshot(
+                planned.plan, splits, read_here=in_process, with_keys=planned.reconciling
+            ) as read:
+                if planned.reconciling:
+                    hot_keys = _hot_keys(r, read)  # read on entering, in the snapshot the splits read
+                written = r.writer.write(
+                    read.reader, splits, planned.opened.schema, _write_target(r, planned, epoch),
+                    rejects_uri=None if r.rejects is None else r.rejects.staging_uri(epoch, r.attempt),
+                )  # fmt: skip
+        except Exception:
+            # A value that would not convert may be an ALTER's that committed under the read (a column retyped):
+            # then the changed columns are the error, and the next round follows them (retryable).
+            r.source.check_shape_unchanged()
+            raise
     r.source.check_shape_unchanged()
     result = _Written(
         end, len(splits), [f for f in written if f.kind == FileKind.DATA],

@@ -59,6 +59,10 @@ class TableDueSensor(BaseSensorOperator):
         spec = TableSpec.parse(table)
         asset = table_asset(spec)
         kwargs.setdefault("task_id", f"{spec.name}_due")
+        # Retried as the table's task is: Airflow 3.3 can fail a deferred task whose trigger fires within seconds of
+        # its deferral (a stale executor event, apache/airflow#71580); the retry decides again, from the state.
+        kwargs.setdefault("retries", spec.retries)
+        kwargs.setdefault("retry_delay", timedelta(seconds=spec.retry_delay_seconds))
         kwargs["inlets"] = [*kwargs.get("inlets", []), asset]
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.table_spec = spec

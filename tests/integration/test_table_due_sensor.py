@@ -15,7 +15,7 @@ from airflow_provider_tiering.core.state import CommittedSnapshot, TableState, T
 from airflow_provider_tiering.sensors.table_due import TableDueSensor
 from airflow_provider_tiering.triggers.table_due import TableDueTrigger
 from testbed.airflow_context import saved_state, task_context
-from testbed.hot_tables import SqliteHot, sqlite_events_table
+from testbed.hot_tables import SqliteHot, recorded_shape, sqlite_events_table
 
 TABLE = {
     "name": "events",
@@ -41,6 +41,7 @@ def tiered(minutes_ago: float, through: int) -> TableState:
         epoch=2,
         last_tiered_time=utcnow() - timedelta(minutes=minutes_ago),
         committed=CommittedSnapshot(snapshot_id=7, epoch=2, end_offsets={"cursor": through}),
+        hot_shape=recorded_shape(TABLE),
     )
 
 

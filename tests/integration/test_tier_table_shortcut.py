@@ -18,7 +18,7 @@ from airflow_provider_tiering.core.state import CommittedSnapshot, TableState, T
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
 from testbed.airflow_context import saved_state, task_context
-from testbed.hot_tables import SqliteHot, sqlite_events_table
+from testbed.hot_tables import SqliteHot, recorded_shape, sqlite_events_table
 from testbed.rounds import round_parts
 
 TABLE = {
@@ -49,7 +49,7 @@ def at_rest(through: int, **changes: Any) -> TableState:
 
 def test_no_new_rows_skips_without_touching_the_lake(hot: SqliteHot) -> None:
     operator = TierTableOperator(table=TABLE)
-    context = task_context(operator.table_asset, at_rest(50))
+    context = task_context(operator.table_asset, at_rest(50, hot_shape=recorded_shape(TABLE)))
     with pytest.raises(AirflowSkipException, match=r"no row beyond \{'cursor': 50\}"):
         operator.execute(context)  # the catalog connection does not even exist: the lake was not opened
     saved = saved_state(context, operator.table_asset)

@@ -17,8 +17,10 @@ from airflow_provider_tiering.core.errors import (
     FencedError,
     NotRetryable,
     QuarantinedError,
+    ShapeChangedDuringRound,
     SourceError,
     TableTruncated,
+    UnsupportedColumnType,
 )
 from airflow_provider_tiering.core.offsets import Offsets, SafeEnd
 from airflow_provider_tiering.core.round import run_round
@@ -231,6 +233,34 @@ def test_a_not_retryable_error_quarantines_at_once() -> None:
         parts.round(retry_delay=lambda exc: timedelta(minutes=5))
     state = parts.state()
     assert state.status is TableStatus.FAILED and state.quarantined_since == NOW and state.next_retry_at is None
+
+
+def test_a_value_that_does_not_convert_because_a_column_changed_under_the_read_is_retried_not_quarantined() -> None:
+    """An ALTER that retypes a column while the round reads makes a value fail to convert to the type the round
+    planned with: the error is the change of shape (retryable, the next round follows it), never the data's
+    (non-retryable, quarantined at once)."""
+    parts = Parts()
+    parts.hot.insert(5)
+
+    class ReshapedUnderTheRead(MemoryTable):
+        def check_shape_unchanged(self) -> None:
+            raise ShapeChangedDuringRound("its columns changed while the round read it")
+
+    hot = ReshapedUnderTheRead.__new__(ReshapedUnderTheRead)
+    hot.__dict__.update(parts.hot.__dict__)
+
+    def unconvertible() -> None:
+        raise UnsupportedColumnType("column 'q': cannot convert string to int64")
+
+    parts.writer.before_write = unconvertible
+    with pytest.raises(ShapeChangedDuringRound) as raised:
+        parts.round(hot=hot, retry_delay=lambda exc: timedelta(minutes=5))
+    assert isinstance(raised.value.__context__, UnsupportedColumnType)
+    state = parts.state()
+    assert state.quarantined_since is None and state.next_retry_at is not None
+    with pytest.raises(UnsupportedColumnType):  # the same error with the columns unchanged is the data's
+        parts.round(retry_delay=lambda exc: timedelta(minutes=5))
+    assert parts.state().quarantined_since == NOW
 
 
 def test_a_lost_state_document_is_rebuilt_from_the_lake_without_tiering_again() -> None:
