@@ -173,8 +173,9 @@ def _round(dsn: str, workdir: Path, fresh: bool, consistent_snapshot: bool = Tru
 
 def _check_costs(source: Any, committed: dict[str, Any], repeat: int = 7) -> dict[str, float]:
     """Median milliseconds of what a round with nothing new asks the hot store: the safe watermark (the
-    visibility check of open transactions included), the look for rows behind the committed cursor, and the
-    cheap probe for new rows."""
+    visibility check of open transactions included), the look for rows behind the committed cursor, the cheap
+    probe for new rows, the table's identity and shape, and a due table's whole probe (all three of the last, on
+    one connection)."""
 
     def median_ms(call: Any) -> float:
         times = []
@@ -184,10 +185,13 @@ def _check_costs(source: Any, committed: dict[str, Any], repeat: int = 7) -> dic
             times.append((time.perf_counter() - started) * 1000)
         return round(statistics.median(times), 2)
 
+    shape = source.identity().shape_json()  # what the last round recorded
     return {
         "watermark_ms": median_ms(lambda: source.safe_watermark(committed, None)),
         "look_behind_ms": median_ms(lambda: source.look_behind(committed, None)),
         "has_rows_after_ms": median_ms(lambda: source.has_rows_after(committed)),
+        "identity_ms": median_ms(source.identity),
+        "probe_ms": median_ms(lambda: source.probe(committed, None, shape)),
     }
 
 
@@ -326,7 +330,8 @@ def print_report(report: dict[str, dict[str, Any]], sf: float) -> None:
         print(
             f"idle round in-process {idle['round_seconds'] * 1000:.0f} ms; its hot-store looks: safe watermark "
             f"{idle['watermark_ms']} ms, rows behind the cursor {idle['look_behind_ms']} ms, "
-            f"new rows {idle['has_rows_after_ms']} ms"
+            f"new rows {idle['has_rows_after_ms']} ms, identity and shape {idle.get('identity_ms', '-')} ms; a due "
+            f"table's whole probe {idle.get('probe_ms', '-')} ms"
         )
     print(
         "targets: round >= 0.9x bare-spark, round >= 1.0x adbc-append and dlt; "

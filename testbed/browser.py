@@ -68,11 +68,16 @@ def chromium(width: int = 1440, height: int = 900, failure_screenshot: Path | No
         driver.quit()
 
 
-def wait_for(driver: Any, condition: Any, timeout: float = 60.0, message: str = "") -> Any:
-    """``WebDriverWait(driver, timeout).until(condition)``, polling every 0.2 s."""
+def wait_for(
+    driver: Any, condition: Any, timeout: float = 60.0, message: str = "", *, across_navigation: bool = False
+) -> Any:
+    """``WebDriverWait(driver, timeout).until(condition)``, polling every 0.2 s; ``across_navigation``: a poll that
+    a navigation under way aborts ("aborted by navigation") is polled again, not an error."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition, message)
+    ignored = [WebDriverException] if across_navigation else None
+    return WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=ignored).until(condition, message)
 
 
 def log_in(driver: Any, base_url: str, username: str, password: str, timeout: float = 90.0) -> None:
@@ -85,4 +90,8 @@ def log_in(driver: Any, base_url: str, username: str, password: str, timeout: fl
     driver.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(password)
     wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, "button[type=submit]").is_enabled(), timeout)
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_for(driver, lambda d: d.get_cookie("_token") is not None, timeout, "login set no _token cookie")
+    # The submit navigates (a redirect after the login): a cookie read during it is aborted, and read again.
+    wait_for(
+        driver, lambda d: d.get_cookie("_token") is not None, timeout, "login set no _token cookie",
+        across_navigation=True,
+    )  # fmt: skip
