@@ -22,6 +22,8 @@ from airflow_provider_tiering.core.connections import ConnectionInfo
 
 #: Extra columns the table starts with: name -> type.
 START_EXTRA = {"a": "integer", "b": "text", "c": "text"}
+#: The migrations in the order they are tried.
+CYCLE = ("add_constant", "rename", "drop_and_add", "add_plain", "promote", "rename", "drop", "drop_and_add")
 #: A text value this long, of random letters, is stored out of line (TOAST): an update that leaves it alone does
 #: not carry it.
 LARGE_TEXT = 3000
@@ -114,12 +116,14 @@ class MigratingTable:
         """One migration of the extra columns, chosen at random among those the table allows now."""
         with self.lock:
             integers = [n for n, kind in self.extra.items() if kind == "integer"]
-            choices = ["add_constant", "add_plain", "rename", "rename"]
+            allowed = {"add_constant", "add_plain", "rename"}
             if len(self.extra) > 2:
-                choices += ["drop", "drop_and_add"]
+                allowed |= {"drop", "drop_and_add"}
             if integers:
-                choices.append("promote")
-            change = self.rng.choice(choices)
+                allowed.add("promote")
+            # Every kind in turn (the target at random), so a minute of them holds each kind several times.
+            wanted = CYCLE[len(self.migrations) % len(CYCLE)]
+            change = wanted if wanted in allowed else self.rng.choice(sorted(allowed))
             t = self.ref
             if change == "add_constant":
                 name = self._new_name()

@@ -22,7 +22,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Generic
 
 from airflow_provider_tiering.core.error_text import describe_error
-from airflow_provider_tiering.core.errors import CursorBehindLake, FencedError, SourceError, TableTruncated
+from airflow_provider_tiering.core.errors import (
+    CursorBehindLake,
+    FencedError,
+    ShapeChangedDuringRound,
+    SourceError,
+    TableTruncated,
+)
 from airflow_provider_tiering.core.follow_shape import Mode, ShapeOutcome, follow_hot_shape
 from airflow_provider_tiering.core.in_place_changes import watch_in_place_changes
 from airflow_provider_tiering.core.merge_key import resolve_merge_key
@@ -283,6 +289,22 @@ def _plan(r: RoundContext[PlanT, SplitT], state: TableState, opened: _Opened, an
     except TableTruncated:
         state.replaced_hot_table = opened.identity.to_json()
         raise
+    except Exception as exc:
+        _raise_if_reshaped(r, exc)
+        raise
+
+
+def _raise_if_reshaped(r: RoundContext[PlanT, SplitT], error: Exception) -> None:
+    """An error while the round read the hot table (a value that would not convert to the type it planned with) may
+    be an ALTER's that committed under the read: when the columns changed since the round read them, that change is
+    the error (``ShapeChangedDuringRound``, retryable: the next round follows it), not the data's. A check that fails
+    itself leaves the original error to be raised."""
+    try:
+        r.source.check_shape_unchanged()
+    except ShapeChangedDuringRound as changed:
+        raise changed from error
+    except Exception:  # the hot store is out of reach too: the original error says more
+        return
 
 
 def _plan_rows(
@@ -445,10 +467,8 @@ def _write(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int)
                     read.reader, splits, planned.opened.schema, _write_target(r, planned, epoch),
                     rejects_uri=None if r.rejects is None else r.rejects.staging_uri(epoch, r.attempt),
                 )  # fmt: skip
-        except Exception:
-            # A value that would not convert may be an ALTER's that committed under the read (a column retyped):
-            # then the changed columns are the error, and the next round follows them (retryable).
-            r.source.check_shape_unchanged()
+        except Exception as exc:
+            _raise_if_reshaped(r, exc)
             raise
     r.source.check_shape_unchanged()
     result = _Written(
