@@ -62,6 +62,8 @@ class AcrossTiers:
     merge_key: tuple[str, ...] = ()
     #: A merge table's soft-delete column: a hot row with it set hides its key.
     soft_delete_column: str | None = None
+    #: The snapshot's position-delete files (merge-on-read rounds'): rows of ``lake_files`` they name are not there.
+    lake_delete_files: tuple[str, ...] = ()
 
     def lake(self) -> pa.Table:
         """The lake part, read with pyiceberg; for a merge table, without the keys the hot part has a newer
@@ -100,15 +102,27 @@ class AcrossTiers:
     def to_spark(self, spark: Any) -> Any:
         """Both parts as one Spark DataFrame: Spark reads the lake snapshot's data files itself; the hot part (rows
         not yet tiered, at most a freshness interval of them) is handed over from Arrow."""
+        from pyspark.sql import functions
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        if self.lake_has_delete_files:
-            raise LakeError("the lake snapshot has delete files (another engine's deletes): read it with .to_arrow()")
+        if self.lake_has_delete_files and not self.lake_delete_files:
+            raise LakeError("the lake snapshot has equality-delete files (another engine's): read it with .to_arrow()")
         spark_schema = from_arrow_schema(self.schema)
         hot = spark.createDataFrame(self.hot_rows(), schema=spark_schema)
         if not self.lake_files:
             return hot
         lake = spark.read.schema(spark_schema).parquet(*self.lake_files)
+        if self.lake_delete_files:  # position deletes: by the file (scheme aside) and the row's index in it
+
+            def bare(column: Any) -> Any:
+                return functions.regexp_replace(column, "^[a-z0-9]+:/+", "/")
+
+            lake = lake.select("*", bare(functions.col("_metadata.file_path")).alias("__file"),
+                               functions.col("_metadata.row_index").alias("__pos"))  # fmt: skip
+            deleted = spark.read.parquet(*self.lake_delete_files).select(
+                bare(functions.col("file_path")).alias("__file"), functions.col("pos").alias("__pos")
+            )
+            lake = lake.join(deleted, on=["__file", "__pos"], how="left_anti").drop("__file", "__pos")
         if self.merge_key and self.hot.num_rows:
             keys = list(self.merge_key)
             hot_keys = spark.createDataFrame(
@@ -128,7 +142,7 @@ def read_across_tiers(source: AnySource, lake: IcebergLake, *, soft_delete_colum
     import pyarrow as pa
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
+    from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files, live_delete_files
     from airflow_provider_tiering.lake.tiering_commits import latest_tiering_commit
     from airflow_provider_tiering.sources.conform import conform_batch
 
@@ -163,7 +177,16 @@ def read_across_tiers(source: AnySource, lake: IcebergLake, *, soft_delete_colum
         table,
         merge_key=key,
         soft_delete_column=soft_delete_column if key else None,
+        lake_delete_files=_position_delete_paths(live_delete_files(table)),
     )
+
+
+def _position_delete_paths(delete_files: Any) -> tuple[str, ...]:
+    """The paths of the position-delete files; none when any delete file is an equality delete (no reader here
+    applies those)."""
+    if any(d.content != 1 for d in delete_files):  # DataFileContent.POSITION_DELETES
+        return ()
+    return tuple(d.file_path for d in delete_files)
 
 
 def read_table_across_tiers(table: TableSpec | dict[str, Any]) -> AcrossTiers:

@@ -1,4 +1,5 @@
-"""Benchmark: rounds of tables whose rows change, merged into the lake copy-on-write.
+"""Benchmark: rounds of tables whose rows change, merged into the lake by position deletes (merge-on-read) or by
+rewriting the files holding changed keys (copy-on-write).
 
 TPC-H ``orders`` at ``--sf`` (SF 1: 1.5M rows) is loaded into PostgreSQL twice, each with two extra columns:
 ``o_ver`` (a version every change sets from a sequence; 0 for the loaded rows) and ``o_deleted``:
@@ -12,8 +13,11 @@ the rows updated and 0.1% deleted, keys scattered over the whole table, so every
 ``recent-1%``: 1% updated and 0.1% deleted among the orders of the last 3 months), the same changes are made to both
 tables and, alternating, timed:
 
-* ``merge``       the next round of ``orders_m`` (files of 128 MiB, the default: SF 1 is one file, and the merge's
-                  rewrite fits one split, which the task process writes itself);
+* ``merge``       the next round of ``orders_m`` (files of 128 MiB, the default; ``copy_on_write_fraction`` 0.5,
+                  the default: a file that keeps most of its rows gets position deletes, one losing at least half
+                  of them is rewritten, in the task process when that fits one split);
+* ``merge-cow``   the same round into a second lake table with ``copy_on_write_fraction: 0``: every file holding a
+                  changed key rewritten, as every merge was before position deletes (the baseline);
 * ``merge-spark`` the next round of ``orders_m`` into a second lake table whose files are cut at
                   ``--spark-file-mb`` (8 MiB: SF 1 is 5 files), so the rewrite is several splits, written by the
                   tasks of a Spark session on ``--spark-master`` (``local[2]``: two executor slots), started by the
@@ -21,7 +25,7 @@ tables and, alternating, timed:
 * ``merge-monthly`` the next round of ``orders_m`` into a third lake table, partitioned by ``month(o_orderdate)``
                   (the ``recent-1%`` scenario changes only the last 3 months' orders: its merge rewrites only their
                   partitions' files);
-* ``cdc``         the next round of ``orders_c``;
+* ``cdc``         the next round of ``orders_c`` (merge-on-read, as ``merge``);
 * ``pyiceberg-upsert`` pyiceberg's own ``Table.upsert`` (and ``Table.delete`` of the soft-deleted keys) of the rows
                   changed since the scenario's changes began, into a fourth lake table (``alt_pyiceberg_upsert.py``,
                   in its own process with ``--upsert-timeout``; ``--upsert-scenarios``);
@@ -39,9 +43,14 @@ the task process (``lake/merge.py``). Bytes written and files added or removed c
 snapshots the round committed. After each scenario the lake is checked against PostgreSQL independently (pyarrow
 over a pyiceberg scan: rows, distinct keys, the sum of versions and of prices).
 
-Position deletes are not measured: pyiceberg 0.12 writes data files only (``Transaction.delete`` with
-``write.delete.mode=merge-on-read`` warns and falls back to copy-on-write; apache/iceberg-python#1808 and #1078,
-open), so copy-on-write is the only merge this product can commit.
+``--variants`` names the variants run (all by default). Each round's wall and CPU time (this process's user and
+system time: the round's reading, decoding, merging and writing, not PostgreSQL's), its bytes written (data and
+delete files) and the delete files and positions it added are reported, and the cost per changed row.
+
+Then ``--read-rounds`` (10) more rounds of the 0.1% scenario on ``orders_m`` alone, and the time to read the whole
+table with pyiceberg (``scan().to_arrow()``, median of 3) with the delete files they left, against a table of the
+same rows without any (a fresh load), and again after the table's maintenance compaction, which applies the deletes
+(``lake/compaction.compact`` with the maintenance defaults).
 
 Then ``--small-rounds`` (50) small merge rounds of ``orders_m``, each inserting ``--small-inserts`` new rows and
 updating ``--small-updates`` rows among those the earlier small rounds inserted (hot rows are recent), and the
@@ -49,6 +58,8 @@ time to read the whole table with pyiceberg (``scan().to_arrow()``, median of 3)
 (``lake/compaction.compact``).
 
     python -m benchmarks.bench_merge                                    # SF 1 (about 6 minutes here)
+    python -m benchmarks.bench_merge --sf 10 --variants merge,merge-cow,cdc,full-load,pyiceberg-upsert \
+        --dlt-scenarios '' --small-rounds 0                             # the merge-on-read figures
     python -m benchmarks.bench_merge --sf 0.01 --small-rounds 3 --dlt-scenarios ''   # smoke run
 """
 
@@ -89,6 +100,11 @@ SCENARIOS = {
 #: The date from which an order is recent (TPC-H orders end on 1998-08-02).
 RECENT = "1998-05-03"
 MONTHLY_LAKE_TABLE = "orders_m_monthly"
+COW_LAKE_TABLE = "orders_m_cow"
+#: The lake table of each variant tiering a table of its own.
+LAKE_TABLES = {"merge-cow": COW_LAKE_TABLE, "merge-spark": "orders_m_spark", "merge-monthly": MONTHLY_LAKE_TABLE,
+               "cdc": CDC_TABLE}  # fmt: skip
+VARIANTS = ("merge", "merge-cow", "merge-spark", "merge-monthly", "cdc", "full-load", "pyiceberg-upsert", "dlt")
 UPSERT_LAKE_TABLE = "orders_upsert"
 
 
@@ -107,6 +123,12 @@ SPARK_LAKE_TABLE = "orders_m_spark"
 
 def spark_merge_spec(file_mb: int) -> dict[str, Any]:
     return {**merge_spec(SPARK_LAKE_TABLE), "target_file_size_mb": file_mb}
+
+
+def cow_merge_spec() -> dict[str, Any]:
+    spec = merge_spec(COW_LAKE_TABLE)
+    spec["lake"]["copy_on_write_fraction"] = 0.0
+    return spec
 
 
 def monthly_merge_spec() -> dict[str, Any]:
@@ -263,9 +285,11 @@ def written_since(catalog: dict[str, str], table: str, before: set[int]) -> dict
     return {
         "snapshots": len(new),
         "added_files": total("added-data-files"),
-        "added_bytes": total("added-files-size"),
+        "added_bytes": total("added-files-size"),  # data and delete files
         "removed_files": total("deleted-data-files"),
         "removed_bytes": total("removed-files-size"),
+        "added_delete_files": total("added-delete-files"),
+        "added_position_deletes": total("added-position-deletes"),
     }
 
 
@@ -288,18 +312,21 @@ def tier(
     spec = TableSpec.parse(spec_dict)
     lake_table = spec.lake.table
     before = snapshot_ids(catalog, lake_table)
+    cpu_started = _cpu_seconds()
     started = time.perf_counter()
     spark = None if spark_master is None else SparkSettings(master=spark_master)
     parts = round_parts(spec, ConnectionInfo.from_uri(dsn), catalog, spark=spark)
     with parts:
         result = parts.run(JsonFileStateStore(state))
         seconds = time.perf_counter() - started
+        cpu_seconds = _cpu_seconds() - cpu_started
         spark = parts.writer._spark is not None  # whether the round started a Spark session
     metrics = result.metrics
     if result.outcome is not RoundOutcome.TIERED:
         raise AssertionError(f"round of {spec.name}: {result.outcome} {result}")
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "rows_read": metrics.rows if metrics else 0,
         "inserted": metrics.inserted_rows if metrics else None,
         "updated": metrics.updated_rows if metrics else None,
@@ -308,6 +335,14 @@ def tier(
         "merge": None if metrics is None or metrics.merge is None else asdict(metrics.merge),
         **written_since(catalog, lake_table, before),
     }
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU time of this process (a round of one split runs in it; Spark's JVM is a child)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def dlt_run(
@@ -385,7 +420,7 @@ def read_time(catalog: dict[str, str], table: str, repeat: int = 3) -> float:
     return statistics.median(times)
 
 
-def compact_table(catalog: dict[str, str]) -> dict[str, Any]:
+def compact_table(catalog: dict[str, str], *, small_file_mb: float = 32, max_small_files: int = 1) -> dict[str, Any]:
     from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.lake.compaction import compact
@@ -400,8 +435,8 @@ def compact_table(catalog: dict[str, str]) -> dict[str, Any]:
             lake_of(spec, catalog),
             writer,
             target_file_bytes=128 * MB,
-            small_file_bytes=32 * MB,
-            max_small_files=1,
+            small_file_bytes=int(small_file_mb * MB),
+            max_small_files=max_small_files,
             table_name=MERGE_TABLE,
         )
         seconds = time.perf_counter() - started
@@ -413,6 +448,7 @@ def compact_table(catalog: dict[str, str]) -> dict[str, Any]:
         "files_before": outcome.files_before,
         "files_after": outcome.files_after,
         "rewritten_files": outcome.rewritten_files,
+        "delete_files_after": len(_load(catalog, MERGE_TABLE).inspect.delete_files()),
     }
 
 
@@ -423,17 +459,67 @@ def _fmt_bytes(value: int) -> str:
 def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
     print()
     print(
-        f"{'scenario':<10}{'variant':<13}{'seconds':>9}{'rows read':>11}{'written':>13}{'files +/-':>11}"
-        f"{'snapshots':>10}"
+        f"{'scenario':<10}{'variant':<17}{'seconds':>9}{'CPU s':>8}{'rows read':>11}{'written':>13}{'files +/-':>11}"
+        f"{'deletes':>14}{'x reload':>9}"
     )
     for scenario, variants in results.items():
+        reload = variants.get("full-load", {}).get("seconds")
         for name, r in variants.items():
             files = f"+{r.get('added_files', 0)}/-{r.get('removed_files', 0)}"
             rows = r.get("rows_read", r.get("rows_extracted", 0))
+            deletes = f"{r.get('added_position_deletes', 0):,}/{r.get('added_delete_files', 0)}"
+            faster = f"{reload / r['seconds']:.1f}" if reload and r["seconds"] else "-"
+            cpu = f"{r['cpu_seconds']:.2f}" if "cpu_seconds" in r else "-"  # a baseline in its own process
             print(
-                f"{scenario:<10}{name:<13}{r['seconds']:>9.2f}{rows:>11,}{_fmt_bytes(r['added_bytes']):>13}"
-                f"{files:>11}{r.get('snapshots', 1):>10}"
+                f"{scenario:<10}{name:<17}{r['seconds']:>9.2f}{cpu:>8}{rows:>11,}"
+                f"{_fmt_bytes(r['added_bytes']):>13}{files:>11}{deletes:>14}{faster:>9}"
             )
+
+
+def read_comparison(dsn: str, catalog: dict[str, str], states: Path, rounds: int, seed: int) -> dict[str, Any]:
+    """``rounds`` merge-on-read rounds of 0.1% scattered changes, then the whole table's read time with the delete
+    files they left, against a fresh load of the same rows (no delete files) and after the maintenance compaction."""
+    updated_bp, deleted_bp, _ = SCENARIOS["0.1%"]
+    detail = []
+    for number in range(rounds):
+        make_changes(dsn, updated_bp, deleted_bp, seed=seed + number)
+        detail.append(tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json"))
+    check(dsn, catalog, MERGE_TABLE)
+    table = _load(catalog, MERGE_TABLE)
+    summary = table.current_snapshot().summary
+    with_deletes = read_time(catalog, MERGE_TABLE)
+    fresh = "orders_fresh"
+    tier(merge_spec(fresh), dsn, catalog, states / "fresh.json")
+    check(dsn, catalog, MERGE_TABLE, fresh)
+    without = read_time(catalog, fresh)
+    # The maintenance defaults (section "Lake maintenance"): files with 10 delete files or 20% deleted rewritten.
+    compaction = compact_table(catalog, max_small_files=50)
+    check(dsn, catalog, MERGE_TABLE)
+    after = read_time(catalog, MERGE_TABLE)
+    result = {
+        "rounds": rounds,
+        "median_round_seconds": statistics.median(r["seconds"] for r in detail),
+        "delete_files": int(summary["total-delete-files"]),
+        "position_deletes": int(summary["total-position-deletes"]),
+        "data_files": int(summary["total-data-files"]),
+        "read_seconds_with_deletes": with_deletes,
+        "read_seconds_fresh_load": without,
+        "read_seconds_after_maintenance": after,
+        "with_deletes_x_fresh": with_deletes / without,
+        "after_maintenance_x_fresh": after / without,
+        "compaction": compaction,
+        "rounds_detail": detail,
+    }
+    print(
+        f"\nafter {rounds} rounds of 0.1% (median {result['median_round_seconds']:.2f}s): {result['data_files']} data "
+        f"files, {result['delete_files']} delete files, {result['position_deletes']:,} rows deleted by position; "
+        f"pyiceberg read of the whole table {with_deletes:.2f}s vs {without:.2f}s freshly loaded "
+        f"({result['with_deletes_x_fresh']:.2f}x); after maintenance ({compaction['seconds']:.1f}s, "
+        f"{compaction['delete_files_after']} delete files left) {after:.2f}s "
+        f"({result['after_maintenance_x_fresh']:.2f}x)",
+        flush=True,
+    )
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dlt-timeout", type=float, default=600.0, help="seconds a dlt merge may take")
     parser.add_argument("--spark-master", default="local[2]", help="Spark of the merge-spark variant")
     parser.add_argument("--spark-file-mb", type=int, default=8, help="file size of the merge-spark variant's lake")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="variants to run (comma-separated)")
+    parser.add_argument("--read-rounds", type=int, default=10, help="0.1%% rounds before the read comparison (0: none)")
     parser.add_argument("--small-rounds", type=int, default=50)
     parser.add_argument("--small-inserts", type=int, default=1000)
     parser.add_argument("--small-updates", type=int, default=300)
@@ -459,6 +547,13 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [s for s in args.scenarios.split(",") if s]
     dlt_scenarios = [s for s in args.dlt_scenarios.split(",") if s]
     upsert_scenarios = [s for s in args.upsert_scenarios.split(",") if s]
+    variants = [v for v in args.variants.split(",") if v]
+    if unknown := set(variants) - set(VARIANTS):
+        raise SystemExit(f"unknown variants {sorted(unknown)}: choose among {', '.join(VARIANTS)}")
+    if "pyiceberg-upsert" not in variants:
+        upsert_scenarios = []
+    if "dlt" not in variants:
+        dlt_scenarios = []
     if dlt_scenarios and not args.bench_python.exists():
         raise SystemExit(f"{args.bench_python} is missing: run scripts/setup_bench_venv.sh, or --dlt-scenarios ''")
 
@@ -476,14 +571,18 @@ def main(argv: list[str] | None = None) -> int:
             catalog = catalog_properties(workdir)
             states = workdir / "state"
             states.mkdir(exist_ok=True)
-            first = {
-                "merge": tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json"),
-                "cdc": tier(cdc_spec(), dsn, catalog, states / "c.json"),
-                "merge-spark": tier(
+            # The merge-on-read table is tiered whatever the variants: the read comparison and small rounds use it.
+            first = {"merge": tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json")}
+            if "merge-cow" in variants:
+                first["merge-cow"] = tier(cow_merge_spec(), dsn, catalog, states / "mc.json")
+            if "cdc" in variants:
+                first["cdc"] = tier(cdc_spec(), dsn, catalog, states / "c.json")
+            if "merge-spark" in variants:
+                first["merge-spark"] = tier(
                     spark_merge_spec(args.spark_file_mb), dsn, catalog, states / "ms.json", args.spark_master
-                ),
-                "merge-monthly": tier(monthly_merge_spec(), dsn, catalog, states / "mm.json"),
-            }
+                )
+            if "merge-monthly" in variants:
+                first["merge-monthly"] = tier(monthly_merge_spec(), dsn, catalog, states / "mm.json")
             if upsert_scenarios:
                 first["upsert (initial)"] = tier(merge_spec(UPSERT_LAKE_TABLE), dsn, catalog, states / "u.json")
             for name, r in first.items():
@@ -500,9 +599,9 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             check(dsn, catalog, MERGE_TABLE)
-            check(dsn, catalog, MERGE_TABLE, SPARK_LAKE_TABLE)
-            check(dsn, catalog, MERGE_TABLE, MONTHLY_LAKE_TABLE)
-            check(dsn, catalog, CDC_TABLE)
+            for variant, lake_table in LAKE_TABLES.items():
+                if variant in first:
+                    check(dsn, catalog, CDC_TABLE if variant == "cdc" else MERGE_TABLE, lake_table)
             document["first_rounds"] = first
 
             results: dict[str, dict[str, dict[str, Any]]] = {}
@@ -512,7 +611,8 @@ def main(argv: list[str] | None = None) -> int:
                 since = max_version(dsn)
                 made = make_changes(dsn, updated_bp, deleted_bp, seed=number + 1, recent=recent)
                 print(f"scenario {scenario}: {made}", flush=True)
-                order = ["merge", "merge-spark", "merge-monthly", "cdc", "full-load"]
+                order = [v for v in ("merge", "merge-cow", "merge-spark", "merge-monthly", "cdc", "full-load")
+                         if v in variants or v == "merge"]  # fmt: skip
                 if number % 2:
                     order.reverse()
                 if scenario in upsert_scenarios:
@@ -523,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
                 for name in order:
                     if name == "merge":
                         found[name] = tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json")
+                    elif name == "merge-cow":
+                        found[name] = tier(cow_merge_spec(), dsn, catalog, states / "mc.json")
+                        checks[f"{scenario}/merge-cow"] = check(dsn, catalog, MERGE_TABLE, COW_LAKE_TABLE)
                     elif name == "merge-spark":
                         spec = spark_merge_spec(args.spark_file_mb)
                         found[name] = tier(spec, dsn, catalog, states / "ms.json", args.spark_master)
@@ -553,7 +656,13 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                 checks[f"{scenario}/merge"] = check(dsn, catalog, MERGE_TABLE)
-                checks[f"{scenario}/cdc"] = check(dsn, catalog, CDC_TABLE)
+                if "cdc" in found:
+                    checks[f"{scenario}/cdc"] = check(dsn, catalog, CDC_TABLE)
+                changed = made[f"{MERGE_TABLE}_updated"] + made[f"{MERGE_TABLE}_deleted"]
+                for r in found.values():
+                    if changed and "cpu_seconds" in r:
+                        r["us_per_changed_row"] = r["seconds"] / changed * 1e6
+                        r["cpu_us_per_changed_row"] = r["cpu_seconds"] / changed * 1e6
                 if "dlt" in found and found["dlt"].get("timed_out"):
                     print(f"  dlt killed after {args.dlt_timeout:.0f}s; no more dlt rounds", flush=True)
                     dlt_scenarios = []
@@ -571,6 +680,9 @@ def main(argv: list[str] | None = None) -> int:
             document["changes"] = {s: r["changes"] for s, r in results.items()}
             document["checks"] = checks
             print_table({s: {k: v for k, v in r.items() if k != "changes"} for s, r in results.items()})
+
+            if args.read_rounds:
+                document["reads"] = read_comparison(dsn, catalog, states, args.read_rounds, seed=len(scenarios) + 1)
 
             if args.small_rounds:
                 with __import__("psycopg").connect(dsn) as conn:

@@ -15,11 +15,10 @@ import time
 from typing import Any
 
 import psycopg
-import pyarrow.parquet as pq
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from testbed.lake_check import _normal, digest
+from testbed.lake_check import _normal, digest, duckdb_lake_rows, live_file_rows
 
 COLUMNS = ("id", "name", "amount", "doc", "tags")
 
@@ -173,21 +172,28 @@ def lake_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str])
 
 
 def files_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[Any, tuple[Any, ...]]:
-    """The rows of the data files the current snapshot lists, read with pyarrow's Parquet reader."""
+    """The live rows of the data files the current snapshot lists, read with pyarrow's Parquet reader (their position
+    deletes applied by ``testbed.lake_check.live_file_rows``)."""
     table = load_catalog("default", **catalog_properties).load_table(identifier)
     rows: list[dict[str, Any]] = []
     for task in table.scan().plan_files():
-        if task.delete_files:
-            raise AssertionError(f"{task.file.file_path} has delete files")
-        path = task.file.file_path.removeprefix("file://")
-        rows += pq.read_table(path, columns=list(COLUMNS)).to_pylist()
+        rows += live_file_rows(task, COLUMNS).to_pylist()
     return _by_key(rows)
 
 
-def assert_lake_equals_hot(hot: ChangingTable, catalog_properties: dict[str, str], identifier: tuple[str, str]) -> None:
-    """Row for row by key, then by count and content hash, through pyiceberg and through the Parquet files."""
+def duckdb_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[Any, tuple[Any, ...]]:
+    """The lake's rows as DuckDB's Iceberg reader reads them (a local warehouse)."""
+    rows = duckdb_lake_rows(catalog_properties, identifier, COLUMNS)
+    return _by_key([dict(zip(COLUMNS, row, strict=True)) for row in rows])
+
+
+def assert_lake_equals_hot(
+    hot: ChangingTable, catalog_properties: dict[str, str], identifier: tuple[str, str], *, duckdb: bool = False
+) -> None:
+    """Row for row by key, then by count and content hash, through pyiceberg and through the Parquet files, and with
+    ``duckdb`` through DuckDB's Iceberg reader too."""
     expected = hot.hot_by_key()
-    for read in (lake_by_key, files_by_key):
+    for read in (lake_by_key, files_by_key, *((duckdb_by_key,) if duckdb else ())):
         found = read(catalog_properties, identifier)
         missing = sorted(set(expected) - set(found))
         extra = sorted(set(found) - set(expected))

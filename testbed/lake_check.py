@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+import pyarrow as pa
 from pyiceberg.catalog import load_catalog
 
 
@@ -193,3 +194,24 @@ def assert_lake_equals_rows(
             )
         assert digest(found) == digest(expected), reader.__name__
         assert null_counts(found, columns) == null_counts(expected, columns), reader.__name__
+
+
+def live_file_rows(task: Any, columns: Sequence[str]) -> pa.Table:
+    """One planned data file's live rows, read with pyarrow's Parquet reader alone: the file's rows less the positions
+    its position-delete files name (read with pyarrow too), a reader independent of pyiceberg's."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    path = task.file.file_path
+    rows = pq.read_table(path.removeprefix("file://"), columns=list(columns))
+    deleted: set[int] = set()
+    for delete_file in task.delete_files:
+        assert delete_file.content == 1, f"{delete_file.file_path}: an equality-delete file"
+        found = pq.read_table(delete_file.file_path.removeprefix("file://"))
+        deleted |= {pos for name, pos in zip(found.column("file_path").to_pylist(), found.column("pos").to_pylist(),
+                                             strict=True) if name == path}  # fmt: skip
+    if not deleted:
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[np.fromiter(deleted, dtype=np.int64)] = False
+    return rows.filter(pa.array(keep))

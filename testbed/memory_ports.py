@@ -455,6 +455,7 @@ class MemoryLake:
         identity: HotIdentity | None = None,
         reloaded: bool = False,
         target_file_bytes: int = 128 * 1024 * 1024,
+        copy_on_write_fraction: float = 0.5,
         writer: Any = None,
     ) -> MergeResult:
         """Copy-on-write into one file: the latest version (greatest cursor) of each key the round read replaces

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow.parquet as pq
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.source_specs import SqlSourceSpec
 from airflow_provider_tiering.sources.registry import build_source
-from testbed.lake_check import _normal, digest, lake_rows
+from testbed.lake_check import _normal, digest, duckdb_lake_rows, lake_rows, live_file_rows
 
 #: Tiered columns, key first.
 MUTABLE_COLUMNS = ("tenant", "id", "name", "amount", "deleted_at", "version")
@@ -300,12 +299,11 @@ def lake_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str])
 
 def files_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[tuple[Any, ...], tuple]:
     """The lake's rows by key, read with pyarrow's Parquet reader from the data files pyiceberg's scan plans for the
-    current snapshot (no delete files allowed); fails when a key is there twice."""
+    current snapshot (their position deletes applied with pyarrow too); fails when a key is there twice."""
     table = load_catalog("default", **catalog_properties).load_table(identifier)
     by_key: dict[tuple[Any, ...], tuple] = {}
     for task in table.scan().plan_files():
-        assert not task.delete_files, f"{task.file.file_path} has delete files"
-        rows = pq.read_table(task.file.file_path.removeprefix("file://"), columns=list(MUTABLE_COLUMNS))
+        rows = live_file_rows(task, MUTABLE_COLUMNS)
         for row in zip(*(rows.column(c).to_pylist() for c in MUTABLE_COLUMNS)):
             key = (row[0], row[1])
             assert key not in by_key, f"key {key} is in the data files twice: {by_key[key]} and {row}"
@@ -313,34 +311,45 @@ def files_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]
     return by_key
 
 
+def duckdb_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]) -> dict[tuple[Any, ...], tuple]:
+    """The lake's rows by key as DuckDB's Iceberg reader reads them (a local warehouse); fails when a key is there
+    twice."""
+    by_key: dict[tuple[Any, ...], tuple] = {}
+    for row in duckdb_lake_rows(catalog_properties, identifier, MUTABLE_COLUMNS):
+        key = (row[0], row[1])
+        assert key not in by_key, f"key {key} is in DuckDB's read twice: {by_key[key]} and {row}"
+        by_key[key] = tuple(_normal(v) for v in row)
+    return by_key
+
+
 def assert_lake_equals_live_rows_in_files(
-    hot: MutableHot, catalog_properties: dict[str, str], identifier: tuple[str, str]
+    hot: MutableHot, catalog_properties: dict[str, str], identifier: tuple[str, str], *, duckdb: bool = False
 ) -> None:
-    """As ``assert_lake_equals_live_rows`` (pyiceberg), and again through the Parquet files themselves."""
+    """As ``assert_lake_equals_live_rows`` (pyiceberg), and again through the Parquet files themselves, and with
+    ``duckdb`` through DuckDB's Iceberg reader too."""
     assert_lake_equals_live_rows(hot, catalog_properties, identifier)
-    expected = {(r[0], r[1]): tuple(_normal(v) for v in r) for r in hot.live_rows()}
-    found = files_by_key(catalog_properties, identifier)
-    assert set(found) == set(expected), (
-        f"keys only in the files: {sorted(set(found) - set(expected))[:10]}, "
-        f"only in the hot table: {sorted(set(expected) - set(found))[:10]}"
-    )
-    differing = [k for k in expected if found[k] != expected[k]]
-    assert not differing, f"{len(differing)} keys differ in the files, e.g. {differing[0]}"
-    assert digest(found.values()) == digest(hot.live_rows())
+    for read in (files_by_key, duckdb_by_key) if duckdb else (files_by_key,):
+        _assert_same_by_key(read.__name__, read(catalog_properties, identifier), hot)
 
 
 def assert_lake_equals_live_rows(
     hot: MutableHot, catalog_properties: dict[str, str], identifier: tuple[str, str]
 ) -> None:
     """The lake holds exactly the hot table's non-deleted rows, one per key: same keys, same content, same hash."""
-    expected = {(r[0], r[1]): tuple(_normal(v) for v in r) for r in hot.live_rows()}
-    actual = lake_by_key(catalog_properties, identifier)
-    assert set(actual) == set(expected), (
-        f"keys only in the lake: {sorted(set(actual) - set(expected))[:10]}, "
-        f"only in the hot table: {sorted(set(expected) - set(actual))[:10]}"
-    )
-    differing = [k for k in expected if actual[k] != expected[k]]
-    assert not differing, (
-        f"{len(differing)} keys differ, e.g. {differing[0]}: {actual[differing[0]]} != {expected[differing[0]]}"
-    )
+    _assert_same_by_key("pyiceberg", lake_by_key(catalog_properties, identifier), hot)
     assert digest(lake_rows(catalog_properties, identifier, MUTABLE_COLUMNS)) == digest(hot.live_rows())
+
+
+def _assert_same_by_key(reader: str, found: dict[tuple[Any, ...], tuple], hot: MutableHot) -> None:
+    """``found`` (a reader's rows by key) holds the hot table's live rows: same keys, same rows, same hash."""
+    expected = {(r[0], r[1]): tuple(_normal(v) for v in r) for r in hot.live_rows()}
+    assert set(found) == set(expected), (
+        f"{reader}: keys only in the lake: {sorted(set(found) - set(expected))[:10]}, "
+        f"only in the hot table: {sorted(set(expected) - set(found))[:10]}"
+    )
+    differing = [k for k in expected if found[k] != expected[k]]
+    assert not differing, (
+        f"{reader}: {len(differing)} keys differ, e.g. {differing[0]}: {found[differing[0]]} != "
+        f"{expected[differing[0]]}"
+    )
+    assert digest(found.values()) == digest(hot.live_rows()), reader

@@ -183,6 +183,22 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"{size(merge['bytes_read'])} read, {size(merge['bytes_written'])} written",
             )
         )
+        if merge.get("files_given_deletes"):
+            found.append(
+                (
+                    "rows deleted by position (last round)",
+                    f"{count(merge['rows_deleted_by_position'])} rows of {count(merge['files_given_deletes'])} lake "
+                    f"files, in {count(merge.get('delete_files_written'))} delete files",
+                )
+            )
+    if record.get("lake_delete_files") is not None:
+        found.append(
+            (
+                "delete files (lake)",
+                f"{count(record['lake_delete_files'])}, deleting {count(record.get('lake_deleted_rows'))} rows "
+                "(compaction applies them)",
+            )
+        )
     stream = record.get("change_stream")
     if stream:
         held, bound = stream.get("retained_wal_bytes"), stream.get("max_retained_wal_bytes")

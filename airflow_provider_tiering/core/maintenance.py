@@ -55,6 +55,22 @@ class CompactionOutcome:
     tries: int = 0
     seconds: float = 0.0
     note: str | None = None
+    #: Files rewritten because position deletes hid enough of their rows, the rows those deletes hid (now gone from
+    #: the files), and the delete files the compaction removed (they named no live file any more).
+    files_with_deletes: int = 0
+    deleted_rows_applied: int = 0
+    delete_files_removed: int = 0
+
+
+@dataclass(frozen=True)
+class LakeCounts:
+    """A lake table's files: of its current snapshot, data files, position-delete files and the rows they delete (as
+    the snapshot's summary counts them); and its snapshots."""
+
+    data_files: int
+    snapshots: int
+    delete_files: int = 0
+    deleted_rows: int = 0
 
 
 class Maintainer(Protocol):
@@ -62,9 +78,19 @@ class Maintainer(Protocol):
     :class:`~airflow_provider_tiering.core.errors.LakeError` (the catalog or the warehouse refused), or the error of
     the split writer's job."""
 
-    def compact(self, *, small_file_bytes: int, max_small_files: int, target_file_bytes: int) -> CompactionOutcome:
-        """Rewrite the small files into files of the target size when there are more than ``max_small_files``; a
-        commit that keeps losing to rounds gives up (``GAVE_UP``) and leaves nothing behind."""
+    def compact(
+        self,
+        *,
+        small_file_bytes: int,
+        max_small_files: int,
+        target_file_bytes: int,
+        deleted_fraction: float = 0.2,
+        max_delete_files: int = 10,
+    ) -> CompactionOutcome:
+        """Rewrite the small files into files of the target size when there are more than ``max_small_files``, and
+        the files whose position deletes hide at least ``deleted_fraction`` of their rows (or that
+        ``max_delete_files`` delete files apply to) without those rows, removing the delete files that name no live
+        file then; a commit that keeps losing to rounds gives up (``GAVE_UP``) and leaves nothing behind."""
         ...
 
     def expire_snapshots(self, *, older_than: datetime, keep_last: int) -> int:
@@ -75,8 +101,8 @@ class Maintainer(Protocol):
         """Delete unreferenced files older than ``min_age``; how many."""
         ...
 
-    def counts(self) -> tuple[int, int]:
-        """(data files of the current snapshot, snapshots)."""
+    def counts(self) -> LakeCounts:
+        """What the current snapshot holds (data and delete files, rows its deletes hide) and how many snapshots."""
         ...
 
 
@@ -98,6 +124,8 @@ class MaintenanceStatus:
     last_duration_seconds: float | None = None
     data_files: int | None = None
     snapshots: int | None = None
+    delete_files: int | None = None
+    deleted_rows: int | None = None
     last_compaction_at: DocumentTime | None = None
     last_compaction: CompactionOutcome | None = None
     last_check: CompactionOutcome | None = None
@@ -146,6 +174,8 @@ def run_maintenance(
             small_file_bytes=int(spec.small_file_mb * 1024 * 1024),
             max_small_files=spec.max_small_files,
             target_file_bytes=target_file_bytes,
+            deleted_fraction=spec.deleted_fraction,
+            max_delete_files=spec.max_delete_files,
         )
         status.last_check = check
         if check.outcome == CompactionResult.COMPACTED:
@@ -160,7 +190,9 @@ def run_maintenance(
             min_age=timedelta(seconds=spec.orphan_min_age_seconds), now=now
         )
         status.orphans_removed_total += status.orphans_removed
-        status.data_files, status.snapshots = maintainer.counts()
+        counts = maintainer.counts()
+        status.data_files, status.snapshots = counts.data_files, counts.snapshots
+        status.delete_files, status.deleted_rows = counts.delete_files, counts.deleted_rows
     except Exception as exc:
         raise _record_failure(status, store, step, exc, now, secrets, time.monotonic() - started) from exc
     status.last_run_at, status.last_outcome = now, MaintenanceOutcome.MAINTAINED

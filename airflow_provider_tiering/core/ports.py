@@ -64,6 +64,7 @@ class FileKind(enum.StrEnum):
 
     DATA = "data"  # rows of the lake table
     REJECTS = "rejects"  # bad records, for the table's side table
+    POSITION_DELETES = "position_deletes"  # rows of lake data files a merge deleted (``file_path``, ``pos``)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,14 @@ class MergeResult:
     rewritten_in_process: bool = True
     rewrite_bytes_read: int = 0
     rewrite_bytes_written: int = 0
+    #: Merge-on-read: the position-delete files the merge committed, the lake files they delete rows of (kept, not
+    #: rewritten), and how many rows they delete.
+    delete_files: tuple[WrittenFile, ...] = ()
+    files_given_deletes: int = 0
+    rows_deleted_by_position: int = 0
+    #: The lake table's position-delete files and the rows they delete, after the merge (its snapshot's summary).
+    lake_delete_files: int | None = None
+    lake_deleted_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -879,15 +888,18 @@ class Lake(Protocol):
         identity: HotIdentity | None = None,
         reloaded: bool = False,
         target_file_bytes: int = 128 * 1024 * 1024,
+        copy_on_write_fraction: float = 0.5,
         writer: SplitWriter,
     ) -> MergeResult:
-        """Merge a round's rows (``files``, every version it read) into a primary-key table, copy-on-write, in one
-        snapshot carrying ``epoch`` and the offsets: the files holding any of the round's keys are rewritten
-        without them (cut at ``target_file_bytes``, by ``writer``'s tasks: Spark's, or this process's when the
-        rewrite fits one split and the writer writes such splits itself), the latest live version of each key is
-        added. ``hot_keys`` (a reconciling round: every key of the hot table, read in the round's snapshot) removes,
-        in the same snapshot, each key the lake holds that is neither among them nor among the round's rows. Fenced
-        and atomic like :meth:`commit`, with the same errors (and a rewrite task's ``SourceError``); the rewritten
+        """Merge a round's rows (``files``, every version it read) into a primary-key table, in one snapshot
+        carrying ``epoch`` and the offsets: the latest live version of each key is added, and each lake file holding
+        any of the round's keys either keeps its rows, the superseded ones deleted by position-delete files
+        (merge-on-read), or, when the round takes at least ``copy_on_write_fraction`` of its live rows out (0: every
+        such file), is rewritten without them (copy-on-write, cut at ``target_file_bytes``, by ``writer``'s tasks:
+        Spark's, or this process's when the rewrite fits one split and the writer writes such splits itself).
+        ``hot_keys`` (a reconciling round: every key of the hot table, read in the round's snapshot) removes, in the
+        same snapshot, each key the lake holds that is neither among them nor among the round's rows. Fenced and
+        atomic like :meth:`commit`, with the same errors (and a rewrite task's ``SourceError``); the rewritten
         files are written under the attempt's directory."""
         ...
 

@@ -522,10 +522,11 @@ def _commit(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int
         merged = r.lake.merge(
             written.files, planned.key, epoch=epoch, start=start, end=written.end, table_name=r.spec.name,
             attempt=r.attempt, hot_keys=written.hot_keys, identity=identity, reloaded=reloaded,
-            target_file_bytes=r.spec.target_file_bytes, writer=r.writer,
+            target_file_bytes=r.spec.target_file_bytes, copy_on_write_fraction=r.spec.lake.copy_on_write_fraction,
+            writer=r.writer,
         )  # fmt: skip
         _log_merge(r, planned.key, written, merged)
-        committed = _Committed(merged.snapshot_id, list(merged.added), merged)
+        committed = _Committed(merged.snapshot_id, [*merged.added, *merged.delete_files], merged)
     took = duration(time.monotonic() - committing_started)
     log.info("%s: committed snapshot %s in %s", r.spec.name, committed.snapshot_id, took)
     return committed
@@ -534,11 +535,12 @@ def _commit(r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], epoch: int
 def _log_merge(r: RoundContext[PlanT, SplitT], key: MergeKey, written: _Written, merged: MergeResult) -> None:
     log.info(
         "%s: merged %d row versions by %s: %d rows inserted, %d updated, %d deleted; %d lake files rewritten "
-        "%s (%d %s, %s read, %s written)", r.spec.name, written.rows, list(key.columns), merged.inserted_rows,
-        merged.updated_rows, merged.deleted_rows, merged.removed_files,
-        "by this process" if merged.rewritten_in_process else "on Spark", merged.rewrite_tasks,
+        "%s (%d %s, %s read, %s written); %s rows of %d lake files deleted by position in %d delete files",
+        r.spec.name, written.rows, list(key.columns), merged.inserted_rows, merged.updated_rows, merged.deleted_rows,
+        merged.removed_files, "by this process" if merged.rewritten_in_process else "on Spark", merged.rewrite_tasks,
         "task" if merged.rewrite_tasks == 1 else "tasks", size(merged.rewrite_bytes_read),
-        size(merged.rewrite_bytes_written),
+        size(merged.rewrite_bytes_written), count(merged.rows_deleted_by_position), merged.files_given_deletes,
+        len(merged.delete_files),
     )  # fmt: skip
 
 
@@ -559,6 +561,9 @@ def _record(
     state.hot_shape = planned.shape.identity.shape_json()
     if planned.reconciling:
         state.keys_reconciled_at = now
+    if committed.merged is not None and committed.merged.lake_delete_files is not None:
+        state.lake_delete_files = committed.merged.lake_delete_files
+        state.lake_deleted_rows = committed.merged.lake_deleted_rows
     state.last_tiered_time = state.last_checked_time = now
     if not state.watermark_blockers and not planned.backlog:
         state.caught_up_time = now
@@ -578,10 +583,11 @@ def _metrics(
     r: RoundContext[PlanT, SplitT], planned: _Planned[PlanT], written: _Written, committed: _Committed, now: datetime
 ) -> RoundMetrics:
     merged = committed.merged
+    data = [f for f in committed.files if f.kind is FileKind.DATA]
     return RoundMetrics(
         rows=written.rows,
-        bytes=sum(f.bytes for f in committed.files),
-        files=len(committed.files),
+        bytes=sum(f.bytes for f in data),
+        files=len(data),
         splits=written.splits,
         duration_seconds=round(time.monotonic() - r.started, 3),
         lag_seconds=cursor_lag_seconds(written.end, now),
@@ -601,6 +607,10 @@ def _rewrite_metrics(merged: MergeResult) -> MergeRewriteMetrics:
         merged.removed_files,
         merged.rewrite_bytes_read,
         merged.rewrite_bytes_written,
+        files_given_deletes=merged.files_given_deletes,
+        rows_deleted_by_position=merged.rows_deleted_by_position,
+        delete_files_written=len(merged.delete_files),
+        delete_bytes_written=sum(f.bytes for f in merged.delete_files),
     )
 
 

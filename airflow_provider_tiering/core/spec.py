@@ -47,6 +47,15 @@ class LakeSpec(StrictModel):
         default=None,
         description='side table of bad records (on_bad_record="side_table"); default "<table>_rejects"',
     )
+    copy_on_write_fraction: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="a merge or change-stream round rewrites a lake file that loses at least this fraction of its "
+        "live rows (copy-on-write); the rows other files lose are deleted by position-delete files (merge-on-read). "
+        "0: every file rewritten (no delete files, for readers that apply none)",
+    )
 
     @property
     def rejects_table_name(self) -> str:
@@ -103,6 +112,17 @@ class MaintenanceSpec(StrictModel):
         default=50,
         ge=1,
         description="compact when the current snapshot has more small files than this",
+    )
+    deleted_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="compact a data file once position deletes hide at least this fraction of its rows (merge-on-read "
+        "rounds write them), applying them",
+    )
+    max_delete_files: int = Field(
+        default=10, ge=1, description="compact a data file once this many position-delete files apply to it"
     )
     snapshot_retention_seconds: float = Field(
         default=5 * 86400.0,

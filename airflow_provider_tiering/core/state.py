@@ -56,14 +56,19 @@ class CommittedSnapshot:
 
 @dataclass
 class MergeRewriteMetrics:
-    """How a merge rewrote the lake's files holding changed keys and the round's files holding superseded
-    versions: ``ran_on`` is ``task_process`` (the rewrite fit one split) or ``spark``."""
+    """How a merge rewrote the lake's files holding changed keys (those losing most of their rows) and the round's
+    files holding superseded versions: ``ran_on`` is ``task_process`` (the rewrite fit one split) or ``spark``; and
+    how it deleted the superseded rows of the other lake files by position (merge-on-read)."""
 
     ran_on: Literal["task_process", "spark"]
     tasks: int
     files_rewritten: int
     bytes_read: int
     bytes_written: int
+    files_given_deletes: int = 0
+    rows_deleted_by_position: int = 0
+    delete_files_written: int = 0
+    delete_bytes_written: int = 0
 
 
 @dataclass
@@ -140,6 +145,10 @@ class TableState:
     #: lake: a due table's probe compares the hot table's with it, and any difference runs the round (which follows
     #: the change or refuses it) instead of "nothing new". None: no round recorded it yet.
     hot_shape: dict[str, Any] | None = None
+    #: A merge or change-stream table's lake: its position-delete files and the rows they delete, as its last round
+    #: left them (merge-on-read; compaction applies them).
+    lake_delete_files: int | None = None
+    lake_deleted_rows: int | None = None
     #: An append table's rows updated and deleted in place behind the lake's back (PostgreSQL's counters): since the
     #: last round, in all since they were first watched, and the counters last seen.
     in_place_changes: dict[str, Any] | None = None

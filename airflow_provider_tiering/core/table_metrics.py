@@ -78,4 +78,7 @@ def table_gauges(state: TableState, now: datetime) -> list[Metric]:
         found.append(Metric(MetricKind.GAUGE, "retained_wal_bytes", float(retained)))
     if state.in_place_changes is not None:
         found.append(Metric(MetricKind.GAUGE, "rows_changed_in_place", float(changed_in_place(state))))
+    if state.lake_delete_files is not None:
+        found.append(Metric(MetricKind.GAUGE, "delete_files", float(state.lake_delete_files)))
+        found.append(Metric(MetricKind.GAUGE, "deleted_rows", float(state.lake_deleted_rows or 0)))
     return found

@@ -17,10 +17,9 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from airflow_provider_tiering.core.errors import LakeError
 from airflow_provider_tiering.core.ports import SplitWriter
 from airflow_provider_tiering.lake.hot_table_record import backfill_property, pending_backfill_ids
-from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
+from airflow_provider_tiering.lake.live_files import live_data_files
 from airflow_provider_tiering.lake.rewrite_files import partition_groups, rewrite_files
 
 if TYPE_CHECKING:
@@ -60,11 +59,6 @@ def backfill_defaults(lake: IcebergLake, writer: SplitWriter, *, target_file_byt
         with table.transaction() as tx:
             tx.set_properties(backfill_property([]))
         return 0
-    if has_live_delete_files(table):
-        raise LakeError(
-            f"Iceberg table {lake.name} has delete files (another engine's merge-on-read deletes): backfilling added "
-            "columns would not apply them. Compact the table with that engine first"
-        )
     run = uuid.uuid4().hex[:16]
     _, written, _ = rewrite_files(
         lake,

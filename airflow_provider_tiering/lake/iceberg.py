@@ -7,6 +7,7 @@ lake holds, the fence), ``add_files.py`` (the commit), ``staging.py`` (where att
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -146,10 +147,17 @@ class IcebergLake:
         return rewritten
 
     def total_rows(self) -> int:
+        from airflow_provider_tiering.lake.live_files import live_row_count
+
         table = self.load_table()
         snapshot = None if table is None else table.current_snapshot()
         summary = None if snapshot is None else snapshot.summary
-        return int(summary.get("total-records") or 0) if summary is not None else 0
+        if summary is None:
+            return 0
+        if int(summary.get("total-delete-files") or 0):  # rows its position deletes hide are not rows
+            assert table is not None
+            return live_row_count(table)
+        return int(summary.get("total-records") or 0)
 
     def rows_not_held(
         self,
@@ -305,11 +313,13 @@ class IcebergLake:
         identity: HotIdentity | None = None,
         reloaded: bool = False,
         target_file_bytes: int = 128 * 1024 * 1024,
+        copy_on_write_fraction: float = 0.5,
         writer: SplitWriter,
         max_conflict_retries: int = 5,
     ) -> MergeResult:
-        """Merge a round's rows into this primary-key table, copy-on-write (``lake/merge.py``), in one snapshot
-        fenced like :meth:`commit`; rewritten files are staged under the attempt's directory."""
+        """Merge a round's rows into this primary-key table (``lake/merge.py``: position deletes, or copy-on-write for
+        files that lose most of their rows), in one snapshot fenced like :meth:`commit`; rewritten files and delete
+        files are staged under the attempt's directory."""
         from airflow_provider_tiering.lake.merge import MergeTarget, merge_files  # pyarrow's compute: merges only
 
         def fence(table: Table) -> None:
@@ -323,6 +333,7 @@ class IcebergLake:
             storage=self.lake_storage(),
             directory_uri=attempt_uri(self.table.location(), epoch, attempt),
             target_file_bytes=target_file_bytes,
+            copy_on_write_fraction=copy_on_write_fraction,
         )
         result = merge_files(
             target,
@@ -335,8 +346,14 @@ class IcebergLake:
             max_conflict_retries=max_conflict_retries,
             hot_keys=hot_keys,
         )
-        self.load_table()
-        return result
+        table = self.load_table()
+        snapshot = None if table is None else table.current_snapshot()
+        summary = {} if snapshot is None or snapshot.summary is None else snapshot.summary
+        return dataclasses.replace(
+            result,
+            lake_delete_files=int(summary.get("total-delete-files") or 0),
+            lake_deleted_rows=int(summary.get("total-position-deletes") or 0),
+        )
 
     def keys_not_in(self, hot_keys: pa.Table, key: MergeKey) -> int:
         from airflow_provider_tiering.lake.merge_reduce import keys_absent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow_provider_tiering.core.maintenance import CompactionOutcome
+from airflow_provider_tiering.core.maintenance import CompactionOutcome, LakeCounts
 from airflow_provider_tiering.core.ports import SplitWriter
 from airflow_provider_tiering.lake.compaction import compact
 from airflow_provider_tiering.lake.iceberg import IcebergLake
@@ -23,7 +23,15 @@ class IcebergMaintainer:
         self.writer = writer
         self.table_name = table_name
 
-    def compact(self, *, small_file_bytes: int, max_small_files: int, target_file_bytes: int) -> CompactionOutcome:
+    def compact(
+        self,
+        *,
+        small_file_bytes: int,
+        max_small_files: int,
+        target_file_bytes: int,
+        deleted_fraction: float = 0.2,
+        max_delete_files: int = 10,
+    ) -> CompactionOutcome:
         try:
             return compact(
                 self.lake,
@@ -31,6 +39,8 @@ class IcebergMaintainer:
                 target_file_bytes=target_file_bytes,
                 small_file_bytes=small_file_bytes,
                 max_small_files=max_small_files,
+                deleted_fraction=deleted_fraction,
+                max_delete_files=max_delete_files,
                 table_name=self.table_name,
             )
         finally:
@@ -42,6 +52,15 @@ class IcebergMaintainer:
     def remove_orphan_files(self, *, min_age: timedelta, now: datetime) -> int:
         return len(remove_orphan_files(self.lake, min_age=min_age, now=now))
 
-    def counts(self) -> tuple[int, int]:
+    def counts(self) -> LakeCounts:
         table = self.lake.load_table()
-        return (0, 0) if table is None else (len(live_data_files(table)), len(table.snapshots()))
+        if table is None:
+            return LakeCounts(0, 0)
+        snapshot = table.current_snapshot()
+        summary = {} if snapshot is None or snapshot.summary is None else snapshot.summary
+        return LakeCounts(
+            len(live_data_files(table)),
+            len(table.snapshots()),
+            int(summary.get("total-delete-files") or 0),
+            int(summary.get("total-position-deletes") or 0),
+        )

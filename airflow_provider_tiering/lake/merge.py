@@ -37,6 +37,7 @@ from airflow_provider_tiering.core.ports import (
     CHANGE_CHUNK,
     CHANGE_DELETED,
     CHANGE_FILL,
+    FileKind,
     MergeKey,
     MergeResult,
     RowPartitioner,
@@ -47,7 +48,7 @@ from airflow_provider_tiering.core.ports import (
 from airflow_provider_tiering.lake.add_files import data_file, set_name_mapping
 from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
-from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
+from airflow_provider_tiering.lake.live_files import live_data_files, live_tasks
 from airflow_provider_tiering.lake.merge_reduce import (
     RoundChanges,
     keys_absent,
@@ -56,19 +57,22 @@ from airflow_provider_tiering.lake.merge_reduce import (
     with_keys_removed,
 )
 from airflow_provider_tiering.lake.merge_rewrite import (
+    KeyPositions,
     MergeRewriteReader,
     count_keys_in,
-    key_hits,
+    key_positions,
     merge_splits,
     stored_rows_of,
 )
 from airflow_provider_tiering.lake.parquet_writer import write_data_files
+from airflow_provider_tiering.lake.position_deletes import FileDeletes, trim_delete_files, write_position_deletes
+from airflow_provider_tiering.lake.row_delta import commit_row_delta, row_delta_available
 from airflow_provider_tiering.lake.warehouse import LakeStorage
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.manifest import DataFile
-    from pyiceberg.table import Table
+    from pyiceberg.table import FileScanTask, Table
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +101,16 @@ def _pruning_filter(keys: pa.Table, columns: Sequence[str]) -> BooleanExpression
     return expression
 
 
-def candidate_files(table: Table, keys: pa.Table, columns: Sequence[str]) -> list[DataFile]:
-    """Live data files that may hold one of ``keys`` (by partition and column statistics)."""
+def candidate_tasks(table: Table, keys: pa.Table, columns: Sequence[str]) -> list[FileScanTask]:
+    """Live data files that may hold one of ``keys`` (by partition and column statistics), each with its delete
+    files."""
     if keys.num_rows == 0:
         return []
     try:
-        return [task.file for task in table.scan(row_filter=_pruning_filter(keys, columns)).plan_files()]
+        return list(table.scan(row_filter=_pruning_filter(keys, columns)).plan_files())
     except (TypeError, ValueError) as exc:  # a key type statistics cannot be compared with: read every file
         log.info("no file pruning for the merge (%s); reading every live file", exc)
-        return live_data_files(table)
+        return live_tasks(table)
 
 
 def _source_key(row: dict[str, Any], fill: dict[str, Any], key: MergeKey) -> tuple[str, ...]:
@@ -196,10 +201,28 @@ def fill_unchanged(
 
 
 @dataclass(frozen=True)
-class FilesHoldingKeys:
-    """The live files holding changed keys (what the merge rewrites), found on the driver from their key columns."""
+class FileHits:
+    """A live lake file holding changed keys: the file with its delete files, and where it holds them."""
 
-    files: tuple[DataFile, ...]
+    task: FileScanTask
+    found: KeyPositions
+
+    @property
+    def file(self) -> DataFile:
+        return self.task.file
+
+    def rewritten(self, fraction: float) -> bool:
+        """Whether the merge writes this file again (copy-on-write) rather than delete its rows by position: it loses
+        at least ``fraction`` of its live rows (0: always)."""
+        return self.found.positions.size >= fraction * self.found.live_rows
+
+
+@dataclass(frozen=True)
+class FilesHoldingKeys:
+    """The live files holding changed keys (what the merge rewrites or deletes rows of), found on the driver from
+    their key columns."""
+
+    files: tuple[FileHits, ...]
     #: Changed keys the lake held a row for, and how many of them the round deleted.
     replaced_keys: int = 0
     deleted_stored_keys: int = 0
@@ -207,15 +230,15 @@ class FilesHoldingKeys:
 
 def files_holding_keys(table: Table, changes: RoundChanges, key: MergeKey) -> FilesHoldingKeys:
     """The live files that hold one of the changed keys: those statistics cannot rule out, whose key columns
-    (read one file at a time) do hold one."""
-    found: list[DataFile] = []
+    (read one file at a time) do hold one in a live row."""
+    found: list[FileHits] = []
     replaced = deleted_stored = 0
-    for entry in candidate_files(table, changes.keys, key.columns):
-        hits = key_hits(table, entry, changes.keys, key.columns)
-        if hits.num_rows:
-            found.append(entry)
-            replaced += hits.num_rows
-            deleted_stored += count_keys_in(hits, changes.deleted, key.columns)
+    for task in candidate_tasks(table, changes.keys, key.columns):
+        hits = key_positions(table, task, changes.keys, key.columns)
+        if hits.positions.size:
+            found.append(FileHits(task, hits))
+            replaced += hits.positions.size
+            deleted_stored += count_keys_in(hits.keys, changes.deleted, key.columns)
     return FilesHoldingKeys(tuple(found), replaced, deleted_stored)
 
 
@@ -232,6 +255,9 @@ class MergeTarget:
     #: The attempt's staging directory; each try of the rewrite writes under ``merge-<try>/`` in it.
     directory_uri: str
     target_file_bytes: int
+    #: A lake file the round takes at least this fraction of its live rows out of is rewritten; the rows others
+    #: lose are deleted by position (0: every file rewritten, copy-on-write only).
+    copy_on_write_fraction: float = 0.5
 
     def write_target(self, directory_uri: str) -> WriteTarget:
         return WriteTarget(
@@ -241,28 +267,47 @@ class MergeTarget:
 
 @dataclass(frozen=True)
 class Rewrite:
-    """One try's rewrite: the live files it removes, the files it wrote, and where and at what cost."""
+    """One try's writes: the lake files it rewrites (removed) and those it deletes rows of, the files it wrote, the
+    delete files it wrote and those it replaces, the data files its delete files name, and where and at what
+    cost."""
 
     holding: FilesHoldingKeys
+    rewritten: tuple[FileHits, ...]
+    deleted_from: tuple[FileHits, ...]
     written: tuple[WrittenFile, ...]
+    delete_files: tuple[DataFile, ...]
+    obsolete_deletes: tuple[DataFile, ...]
+    named_by_deletes: set[str]
     tasks: int
     in_process: bool
     bytes_read: int
+
+    @property
+    def removed(self) -> tuple[DataFile, ...]:
+        return tuple(h.file for h in self.rewritten)
 
 
 def rewrite(
     table: Table, changes: RoundChanges, key: MergeKey, target: MergeTarget, writer: SplitWriter, directory_uri: str
 ) -> Rewrite:
-    """Find the files holding changed keys and write them again without those keys, and the round's files with
-    only their kept versions, on ``writer``; the updates that left values unchanged get them from the lake."""
+    """Find the files holding changed keys; write those that lose most of their rows again without them, and the
+    round's files with only their kept versions, on ``writer``; delete the superseded rows of the others by
+    position (a delete file per partition, written here); the updates that left values unchanged get them from the
+    lake."""
     holding = files_holding_keys(table, changes, key)
-    splits = merge_splits(holding.files, changes.to_filter, target.target_file_bytes)
+    fraction = target.copy_on_write_fraction if row_delta_available() else 0.0
+    rewritten = tuple(h for h in holding.files if h.rewritten(fraction))
+    deleted_from = tuple(h for h in holding.files if not h.rewritten(fraction))
+    splits = merge_splits([h.file for h in rewritten], changes.to_filter, target.target_file_bytes)
     # The changed keys travel with every task only when there are lake files to remove them from (a first load's
     # millions of keys would not).
-    reader = MergeRewriteReader(table, changes.keys if holding.files else None, key.columns, target.storage)
+    reader = MergeRewriteReader(
+        table, changes.keys if rewritten else None, key.columns, target.storage,
+        deletes={h.file.file_path: tuple(h.task.delete_files) for h in rewritten},
+    )  # fmt: skip
     written = writer.write(reader, splits, target.schema, target.write_target(directory_uri))
     if changes.to_fill is not None:
-        stored = stored_rows_of(table, holding.files, changes.keys, key.columns)
+        stored = stored_rows_of(table, [h.task for h in holding.files], changes.keys, key.columns)
         earlier = earlier_versions(changes.round_files, changes.to_fill, key, target.storage)
         filled = fill_unchanged(changes.to_fill, stored, key, target.schema, earlier)
         written += write_data_files(
@@ -275,9 +320,23 @@ def rewrite(
             target.target_file_bytes,
             storage=target.storage,
         )
+    removed = {h.file.file_path for h in rewritten}
+    trim = trim_delete_files(
+        table.io, [d for h in rewritten for d in h.task.delete_files],
+        {f.file_path: f for f in live_data_files(table) if f.file_path not in removed},
+    )  # fmt: skip
+    delete_files = write_position_deletes(
+        table, [*(FileDeletes(h.file, h.found.positions) for h in deleted_from), *trim.carried],
+        f"{directory_uri}/deletes", target.storage,
+    )  # fmt: skip
     return Rewrite(
         holding,
+        rewritten,
+        deleted_from,
         tuple(written),
+        tuple(delete_files),
+        trim.removed,
+        {*(h.file.file_path for h in deleted_from), *(c.data_file.file_path for c in trim.carried)},
         len(splits),
         len(splits) <= 1 and writer.writes_single_split_locally,
         sum(s.bytes for s in splits),
@@ -317,17 +376,12 @@ def merge_files(
 
     def commit_once(table: Table, try_number: int) -> MergeResult:
         fence(table)
-        if has_live_delete_files(table):
-            raise LakeError(
-                f"Iceberg table {'.'.join(table.name())} has delete files (another engine's merge-on-read deletes); "
-                "a copy-on-write merge would not apply them. Compact the table with that engine first"
-            )
         merging = changes
         if hot_keys is not None:  # against the snapshot this try commits onto
             merging = with_keys_removed(changes, keys_absent(table, hot_keys, changes.keys, key.columns))
         done = rewrite(table, merging, key, target, writer, f"{target.directory_uri}/merge-{try_number}")
         added = (*changes.as_written, *done.written)
-        _replace_files(table, done.holding.files, added, fence, properties, table_properties)
+        _commit_merge(table, done, added, fence, properties, table_properties)
         snapshot_id = committed_snapshot_id(target.load_table(), name=target.name, what="merge")
         return _merge_result(snapshot_id, changes, done, added)
 
@@ -345,27 +399,40 @@ def _fenced_now(target: MergeTarget, fence: Callable[[Table], None]) -> Table:
     return table
 
 
-def _replace_files(
+def _commit_merge(
     table: Table,
-    removed: Sequence[DataFile],
+    done: Rewrite,
     added: Sequence[WrittenFile],
     fence: Callable[[Table], None],
     properties: dict[str, str],
     table_properties: dict[str, str],
 ) -> None:
-    """One fenced overwrite snapshot: ``removed`` out, ``added`` in, ``table_properties`` set in the same swap."""
-    removed_paths = {f.file_path for f in removed}
+    """One fenced snapshot: the rewritten files (and the delete files that name nothing else) out, the written files
+    and delete files in, ``table_properties`` set in the same swap. Its fence adds that every file it removes, and
+    every file its deletes name, is still live: a position delete names a file and a row, and a compaction that
+    replaced the file meanwhile would leave it naming nothing (an update lost, a deleted row back)."""
+    removed_paths = {f.file_path for f in done.removed}
+    named = done.named_by_deletes
 
     def fenced(refreshed: Table) -> None:
         fence(refreshed)
-        if not removed_paths <= {f.file_path for f in live_data_files(refreshed)}:
+        live = {f.file_path for f in live_data_files(refreshed)}
+        if not removed_paths <= live:
             raise CommitConflict("files the merge rewrites were replaced meanwhile (a compaction)")
+        if not named <= live:
+            raise CommitConflict("files the merge deletes rows of were replaced meanwhile (a compaction)")
 
     entries = [data_file(table, f) for f in added]
     with fenced_transaction(table, fenced) as tx:
         set_name_mapping(tx)
         tx.set_properties(dict(table_properties))
-        replace_data_files(tx, table, removed, entries, properties)
+        if done.delete_files or done.obsolete_deletes:
+            commit_row_delta(
+                tx, table, properties=properties, added_data=entries, added_deletes=done.delete_files,
+                removed_data=done.removed, removed_deletes=done.obsolete_deletes,
+            )  # fmt: skip
+        else:
+            replace_data_files(tx, table, done.removed, entries, properties)
 
 
 def _merge_result(
@@ -375,7 +442,7 @@ def _merge_result(
     return MergeResult(
         snapshot_id,
         added,
-        len(holding.files),
+        len(done.rewritten),
         changes.kept_rows,
         changes.deleted_keys,
         0 if changes.to_fill is None else changes.to_fill.num_rows,
@@ -386,4 +453,10 @@ def _merge_result(
         rewritten_in_process=done.in_process,
         rewrite_bytes_read=done.bytes_read,
         rewrite_bytes_written=sum(f.bytes for f in done.written),
+        delete_files=tuple(
+            WrittenFile(f.file_path, f.record_count, f.file_size_in_bytes, 0, kind=FileKind.POSITION_DELETES)
+            for f in done.delete_files
+        ),
+        files_given_deletes=len(done.deleted_from),
+        rows_deleted_by_position=sum(h.found.positions.size for h in done.deleted_from),
     )

@@ -8,22 +8,24 @@ travel with the reader), not by the round.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_tiering.core.ports import RejectedRecord
 from airflow_provider_tiering.lake.merge_reduce import KeptRows
+from airflow_provider_tiering.lake.position_deletes import deleted_positions
 from airflow_provider_tiering.lake.positions import row_positions
 from airflow_provider_tiering.lake.rewrite_files import LakeFileReader, partition_groups
 from airflow_provider_tiering.lake.warehouse import LakeStorage
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
-    from pyiceberg.table import Table
+    from pyiceberg.table import FileScanTask, Table
 
 _POSITION = "__merge_position"
 
@@ -61,12 +63,21 @@ class MergeRewriteReader(LakeFileReader):
     """Reads a :class:`MergeSplit` as the rows its task writes (a
     :class:`~airflow_provider_tiering.core.ports.SplitReader`); pickled into each task with the changed keys."""
 
-    def __init__(self, table: Table, keys: pa.Table | None, key_columns: Sequence[str], storage: LakeStorage) -> None:
-        """``keys``: the changed keys, which a task removes from the lake's files (None: the splits rewrite none)."""
+    def __init__(
+        self,
+        table: Table,
+        keys: pa.Table | None,
+        key_columns: Sequence[str],
+        storage: LakeStorage,
+        deletes: Mapping[str, tuple[DataFile, ...]] | None = None,
+    ) -> None:
+        """``keys``: the changed keys, which a task removes from the lake's files (None: the splits rewrite none);
+        ``deletes``: each lake file's position-delete files, whose rows the rewrite leaves out too."""
         super().__init__(table)
         self.keys = keys
         self.key_columns = tuple(key_columns)
         self.storage_properties = dict(storage.properties)
+        self.deletes = dict(deletes or {})
 
     def read_split(self, split: MergeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         from pyiceberg.expressions import AlwaysTrue
@@ -81,7 +92,7 @@ class MergeRewriteReader(LakeFileReader):
         for entry in split.lake_files:
             if self.keys is None:
                 raise ValueError("a merge split rewrites lake files, but its reader holds no changed keys")
-            rows = scan.to_table([FileScanTask(entry)])
+            rows = scan.to_table([FileScanTask(entry, set(self.deletes.get(entry.file_path, ())))])
             yield from without_keys(rows, self.keys, self.key_columns).select(schema.names).cast(schema).to_batches()
 
     def take_rejects(self) -> list[RejectedRecord]:
@@ -113,34 +124,49 @@ def merge_splits(
     return [MergeSplit(i, s.lake_files, s.round_files) for i, s in enumerate(splits)]
 
 
-def stored_rows_of(table: Table, entries: Sequence[DataFile], keys: pa.Table, columns: Sequence[str]) -> list[pa.Table]:
-    """The rows of ``entries`` that hold one of ``keys`` (a change stream's updates take the values they left
-    unchanged from them), one file at a time."""
+def stored_rows_of(
+    table: Table, tasks: Sequence[FileScanTask], keys: pa.Table, columns: Sequence[str]
+) -> list[pa.Table]:
+    """The live rows of ``tasks``' files (their position deletes applied) that hold one of ``keys`` (a change
+    stream's updates take the values they left unchanged from them), one file at a time."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
-    from pyiceberg.table import FileScanTask
 
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     found = []
-    for entry in entries:
-        rows = scan.to_table([FileScanTask(entry)])
+    for task in tasks:
+        rows = scan.to_table([task])
         matched = rows.filter(holding_keys(rows, keys, columns))
         if matched.num_rows:
             found.append(matched)
     return found
 
 
-def key_hits(table: Table, entry: DataFile, keys: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """The key columns of the rows of ``entry`` that hold one of ``keys`` (only the key columns are read)."""
+@dataclass(frozen=True)
+class KeyPositions:
+    """Where a lake file holds changed keys: the positions of its live rows that do (sorted), their key columns, and
+    how many live rows it has (its rows less those its position deletes delete)."""
+
+    positions: np.ndarray
+    keys: pa.Table
+    live_rows: int
+
+
+def key_positions(table: Table, task: FileScanTask, keys: pa.Table, columns: Sequence[str]) -> KeyPositions:
+    """The positions in ``task``'s file of its live rows holding one of ``keys`` (only the key columns are read,
+    the file whole, so a row's index is its position; rows its delete files delete are left out)."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.table import FileScanTask
 
     projected = table.schema().select(*columns)
-    own = ArrowScan(table.metadata, table.io, projected, AlwaysTrue()).to_table([FileScanTask(entry)])
+    own = ArrowScan(table.metadata, table.io, projected, AlwaysTrue()).to_table([FileScanTask(task.file)])
     own = own.select(list(columns))
-    wanted = keys.select(list(columns)).cast(own.schema)
-    return own.join(wanted, keys=list(columns), join_type="left semi", use_threads=False)
+    hits = np.flatnonzero(holding_keys(own, keys, columns).to_numpy(zero_copy_only=False))
+    deleted = deleted_positions(table.io, task.file, task.delete_files)
+    if deleted.size:
+        hits = hits[~np.isin(hits, deleted)]
+    return KeyPositions(hits.astype(np.int64), own.take(pa.array(hits, pa.int64())), own.num_rows - deleted.size)
 
 
 def count_keys_in(rows: pa.Table, keys: pa.Table | None, columns: Sequence[str]) -> int:

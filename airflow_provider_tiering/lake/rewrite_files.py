@@ -8,7 +8,8 @@ current one; one Spark task rewrites each group. The commit (an ``overwrite``: p
 ``replace``) carries the epoch and offsets of the latest tiering commit, so readers and the next round see the same
 committed offsets before and after; if a tiering commit lands first it is committed again with that commit's offsets
 (its files are still valid while every file it replaces is still live), a bounded number of times, or gives up and
-deletes what it wrote.
+deletes what it wrote. A file's position deletes are applied as it is read, and the delete files that name no live
+file once the rewrite commits are removed in the same snapshot (``lake/row_delta.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from airflow_provider_tiering.core.ports import LakeCommit, RejectedRecord, Spli
 from airflow_provider_tiering.lake.add_files import data_file
 from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
-from airflow_provider_tiering.lake.live_files import live_data_files
+from airflow_provider_tiering.lake.live_files import live_data_files, live_delete_files, live_tasks
+from airflow_provider_tiering.lake.position_deletes import files_named, trim_delete_files, write_position_deletes
+from airflow_provider_tiering.lake.row_delta import commit_row_delta
 from airflow_provider_tiering.lake.tiering_commits import (
     ATTEMPT_PROPERTY,
     END_PROPERTY,
@@ -51,15 +54,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RewriteSplit:
-    """The files (of one partition) that one Spark task rewrites."""
+    """The files (of one partition) that one Spark task rewrites, each with the position-delete files whose rows
+    the rewrite leaves out."""
 
     index: int
     files: tuple[DataFile, ...]
+    deletes: tuple[tuple[DataFile, ...], ...] = ()
 
 
 class LakeFileReader:
-    """What a rewriting task reads: lake data files through pyiceberg's Arrow scan, so files written under an
-    older schema come out in the current one (a :class:`~airflow_provider_tiering.core.ports.SplitReader`)."""
+    """What a rewriting task reads: lake data files through pyiceberg's Arrow scan, their position deletes applied,
+    so files written under an older schema come out in the current one (a
+    :class:`~airflow_provider_tiering.core.ports.SplitReader`)."""
 
     def __init__(self, table: Table) -> None:
         self.metadata = table.metadata
@@ -72,7 +78,9 @@ class LakeFileReader:
         from pyiceberg.table import FileScanTask
 
         scan = ArrowScan(self.metadata, PyArrowFileIO(self.io_properties), self.metadata.schema(), AlwaysTrue())
-        yield from scan.to_record_batches([FileScanTask(f) for f in split.files])
+        deletes = split.deletes or tuple(() for _ in split.files)
+        tasks = [FileScanTask(f, set(d)) for f, d in zip(split.files, deletes, strict=True)]
+        yield from scan.to_record_batches(tasks)
 
     def take_rejects(self) -> list[RejectedRecord]:
         return []
@@ -125,17 +133,23 @@ def rewrite_files(
     table = lake.load_table()
     if table is None:
         raise LakeError(f"Iceberg table {lake.name} disappeared before its files were rewritten")
-    splits = [RewriteSplit(index=i, files=tuple(group)) for i, group in enumerate(groups)]
+    deletes_of = {task.file.file_path: tuple(task.delete_files) for task in live_tasks(table)}
+    splits = [
+        RewriteSplit(i, tuple(group), tuple(deletes_of.get(f.file_path, ()) for f in group))
+        for i, group in enumerate(groups)
+    ]
     schema = lake.write_schema()
     storage = lake.lake_storage()
     rewritten = [f for group in groups for f in group]
     try:
         target = WriteTarget(directory, schema, lake.partitioner(), target_file_bytes, dict(storage.properties))
         written = writer.write(LakeFileReader(table), splits, schema, target)
-        snapshot_id, tries = commit_rewrite(
+        snapshot_id, tries, carried = commit_rewrite(
             lake,
             rewritten,
             written,
+            directory=directory,
+            read_deletes={d.file_path for found in deletes_of.values() for d in found},
             table_name=table_name,
             operation=operation,
             run=run,
@@ -145,7 +159,8 @@ def rewrite_files(
     except BaseException:
         delete_directory(directory, storage)
         raise
-    delete_unlisted(directory, {f.path for f in written}, storage)  # files of Spark task attempts that did not succeed
+    # Files of Spark task attempts that did not succeed, and delete files of commit tries that lost.
+    delete_unlisted(directory, {f.path for f in written} | carried, storage)
     return snapshot_id, len(written), tries
 
 
@@ -154,14 +169,21 @@ def commit_rewrite(
     rewritten: Sequence[DataFile],
     written: Sequence[WrittenFile],
     *,
+    directory: str,
+    read_deletes: set[str] | None = None,
     table_name: str,
     operation: str,
     run: str,
     max_tries: int,
     table_properties: Mapping[str, str] | None = None,
-) -> tuple[int, int]:
-    """Commit the rewrite; a tiering commit landing first changes the offsets it must carry: commit again."""
+) -> tuple[int, int, set[str]]:
+    """Commit the rewrite; a tiering commit landing first changes the offsets it must carry: commit again, unless
+    it replaced a rewritten file or added position deletes to one (the rewrite would bring their rows back):
+    ``read_deletes`` are the delete files the rewrite applied. The delete files naming a rewritten file go in the
+    same snapshot, what they delete of other files carried into delete files written under ``directory``; returns
+    (snapshot id, tries, the delete files committed)."""
     old_paths = {f.file_path for f in rewritten}
+    applied = read_deletes or set()
 
     def commit_once(table: Table, try_number: int) -> int:
         commit = latest_tiering_commit(table)
@@ -176,21 +198,37 @@ def commit_rewrite(
                 raise CommitConflict("a tiering round committed during the compaction; its offsets must be carried")
             if not old_paths <= {f.file_path for f in live_data_files(refreshed)}:
                 raise FencedError(f"files the {operation} rewrote were replaced or removed meanwhile")
+            added = [d for d in live_delete_files(refreshed) if d.file_path not in applied]
+            if any(files_named(refreshed.io, d) & old_paths for d in added):
+                raise FencedError(f"rows of files the {operation} rewrote were deleted meanwhile (a merge round)")
 
         fence(table)
         properties = {OPERATION_PROPERTY: operation, ATTEMPT_PROPERTY: f"{operation}-{run}", TABLE_PROPERTY: table_name}
         if commit is not None:
             properties.update(tiering_summary(table, commit))
         data_files = [data_file(table, f) for f in written]
+        staying = {f.file_path: f for f in live_data_files(table) if f.file_path not in old_paths}
+        trim = trim_delete_files(table.io, live_delete_files(table), staying)
+        carried = write_position_deletes(table, trim.carried, f"{directory}/deletes-{try_number}", lake.lake_storage())
+        committed_deletes.clear()
         with fenced_transaction(table, fence) as tx:
             if table_properties:
                 tx.set_properties(dict(table_properties))
-            replace_data_files(tx, table, rewritten, data_files, properties)
+            if trim.removed or carried:
+                commit_row_delta(
+                    tx, table, properties=properties, added_data=data_files, added_deletes=carried,
+                    removed_data=rewritten, removed_deletes=trim.removed,
+                )  # fmt: skip
+            else:
+                replace_data_files(tx, table, rewritten, data_files, properties)
+        committed_deletes.update(d.file_path for d in carried)
         return committed_snapshot_id(lake.load_table(), name=lake.name, what=operation)
 
-    return fenced_commit(
+    committed_deletes: set[str] = set()
+    snapshot_id, tries = fenced_commit(
         lake.load_table, commit_once, name=lake.name, what=f"{operation} commit", max_tries=max_tries, back_off=False
     )
+    return snapshot_id, tries, committed_deletes
 
 
 def tiering_summary(table: Table, commit: LakeCommit) -> dict[str, str]:

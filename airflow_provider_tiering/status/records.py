@@ -20,6 +20,8 @@ class MaintenanceRecord(BaseModel):
     last_outcome: str | None = Field(description='"maintained" or "failed"')
     data_files: int | None = Field(description="Data files of the current snapshot after the last run")
     snapshots: int | None = Field(description="Snapshots of the table after the last run")
+    delete_files: int | None = Field(default=None, description="Position-delete files of the current snapshot then")
+    deleted_rows: int | None = Field(default=None, description="Rows those delete files delete")
     last_compaction_at: datetime | None
     files_before_compaction: int | None
     files_after_compaction: int | None
@@ -99,6 +101,12 @@ class TableStatusRecord(BaseModel):
     shape_change: dict[str, Any] | None = Field(
         default=None, description="The last change of the hot table's shape the lake followed: at, changes, reload"
     )
+    lake_delete_files: int | None = Field(
+        default=None,
+        description="A merge or change-stream table's position-delete files in the lake (merge-on-read rounds write "
+        "them, compaction applies them), as the later of its last round and its last maintenance run saw them",
+    )
+    lake_deleted_rows: int | None = Field(default=None, description="The lake rows those delete files delete")
     replaced_hot_table: dict[str, Any] | None = Field(
         default=None,
         description="The hot table a round refused as another one (dropped and created again, or its rows "

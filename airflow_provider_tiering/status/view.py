@@ -127,8 +127,20 @@ class TieringStatus:
                 "in_place_changes": _in_place_json(state.in_place_changes),
                 "shape_change": state.shape_change,
                 "replaced_hot_table": state.replaced_hot_table,
+                **self._lake_deletes(),
             }
         )
+
+    def _lake_deletes(self) -> dict[str, int | None]:
+        """The lake's position-delete files and the rows they delete, as the later of the last round and the last
+        maintenance run (a compaction applies them) saw them."""
+        state, maintenance = self.state, self.maintenance
+        from_round = {"lake_delete_files": state.lake_delete_files, "lake_deleted_rows": state.lake_deleted_rows}
+        if maintenance is None or maintenance.last_run_at is None or maintenance.delete_files is None:
+            return from_round
+        if state.last_tiered_time is not None and state.last_tiered_time > maintenance.last_run_at:
+            return from_round
+        return {"lake_delete_files": maintenance.delete_files, "lake_deleted_rows": maintenance.deleted_rows}
 
 
 def _merge_json(state: TableState) -> dict[str, Any] | None:
@@ -152,6 +164,8 @@ def _maintenance_json(status: MaintenanceStatus | None) -> dict[str, Any] | None
         "last_outcome": status.last_outcome,
         "data_files": status.data_files,
         "snapshots": status.snapshots,
+        "delete_files": status.delete_files,
+        "deleted_rows": status.deleted_rows,
         "last_compaction_at": (status.last_compaction_at),
         "files_before_compaction": None if compaction is None else compaction.files_before,
         "files_after_compaction": None if compaction is None else compaction.files_after,

@@ -18,6 +18,7 @@ from airflow_provider_tiering.lake.iceberg import IcebergLake
 from airflow_provider_tiering.spark.session import SparkSettings
 from testbed.hot_tables import COLUMNS, ConcurrentInserter, PostgresHot, SqliteHot
 from testbed.lake_check import digest, view_rows
+from testbed.pg_server import drop_table_slot
 from testbed.rounds import catalog, lake_of
 
 SPEC = TableSpec.parse(
@@ -273,8 +274,4 @@ def test_a_change_stream_table_reads_its_whole_hot_table_through_its_connections
         assert digest(normal.values()) == digest(expected.values())
     finally:
         hot.close()
-        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-                (f"tiering_public_{name}",),
-            )
+        drop_table_slot(pg_server.dsn, name)

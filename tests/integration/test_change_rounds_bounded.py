@@ -6,8 +6,6 @@ shows the backlog a capped round left. The lake is read back with pyiceberg and 
 
 from __future__ import annotations
 
-import psycopg
-
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.round_result import RoundOutcome
 from airflow_provider_tiering.core.spec import TableSpec
@@ -15,6 +13,7 @@ from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.change_rounds import rounds_in_child
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
+from testbed.pg_server import drop_table_slot
 from testbed.rounds import lake_of
 
 MIB = 1024 * 1024
@@ -23,14 +22,6 @@ MIB = 1024 * 1024
 def cdc_spec(name: str, **fields) -> dict:
     source = {"kind": "postgres_cdc", "conn_id": "hot", "table": name, **fields.pop("source", {})}
     return {"name": name, "source": source, "lake": {"namespace": "it", "table": name}, **fields}
-
-
-def drop_slot(dsn: str, name: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
-            (f"tiering_public_{name}",),
-        )
 
 
 def test_a_toast_value_unchanged_by_an_update_is_taken_from_the_keys_version_in_an_earlier_chunk(
@@ -58,7 +49,7 @@ def test_a_toast_value_unchanged_by_an_update_is_taken_from_the_keys_version_in_
     assert result.outcome is RoundOutcome.TIERED and result.metrics.rows >= 252
     assert_lake_equals_hot(hot, catalog_properties, ("it", name))  # key 5: the new doc, renamed
     hot.close()
-    drop_slot(pg_server.dsn, name)
+    drop_table_slot(pg_server.dsn, name)
 
 
 def test_a_transaction_over_every_row_is_applied_in_chunks_with_the_task_memory_bounded(
@@ -99,7 +90,7 @@ def test_a_transaction_over_every_row_is_applied_in_chunks_with_the_task_memory_
         )
         assert_lake_equals_hot(hot, catalog_properties, ("it", name))
         hot.close()
-        drop_slot(pg_server.dsn, name)
+        drop_table_slot(pg_server.dsn, name)
 
     for report in reports.values():
         tiered = [r for r in report["rounds"] if r["outcome"] == "tiered"]

@@ -32,7 +32,7 @@ from airflow_provider_tiering.sources.registry import build_source
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
 from testbed.crash_round import crash_round
 from testbed.lake_check import digest, unreferenced_data_files
-from testbed.pg_server import PostgresServer
+from testbed.pg_server import PostgresServer, drop_table_slot
 from testbed.rounds import lake_of
 
 MB = 1024 * 1024
@@ -53,11 +53,7 @@ def changing(pg_server, request):
     hot.create()
     yield hot
     hot.close()
-    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:  # slots outlive tables: drop this test's
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
-            (f"tiering_public_{name}",),
-        )
+    drop_table_slot(pg_server.dsn, name)
 
 
 def rounds_of(spec: TableSpec, hot: ChangingTable, catalog_properties, writer, store) -> Callable[[], RoundResult]:

@@ -17,13 +17,15 @@ from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.compaction import compact
-from airflow_provider_tiering.lake.live_files import has_live_delete_files, live_data_files
+from airflow_provider_tiering.lake.live_files import live_data_files, live_delete_files
+from airflow_provider_tiering.lake.position_deletes import files_named
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.crash_round import crash_round
 from testbed.lake_check import unreferenced_data_files
 from testbed.mutable_tables import (
     MutableHot,
     assert_lake_equals_live_rows,
+    assert_lake_equals_live_rows_in_files,
     mariadb_mutable,
     postgres_mutable,
     sqlite_mutable,
@@ -33,14 +35,14 @@ from testbed.rounds import lake_of
 MB = 1024 * 1024
 
 
-def merge_spec(name: str, *, key: list[str] | None = None, **extra) -> dict:
+def merge_spec(name: str, *, key: list[str] | None = None, lake: dict | None = None, **extra) -> dict:
     merge: dict = {"soft_delete_column": "deleted_at"}
     if key is not None:
         merge["primary_key"] = key
     return {
         "name": name,
         "source": {"conn_id": "unused", "table": name, "cursor_column": "version"},
-        "lake": {"namespace": "it", "table": name},
+        "lake": {"namespace": "it", "table": name, **(lake or {})},
         "merge": merge,
         **extra,
     }
@@ -98,7 +100,7 @@ def test_random_changes_over_rounds_leave_one_latest_row_per_key(
         assert snapshot_count(catalog_properties, name) == snapshots + 1  # one snapshot per round
         assert_lake_equals_live_rows(hot, catalog_properties, ("it", name))
         table = load_catalog("default", **catalog_properties).load_table(("it", name))
-        assert not has_live_delete_files(table), f"round {number} wrote delete files"
+        assert all(f.content == 1 for f in live_delete_files(table)), f"round {number} wrote equality deletes"
         summary = table.current_snapshot().summary
         assert summary["tiering.epoch"] == str(result.epoch)
         assert summary["tiering.start-offsets"] != summary["tiering.end-offsets"]
@@ -136,13 +138,15 @@ def test_random_changes_over_rounds_leave_one_latest_row_per_key(
     assert_lake_equals_live_rows(hot, catalog_properties, ("it", name))
 
 
-def test_a_merge_round_rewrites_only_the_files_holding_its_keys(tmp_path, catalog_properties, local_writer):
-    """Ten rounds of inserts leave ten files; updating rows of one of them rewrites that one file only. Also
-    measures one merge round."""
-    name = "pruned"
+@pytest.mark.parametrize("fraction", [0.0, 0.5], ids=["copy-on-write", "merge-on-read"])
+def test_a_merge_round_touches_only_the_files_holding_its_keys(tmp_path, catalog_properties, local_writer, fraction):
+    """Ten rounds of inserts leave ten files; updating 200 rows of one of them (1% of its rows) rewrites that one file
+    only, copy-on-write, or, by default, keeps every file and deletes those rows by position, in one delete file
+    that names that file alone; the lake equals the table either way. Also measures one merge round."""
+    name = f"pruned_{int(fraction * 10)}"
     hot = sqlite_mutable(tmp_path / "hot.db", name)
     hot.create()
-    spec = TableSpec.parse(merge_spec(name))
+    spec = TableSpec.parse(merge_spec(name, lake={"copy_on_write_fraction": fraction}))
     state_store = JsonFileStateStore(tmp_path / "state.json")
 
     def tier():
@@ -154,6 +158,7 @@ def test_a_merge_round_rewrites_only_the_files_holding_its_keys(tmp_path, catalo
     table = load_catalog("default", **catalog_properties).load_table(("it", name))
     before = {f.file_path for f in live_data_files(table)}
     assert len(before) == 10
+    third = {f.file_path for f in live_data_files(table) if f.record_count == 2000}
     for key in [(0, i) for i in range(4001, 4201)]:  # 200 rows of the third round's file
         hot.update(key)
     started = time.monotonic()
@@ -161,10 +166,21 @@ def test_a_merge_round_rewrites_only_the_files_holding_its_keys(tmp_path, catalo
     elapsed = time.monotonic() - started
     table = load_catalog("default", **catalog_properties).load_table(("it", name))
     after = {f.file_path for f in live_data_files(table)}
-    assert len(before - after) == 1 and len(after - before) == 2  # the third file rewritten, the updates added
     assert result.metrics.rows == 200
-    assert_lake_equals_live_rows(hot, catalog_properties, ("it", name))
-    print(f"merge round of 200 changed rows into 20,000 in 10 files: {elapsed:.2f}s")
+    merged = result.metrics.merge
+    assert merged is not None
+    if fraction == 0:
+        assert len(before - after) == 1 and len(after - before) == 2  # the third file rewritten, the updates added
+        assert not live_delete_files(table) and merged.files_given_deletes == 0
+    else:
+        assert before < after and len(after - before) == 1  # only the updates added
+        (delete_file,) = live_delete_files(table)
+        assert files_named(table.io, delete_file) <= third and delete_file.record_count == 200
+        assert (merged.files_rewritten, merged.files_given_deletes, merged.rows_deleted_by_position) == (0, 1, 200)
+        assert table.current_snapshot().summary["total-position-deletes"] == "200"
+    assert_lake_equals_live_rows_in_files(hot, catalog_properties, ("it", name))
+    print(f"merge round of 200 changed rows into 20,000 in 10 files ({'deletes' if fraction else 'rewrite'}): "
+          f"{elapsed:.2f}s")  # fmt: skip
 
 
 def test_a_merge_rewrites_its_files_at_the_tables_target_size(tmp_path, catalog_properties, local_writer, pg_server):
@@ -187,7 +203,7 @@ def test_a_merge_rewrites_its_files_at_the_tables_target_size(tmp_path, catalog_
             {
                 "name": name,
                 "source": {"conn_id": "unused", "table": name, "cursor_column": "version"},
-                "lake": {"namespace": "it", "table": name},
+                "lake": {"namespace": "it", "table": name, "copy_on_write_fraction": 0},  # rewrites only
                 "merge": {"primary_key": ["id"]},
                 "target_file_size_mb": target_mb,
             }
@@ -269,8 +285,8 @@ def test_merge_round_killed_before_its_commit_leaves_the_lake_unchanged(
     assert table.current_snapshot().snapshot_id == first.snapshot_id
     dead_files = unreferenced_data_files(catalog_properties, ("it", name))
     assert dead_files, "expected the dead attempt's files"
-    if kill_at == "swap":
-        assert any("/merge-0/" in f for f in dead_files), dead_files  # the rewrite's own files
+    if kill_at == "swap":  # the merge's own files: position deletes (300 updates of 3,000 rows: no file rewritten)
+        assert any("/merge-0/deletes/" in f for f in dead_files), dead_files
 
     hot.random_changes(inserts=10, updates=10, deletes=5, undeletes=5)
     recovered = run_round(spec, hot.source(spec.source), lake_of(spec, catalog_properties), spark_writer, state_store)

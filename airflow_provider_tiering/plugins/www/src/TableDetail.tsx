@@ -100,6 +100,12 @@ function modeFacts(t: TieredTable): Fact[] {
         `${fmtInt(t.last_round_deleted_rows)} deleted`,
     ]);
   }
+  if (t.lake_delete_files !== null && t.lake_delete_files !== undefined) {
+    found.push([
+      "Delete files",
+      <span id="delete-files">{`${fmtInt(t.lake_delete_files)} in the lake, deleting ${fmtInt(t.lake_deleted_rows)} rows (compaction applies them)`}</span>,
+    ]);
+  }
   const s = t.change_stream;
   if (s) {
     found.push(["Replication slot", `${s.slot}${s.exists === false ? " (missing)" : ""} at ${s.confirmed_flush_lsn || DASH}`]);
@@ -175,7 +181,11 @@ function Maintenance({ t }: { t: TieredTable }) {
       id="maintenance"
       facts={[
         ["Last run", m.last_run_at ? `${fmtTime(m.last_run_at)} (${m.last_outcome})` : DASH],
-        ["Lake now", `${fmtInt(m.data_files)} data files, ${fmtInt(m.snapshots)} snapshots`],
+        [
+          "Lake now",
+          `${fmtInt(m.data_files)} data files, ${fmtInt(m.delete_files ?? 0)} delete files ` +
+            `(${fmtInt(m.deleted_rows ?? 0)} rows), ${fmtInt(m.snapshots)} snapshots`,
+        ],
         ["Last compaction", compaction],
         ["Snapshots expired", `${fmtInt(m.snapshots_expired)} last run, ${fmtInt(m.snapshots_expired_total)} in all`],
         ["Orphan files removed", `${fmtInt(m.orphans_removed)} last run, ${fmtInt(m.orphans_removed_total)} in all`],

@@ -11,6 +11,8 @@ export interface Maintenance {
   last_outcome: string | null;
   data_files: number | null;
   snapshots: number | null;
+  delete_files: number | null;
+  deleted_rows: number | null;
   last_compaction_at: string | null;
   files_before_compaction: number | null;
   files_after_compaction: number | null;
@@ -83,6 +85,8 @@ export interface TieredTable {
   change_stream: ChangeStream | null;
   in_place_changes: InPlaceChanges | null;
   shape_change: ShapeChange | null;
+  lake_delete_files: number | null;
+  lake_deleted_rows: number | null;
 }
 
 /** One successful round, as its asset event recorded it (the API's ``TieringRound``). */
