@@ -47,10 +47,11 @@ over a pyiceberg scan: rows, distinct keys, the sum of versions and of prices).
 system time: the round's reading, decoding, merging and writing, not PostgreSQL's), its bytes written (data and
 delete files) and the delete files and positions it added are reported, and the cost per changed row.
 
-Then ``--read-rounds`` (10) more rounds of the 0.1% scenario on ``orders_m`` alone, and the time to read the whole
-table with pyiceberg (``scan().to_arrow()``, median of 3) with the delete files they left, against a table of the
-same rows without any (a fresh load), and again after the table's maintenance compaction, which applies the deletes
-(``lake/compaction.compact`` with the maintenance defaults).
+Then, for each of ``--read-scenarios`` (0.1%, 1%), a fresh lake table of ``orders_m`` takes ``--read-rounds`` (10)
+rounds of that scenario's changes, and the whole table is read (pyiceberg's ``scan().to_arrow()`` and DuckDB's
+``iceberg_scan``, median of 3 each) with the delete files they left, against a fresh load of the same rows (none),
+and again after the table's maintenance compaction, which applies the deletes (``lake/compaction.compact`` with the
+maintenance defaults).
 
 Then ``--small-rounds`` (50) small merge rounds of ``orders_m``, each inserting ``--small-inserts`` new rows and
 updating ``--small-updates`` rows among those the earlier small rounds inserted (hot rows are recent), and the
@@ -420,14 +421,16 @@ def read_time(catalog: dict[str, str], table: str, repeat: int = 3) -> float:
     return statistics.median(times)
 
 
-def compact_table(catalog: dict[str, str], *, small_file_mb: float = 32, max_small_files: int = 1) -> dict[str, Any]:
+def compact_table(
+    catalog: dict[str, str], lake_table: str = MERGE_TABLE, *, small_file_mb: float = 32, max_small_files: int = 1
+) -> dict[str, Any]:
     from airflow_provider_tiering.build import build_writer
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.lake.compaction import compact
     from airflow_provider_tiering.spark.session import SparkSettings
     from testbed.rounds import lake_of
 
-    spec = TableSpec.parse(merge_spec(MERGE_TABLE))
+    spec = TableSpec.parse(merge_spec(lake_table))
     writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
     try:
         started = time.perf_counter()
@@ -437,7 +440,7 @@ def compact_table(catalog: dict[str, str], *, small_file_mb: float = 32, max_sma
             target_file_bytes=128 * MB,
             small_file_bytes=int(small_file_mb * MB),
             max_small_files=max_small_files,
-            table_name=MERGE_TABLE,
+            table_name=lake_table,
         )
         seconds = time.perf_counter() - started
     finally:
@@ -448,7 +451,7 @@ def compact_table(catalog: dict[str, str], *, small_file_mb: float = 32, max_sma
         "files_before": outcome.files_before,
         "files_after": outcome.files_after,
         "rewritten_files": outcome.rewritten_files,
-        "delete_files_after": len(_load(catalog, MERGE_TABLE).inspect.delete_files()),
+        "delete_files_after": len(_load(catalog, lake_table).inspect.delete_files()),
     }
 
 
@@ -476,50 +479,82 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
             )
 
 
-def read_comparison(dsn: str, catalog: dict[str, str], states: Path, rounds: int, seed: int) -> dict[str, Any]:
-    """``rounds`` merge-on-read rounds of 0.1% scattered changes, then the whole table's read time with the delete
-    files they left, against a fresh load of the same rows (no delete files) and after the maintenance compaction."""
-    updated_bp, deleted_bp, _ = SCENARIOS["0.1%"]
-    detail = []
-    for number in range(rounds):
-        make_changes(dsn, updated_bp, deleted_bp, seed=seed + number)
-        detail.append(tier(merge_spec(MERGE_TABLE), dsn, catalog, states / "m.json"))
-    check(dsn, catalog, MERGE_TABLE)
-    table = _load(catalog, MERGE_TABLE)
-    summary = table.current_snapshot().summary
-    with_deletes = read_time(catalog, MERGE_TABLE)
-    fresh = "orders_fresh"
-    tier(merge_spec(fresh), dsn, catalog, states / "fresh.json")
-    check(dsn, catalog, MERGE_TABLE, fresh)
-    without = read_time(catalog, fresh)
-    # The maintenance defaults (section "Lake maintenance"): files with 10 delete files or 20% deleted rewritten.
-    compaction = compact_table(catalog, max_small_files=50)
-    check(dsn, catalog, MERGE_TABLE)
-    after = read_time(catalog, MERGE_TABLE)
-    result = {
-        "rounds": rounds,
-        "median_round_seconds": statistics.median(r["seconds"] for r in detail),
-        "delete_files": int(summary["total-delete-files"]),
-        "position_deletes": int(summary["total-position-deletes"]),
-        "data_files": int(summary["total-data-files"]),
-        "read_seconds_with_deletes": with_deletes,
-        "read_seconds_fresh_load": without,
-        "read_seconds_after_maintenance": after,
-        "with_deletes_x_fresh": with_deletes / without,
-        "after_maintenance_x_fresh": after / without,
-        "compaction": compaction,
-        "rounds_detail": detail,
-    }
-    print(
-        f"\nafter {rounds} rounds of 0.1% (median {result['median_round_seconds']:.2f}s): {result['data_files']} data "
-        f"files, {result['delete_files']} delete files, {result['position_deletes']:,} rows deleted by position; "
-        f"pyiceberg read of the whole table {with_deletes:.2f}s vs {without:.2f}s freshly loaded "
-        f"({result['with_deletes_x_fresh']:.2f}x); after maintenance ({compaction['seconds']:.1f}s, "
-        f"{compaction['delete_files_after']} delete files left) {after:.2f}s "
-        f"({result['after_maintenance_x_fresh']:.2f}x)",
-        flush=True,
-    )
-    return result
+def duckdb_read_time(catalog: dict[str, str], table: str, repeat: int = 3) -> float:
+    """The whole table read into Arrow by DuckDB's Iceberg reader (``iceberg_scan`` of its metadata file, the
+    extensions loaded from their PyPI packages), median of ``repeat``."""
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    metadata = _load(catalog, table).metadata_location.removeprefix("file://")
+    connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        for package in (duckdb_extension_avro, duckdb_extension_iceberg):
+            connection.execute(f"LOAD '{next(Path(package.__file__).parent.rglob('*.duckdb_extension'))}'")
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            rows = connection.execute(f"SELECT * FROM iceberg_scan('{metadata}')").to_arrow_table().num_rows
+            times.append(time.perf_counter() - started)
+            assert rows > 0
+    finally:
+        connection.close()
+    return statistics.median(times)
+
+
+def read_comparison(
+    dsn: str, catalog: dict[str, str], states: Path, rounds: int, scenarios: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Per scenario, a fresh load of ``orders_m`` into a lake table of its own, ``rounds`` merge-on-read rounds of
+    the scenario's changes (each round's keys apart from the others'), then the whole table's read time (pyiceberg
+    and DuckDB) with the delete files they left, against a fresh load of the same rows (no delete files), and after
+    the maintenance compaction (its defaults: a file with 10 delete files or 20% of its rows deleted rewritten)."""
+    results: dict[str, dict[str, Any]] = {}
+    for number, scenario in enumerate(scenarios):
+        updated_bp, deleted_bp, recent = SCENARIOS[scenario]
+        slug = scenario.replace(".", "_").replace("%", "pct").replace("-", "_")
+        lake_table, fresh = f"orders_reads_{slug}", f"orders_fresh_{slug}"
+        tier(merge_spec(lake_table), dsn, catalog, states / f"reads_{slug}.json")
+        detail = []
+        for step in range(rounds):
+            # Windows of the key hash that do not overlap: each round changes other keys.
+            make_changes(dsn, updated_bp, deleted_bp, seed=1000 * (number + 1) + step * updated_bp, recent=recent)
+            detail.append(tier(merge_spec(lake_table), dsn, catalog, states / f"reads_{slug}.json"))
+        check(dsn, catalog, MERGE_TABLE, lake_table)
+        summary = _load(catalog, lake_table).current_snapshot().summary
+        with_deletes = (read_time(catalog, lake_table), duckdb_read_time(catalog, lake_table))
+        tier(merge_spec(fresh), dsn, catalog, states / f"fresh_{slug}.json")
+        check(dsn, catalog, MERGE_TABLE, fresh)
+        without = (read_time(catalog, fresh), duckdb_read_time(catalog, fresh))
+        compaction = compact_table(catalog, lake_table, max_small_files=50)
+        check(dsn, catalog, MERGE_TABLE, lake_table)
+        after = (read_time(catalog, lake_table), duckdb_read_time(catalog, lake_table))
+        found = results[scenario] = {
+            "rounds": rounds,
+            "median_round_seconds": statistics.median(r["seconds"] for r in detail),
+            "delete_files": int(summary["total-delete-files"]),
+            "position_deletes": int(summary["total-position-deletes"]),
+            "data_files": int(summary["total-data-files"]),
+            "pyiceberg_seconds": {"with_deletes": with_deletes[0], "fresh_load": without[0], "maintained": after[0]},
+            "duckdb_seconds": {"with_deletes": with_deletes[1], "fresh_load": without[1], "maintained": after[1]},
+            "compaction": compaction,
+            "rounds_detail": detail,
+        }
+        print(
+            f"\n{scenario}, {rounds} rounds (median {found['median_round_seconds']:.2f}s): {found['data_files']} data "
+            f"files, {found['delete_files']} delete files, {found['position_deletes']:,} rows deleted by position; "
+            f"maintenance {compaction['seconds']:.1f}s ({compaction['rewritten_files']} files rewritten, "
+            f"{compaction['delete_files_after']} delete files left)",
+            flush=True,
+        )
+        for reader, (w, f, m) in (("pyiceberg", (with_deletes[0], without[0], after[0])),
+                                  ("DuckDB", (with_deletes[1], without[1], after[1]))):  # fmt: skip
+            print(
+                f"  whole-table read, {reader}: {w:.2f}s with deletes, {f:.2f}s freshly loaded ({w / f:.2f}x), "
+                f"{m:.2f}s after maintenance ({m / f:.2f}x)",
+                flush=True,
+            )
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -535,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark-master", default="local[2]", help="Spark of the merge-spark variant")
     parser.add_argument("--spark-file-mb", type=int, default=8, help="file size of the merge-spark variant's lake")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="variants to run (comma-separated)")
-    parser.add_argument("--read-rounds", type=int, default=10, help="0.1%% rounds before the read comparison (0: none)")
+    parser.add_argument("--read-rounds", type=int, default=10, help="rounds before the read comparison (0: none)")
+    parser.add_argument("--read-scenarios", default="0.1%,1%", help="scenarios of the read comparison")
     parser.add_argument("--small-rounds", type=int, default=50)
     parser.add_argument("--small-inserts", type=int, default=1000)
     parser.add_argument("--small-updates", type=int, default=300)
@@ -682,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
             print_table({s: {k: v for k, v in r.items() if k != "changes"} for s, r in results.items()})
 
             if args.read_rounds:
-                document["reads"] = read_comparison(dsn, catalog, states, args.read_rounds, seed=len(scenarios) + 1)
+                read_scenarios = [s for s in args.read_scenarios.split(",") if s]
+                document["reads"] = read_comparison(dsn, catalog, states, args.read_rounds, read_scenarios)
 
             if args.small_rounds:
                 with __import__("psycopg").connect(dsn) as conn:

@@ -80,8 +80,10 @@ class MergeRewriteFaults(MergeRewriteReader):
     """A merge's rewrite whose tasks record each attempt like :class:`FirstAttemptFaults`' and whose first attempt
     of the split indexes in ``kill_executor`` SIGKILLs its executor JVM once its files are written."""
 
-    def __init__(self, *args: Any, record_dir: str, lake_dir: str, kill_executor: Sequence[int] = ()) -> None:
-        super().__init__(*args)
+    def __init__(
+        self, *args: Any, record_dir: str, lake_dir: str, kill_executor: Sequence[int] = (), **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
         self.record_dir = record_dir
         self.lake_dir = lake_dir
         self.kill_executor = tuple(kill_executor)

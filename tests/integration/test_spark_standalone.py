@@ -195,14 +195,11 @@ def test_a_merge_round_on_the_cluster_rewrites_its_files_in_executor_tasks_and_s
         )
     hot.next_id, hot.version = rows + 1, rows
     merge = {"primary_key": ["id"], "soft_delete_column": "deleted_at"}
-    spec_fields = {"merge": merge, "target_file_size_mb": 1}
+    # Copy-on-write for every file holding a changed key: the rewrite is what runs in executor tasks.
+    lake = {"namespace": "cluster", "table": table, "copy_on_write_fraction": 0}
+    spec_fields = {"merge": merge, "target_file_size_mb": 1, "lake": lake}
     spec = TableSpec.parse(
-        {
-            "name": table,
-            "source": {"conn_id": "unused", "table": table, "cursor_column": "version"},
-            "lake": {"namespace": "cluster", "table": table},
-            **spec_fields,
-        }
+        {"name": table, "source": {"conn_id": "unused", "table": table, "cursor_column": "version"}, **spec_fields}
     )
     store = JsonFileStateStore(tmp_path / "state.json")
     first = run_round(spec, hot.source(spec.source), lake_of(spec, catalog_properties), local_writer, store)
