@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import random
 import statistics
 import sys
@@ -54,55 +55,77 @@ def spec() -> dict[str, Any]:
 
 
 class Writers:
-    """pgbench-style writer threads; ``changes`` counts committed row changes."""
+    """pgbench-style writer threads in a process of their own (an application's, not the task's: they do not
+    contend for this process's interpreter); ``changes`` counts committed row changes."""
 
     def __init__(self, dsn: str, threads: int, max_id: int) -> None:
-        self.dsn = dsn
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
         self.count = threads
-        self.max_id = max_id
-        self.changes = 0
-        self.transactions = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(threads)]
+        self._changes = context.Value("q", 0)
+        self._transactions = context.Value("q", 0)
+        self._stop = context.Event()
+        self._process = context.Process(
+            target=_write, args=(dsn, threads, max_id, self._changes, self._transactions, self._stop), daemon=True
+        )
+
+    @property
+    def changes(self) -> int:
+        return int(self._changes.value)
+
+    @property
+    def transactions(self) -> int:
+        return int(self._transactions.value)
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        self._process.start()
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        self._process.join()
+        if self._process.exitcode != 0:
+            raise RuntimeError(f"the writers' process failed (exit code {self._process.exitcode})")
 
-    def _run(self, number: int) -> None:
+
+def _write(dsn: str, threads: int, max_id: int, changes: Any, transactions: Any, stop: Any) -> None:
+    """The writers' process: ``threads`` threads committing transactions until ``stop`` is set."""
+
+    def run(number: int) -> None:
         import psycopg
 
         rng = random.Random(number)
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SET synchronous_commit = on")
             done = 0
-            while not self._stop.is_set():
-                changes = 0
+            while not stop.is_set():
+                count = 0
                 # a key deleted before changes nothing: counted by rowcount
                 with conn.transaction():
                     for _ in range(3):
-                        changes += conn.execute(
+                        count += conn.execute(
                             f"UPDATE {TABLE} SET o_totalprice = o_totalprice + 1 WHERE o_id = %s",
-                            (rng.randint(1, self.max_id),),
+                            (rng.randint(1, max_id),),
                         ).rowcount
-                    changes += conn.execute(
+                    count += conn.execute(
                         f"INSERT INTO {TABLE} ({COLUMNS}) SELECT {COLUMNS} FROM {TABLE} WHERE o_id = %s",
-                        (rng.randint(1, self.max_id),),
+                        (rng.randint(1, max_id),),
                     ).rowcount
                     if done % 10 == 9:
-                        changes += conn.execute(
-                            f"DELETE FROM {TABLE} WHERE o_id = %s", (rng.randint(1, self.max_id),)
+                        count += conn.execute(
+                            f"DELETE FROM {TABLE} WHERE o_id = %s", (rng.randint(1, max_id),)
                         ).rowcount
                 done += 1
-                with self._lock:
-                    self.changes += changes
-                    self.transactions += 1
+                with changes.get_lock():
+                    changes.value += count
+                with transactions.get_lock():
+                    transactions.value += 1
+
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
 
 
 class Monitor:
@@ -221,9 +244,9 @@ def main(argv: list[str] | None = None) -> int:
             rounds: list[dict[str, Any]] = []
             with psycopg.connect(dsn, autocommit=True) as conn:
                 while time.monotonic() - began < args.seconds:
-                    round_started = time.monotonic()
+                    round_started, cpu_started = time.monotonic(), time.process_time()
                     result = tier(dsn, catalog, state)
-                    ended = time.monotonic()
+                    ended, cpu = time.monotonic(), time.process_time() - cpu_started
                     (current,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or ("0/0",)
                     lsn = lake_lsn(catalog)
                     passed = monitor.passed(lsn)
@@ -231,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                         {
                             "at": ended - began,
                             "seconds": ended - round_started,
+                            "cpu_seconds": cpu,
                             "outcome": str(result.outcome),
                             "keys": result.metrics.rows if result.metrics else 0,
                             "lag_bytes": max(0, parse_lsn(current) - lsn),
@@ -258,6 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     measured = [r for r in rounds if r["applied_changes"] is not None]
     applied = measured[-1]["applied_changes"] if measured else 0
     applied_at = measured[-1]["at"] if measured else elapsed
+    lags = sorted(r["lag_seconds"] for r in measured)
+    p95 = lags[min(len(lags) - 1, math.ceil(0.95 * len(lags)) - 1)] if lags else None
+    third = max(1, len(measured) // 3)
+    early, late = ([r["lag_seconds"] for r in part] for part in (measured[:third], measured[-third:]))
+    # Keeping up: the lag stays short and does not grow over the run (a lake falling behind lags more each round).
+    keeps_up = bool(lags) and p95 is not None and p95 < 10 and statistics.median(late) <= statistics.median(early) + 2
+    cpu = sum(r["cpu_seconds"] for r in rounds)
+    changes_per_cpu = applied / sum(r["cpu_seconds"] for r in measured) if measured else 0
     document = {
         "sf": args.sf,
         "table_rows": rows,
@@ -268,12 +300,17 @@ def main(argv: list[str] | None = None) -> int:
         "writer_changes_per_second": written / elapsed,
         "applied_changes": applied,
         "applied_changes_per_second": applied / applied_at if applied_at else 0,
+        "applied_x_offered": (applied / applied_at) / (written / elapsed) if applied_at and written else 0,
+        "keeps_up": keeps_up,
+        "rounds_cpu_seconds": cpu,
+        "changes_per_task_cpu_second": changes_per_cpu,
         "rounds": rounds,
         "round_median_seconds": statistics.median(r["seconds"] for r in rounds) if rounds else None,
         "lag_bytes_median": statistics.median(r["lag_bytes"] for r in rounds) if rounds else None,
         "lag_bytes_max": max((r["lag_bytes"] for r in rounds), default=None),
         "lag_seconds_median": statistics.median(r["lag_seconds"] for r in measured) if measured else None,
         "lag_seconds_max": max((r["lag_seconds"] for r in measured), default=None),
+        "lag_seconds_p95": p95,
         "catch_up_seconds": catch_up,
         "final_check": final,
     }
@@ -284,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{document['round_median_seconds'] or 0:.2f}s); behind at round ends: median "
         f"{(document['lag_bytes_median'] or 0) / 1024:,.0f} KiB / {document['lag_seconds_median'] or 0:.2f}s, max "
         f"{(document['lag_bytes_max'] or 0) / 1024:,.0f} KiB / {document['lag_seconds_max'] or 0:.2f}s; "
-        f"catch-up round {catch_up:.2f}s; lake equals the table ({final['rows']:,} rows)"
+        f"catch-up round {catch_up:.2f}s; lake equals the table ({final['rows']:,} rows)\n"
+        f"applied / offered {document['applied_x_offered']:.3f}, lag p95 {p95 or 0:.2f}s: "
+        f"{'keeps up' if keeps_up else 'falls behind'}; the task process spent {cpu:.1f} CPU-s on its rounds "
+        f"({changes_per_cpu:,.0f} changes per CPU-second)"
     )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(document, indent=2))

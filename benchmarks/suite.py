@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     quick_b3 = ["--tables", "region,nation"] if args.quick else []
     quick_b2 = ["--modes", "operator"] if args.quick else []  # no Spark session: every quick round is one split
     quick_b5 = ["--scenarios", "1%", "--dlt-scenarios", "", "--upsert-scenarios", "", "--small-rounds", "0",
-                "--read-rounds", "2"]  # fmt: skip
+                "--read-rounds", "2", "--read-scenarios", "1%"]  # fmt: skip
     quick_b6 = ["--sizes", "2000"]
     if args.quick:
         args.sf, args.repeat, args.memory_rows = 0.01, 1, "20000,40000"

@@ -19,14 +19,15 @@ chmod 755 "$TMP"
 # attempts in the first half).
 SIDE_FIRST=(tests/integration/test_spark_standalone.py)
 SIDE_REST=(tests/integration/test_split_attempts.py tests/integration/test_shape_changes.py)
-# A minute of migrations under a writer, with rounds killed at random: it rides with the third stream, which has time.
-SIDE_WAITING=(tests/integration/test_change_stream_migrations.py)
+# A minute of migrations under a writer, with rounds killed at random, and the change rounds in bounded memory: they
+# ride with the third stream, which has time (the first three streams measured 21-22 minutes with them, that one 10).
+SIDE_WAITING=(tests/integration/test_change_stream_migrations.py tests/integration/test_change_rounds_bounded.py)
 E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_cli.py tests/e2e/test_demo.py)
-# Mostly idle (a table's freshness interval waited out, the harness's own DAG run, re-created tables' DAG runs): on
-# their own, they cost the other streams little CPU and the run their wall time, which in a half would add to it
-# (measured: the serial pass, with the first two, 3:01 at 5-30% of the 2 cores).
+# Mostly idle (a table's freshness interval waited out, the harness's own DAG run, re-created tables' and merge-on-read
+# tables' DAG runs): on their own, they cost the other streams little CPU and the run their wall time, which in a
+# half would add to it (measured: the serial pass, with the first two, 3:01 at 5-30% of the 2 cores).
 E2E_WAITING=(tests/e2e/test_deferral.py tests/e2e/test_airflow_cluster.py tests/e2e/test_shape_through_dags.py
-  tests/e2e/test_status_in_sql.py)
+  tests/e2e/test_status_in_sql.py tests/e2e/test_merge_on_read_dags.py)
 E2E_REST=()
 for module in tests/e2e/test_*.py; do
   [[ " ${E2E_FIRST[*]} ${E2E_WAITING[*]} " == *" $module "* ]] || E2E_REST+=("$module")

@@ -8,8 +8,9 @@ with a filtered replication origin (the tiering's own eviction) are skipped whol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
 from airflow_provider_tiering.sources.postgres.pgoutput import (
@@ -24,6 +25,7 @@ from airflow_provider_tiering.sources.postgres.pgoutput import (
     Value,
     format_lsn,
 )
+from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
 
 Key = tuple[str | None, ...]
 
@@ -69,12 +71,39 @@ class ChangeSet:
     transactions: int = 0
     #: Transactions skipped whole for their origin (eviction's): nothing to apply, but the lake's LSN may pass them.
     skipped: int = 0
-    #: False when the changes held more keys than were kept in memory: ``rows`` is empty, the counts are complete.
+    #: False when the changes held more keys than were kept in memory and none were spilled, or when the window's
+    #: end cut a transaction: ``rows`` is empty, the counts are complete.
     rows_complete: bool = True
+    #: The rows in chunks on local disk, when they held more keys than were kept in memory (``rows`` is empty).
+    spilled: SpilledChunks | None = None
 
     @property
     def changes(self) -> int:
         return self.inserted + self.updated + self.deleted
+
+    def chunks(self) -> Iterator[dict[Key, RowVersion | None]]:
+        """The rows in chunks, in order (a key's version in a later chunk supersedes its earlier ones)."""
+        if self.spilled is not None:
+            for flat in self.spilled:
+                yield _unflattened(flat)
+        elif self.rows:
+            yield self.rows
+
+
+_FlatChunk = list[tuple[Key, dict[str, Value], tuple[str, ...], Key | None, bool] | tuple[Key, None]]
+
+
+def _flattened(rows: dict[Key, RowVersion | None]) -> _FlatChunk:
+    """A chunk as plain tuples: pickled and read back in about half the time its dataclasses take (measured)."""
+    return [
+        (key, None) if version is None
+        else (key, version.values, version.unchanged, version.fill_from, version.read_again)
+        for key, version in rows.items()
+    ]  # fmt: skip
+
+
+def _unflattened(flat: _FlatChunk) -> dict[Key, RowVersion | None]:
+    return {entry[0]: None if entry[1] is None else RowVersion(*entry[1:]) for entry in flat}
 
 
 @dataclass(frozen=True)
@@ -96,10 +125,17 @@ class ChangeWindow:
     read_again: tuple[Key, ...] = ()
 
 
-def apply_changes(messages: Iterable[Message], window: ChangeWindow, *, keys_in_memory: int | None = None) -> ChangeSet:
-    """Apply ``messages`` (one slot's, in order) in ``window`` to a :class:`ChangeSet`. With ``keys_in_memory``, the
-    rows are dropped once they hold more keys than that (``rows_complete`` is then False): what was read is counted,
-    its rows are read again in chunks (:func:`changes_in_chunks`).
+def apply_changes(
+    messages: Iterable[Message],
+    window: ChangeWindow,
+    *,
+    keys_in_memory: int | None = None,
+    spill: SpilledChunks | None = None,
+) -> ChangeSet:
+    """Apply ``messages`` (one slot's, in order) in ``window`` to a :class:`ChangeSet`. With ``keys_in_memory``, once
+    the rows hold more keys than that they are written to ``spill`` in chunks of that many (``ChangeSet.spilled``);
+    without ``spill`` they are dropped (``rows_complete`` is then False): what was read is counted, and its rows are
+    read again in chunks (:func:`changes_in_chunks`).
 
     Raises:
         TableTruncated: a transaction in the window truncated the table.
@@ -109,10 +145,15 @@ def apply_changes(messages: Iterable[Message], window: ChangeWindow, *, keys_in_
     chunks = 0
     rows: dict[Key, RowVersion | None] = {}
     for chunk in chunked:
-        chunks, rows = chunks + 1, chunk  # only the last is kept: the whole of them when there is one
+        if chunks and spill is not None:
+            spill.write(_flattened(rows))
+        chunks, rows = chunks + 1, chunk  # the last is kept: the whole of them when there is one
     result = chunked.counts
     if chunks == 1 and result.rows_complete:
         result.rows = rows
+    elif chunks > 1 and result.rows_complete and spill is not None:
+        spill.write(_flattened(rows))
+        result.rows, result.spilled = {}, spill
     else:  # counted only: more keys than a round holds in memory, or a transaction cut by the window's end
         result.rows = {}
         result.rows_complete = chunks == 0 and result.rows_complete
@@ -264,6 +305,8 @@ def _key_of(values: dict[str, Value], key: Sequence[str], table: str) -> Key:
 def _row(columns: tuple[str | None, ...], values: tuple[Value, ...] | None) -> dict[str, Value] | None:
     if values is None:
         return None
+    if None not in columns:  # the usual case, at C speed (a comprehension was a tenth of decoding)
+        return dict(zip(cast(tuple[str, ...], columns), values, strict=True))
     return {name: value for name, value in zip(columns, values, strict=True) if name is not None}
 
 
@@ -284,7 +327,11 @@ def _apply(result: ChangeSet, change: Change, columns: RelationColumns, key: Seq
         before = result.rows.get(old_key) if old_key in result.rows else None
         if old_key != new_key:
             result.rows[old_key] = None
-        unchanged = [column for column, value in new.items() if value is UNCHANGED_TOAST]
+        unchanged = (
+            [column for column, value in new.items() if value is UNCHANGED_TOAST]
+            if UNCHANGED_TOAST in (change.new or ())
+            else []
+        )
         fill_from: Key | None = None
         if unchanged and before is not None and before.read_again:  # what it left alone is read again too
             result.rows[new_key] = RowVersion({c: new[c] for c in key}, read_again=True)

@@ -132,3 +132,15 @@ def test_small_rounds_benchmark_counts_a_rounds_connections_at_small_size(capsys
     # only the split's is ADBC's (the small queries connect with psycopg, in a tenth of ADBC's time).
     assert (report["connections"], report["adbc_connections"]) == (3, 1), report
     assert report["wall_ms"] > 0 and report["client_cpu_ms"] > 0 and report["server_cpu_ms"] > 0, report
+
+
+def test_cdc_lag_benchmark_keeps_the_lake_equal_under_a_writer_process_at_small_size(pg_server, tmp_path, capsys):
+    from benchmarks.bench_cdc_lag import main as lag_main
+
+    output = tmp_path / "lag.json"
+    argv = ["--dsn", pg_server.dsn, "--sf", "0.01", "--seconds", "6", "--writers", "1"]
+    assert lag_main([*argv, "--workdir", str(tmp_path / "w"), "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert report["writer_changes"] > 0 and report["rounds"] and report["final_check"]["rows"] > 0
+    assert report["rounds_cpu_seconds"] > 0 and report["lag_seconds_p95"] is not None
+    assert "changes per CPU-second" in capsys.readouterr().out

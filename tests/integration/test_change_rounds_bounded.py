@@ -102,3 +102,54 @@ def test_a_transaction_over_every_row_is_applied_in_chunks_with_the_task_memory_
     growth = {mode: r["peak_rss_written"] - r["peak_rss_before"] for mode, r in reports.items()}
     assert growth["chunked"] < 200 * MIB, growth
     assert growth["held"] > growth["chunked"] + 100 * MIB, growth  # what the bound saves, measured
+
+
+def test_a_round_of_more_keys_than_it_holds_decodes_its_slot_once(
+    pg_server, catalog_properties, tmp_path, local_writer, monkeypatch
+):
+    """Its plan writes the changes to local disk in chunks as it decodes them, and the round writes them from there:
+    reading the slot again (``_change_chunks``) fails the test. An update leaving a TOAST value unchanged in a later
+    chunk still takes it from the key's version in an earlier one."""
+    from airflow_provider_tiering.sources.postgres.change_stream_source import PostgresCdcSource
+    from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
+
+    name = "decoded_once"
+    hot = ChangingTable(pg_server.dsn, name, seed=5)
+    hot.create()
+    hot.insert(500)
+    spec = TableSpec.parse(cdc_spec(name, source={"keys_in_memory": 100}))
+    store = JsonFileStateStore(tmp_path / "state.json")
+
+    def tier():
+        return run_round(spec, build_source(spec.source, hot.connection()), lake_of(spec, catalog_properties),
+                         local_writer, store)  # fmt: skip
+
+    assert tier().outcome is RoundOutcome.TIERED
+    spilled: list[SpilledChunks] = []
+    written = SpilledChunks.write
+
+    def counted_write(self, rows):
+        if self not in spilled:
+            spilled.append(self)
+        written(self, rows)
+
+    def read_again(*args, **kwargs):
+        raise AssertionError("the round read its slot a second time")
+
+    monkeypatch.setattr(SpilledChunks, "write", counted_write)
+    monkeypatch.setattr(PostgresCdcSource, "_change_chunks", read_again)
+    new_doc = "".join(hot.rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=7000))  # stored out of line
+    with hot.conn.transaction():
+        hot.conn.execute(f'UPDATE "{name}" SET doc = %s WHERE id = 7', (new_doc,))
+        hot.conn.execute(f'UPDATE "{name}" SET amount = amount + 1 WHERE id % 3 = 0')
+        hot.conn.execute(f'DELETE FROM "{name}" WHERE id % 11 = 0')
+        hot.conn.execute(f"INSERT INTO \"{name}\" SELECT g, 'new', 1, 'd', NULL FROM generate_series(1000, 1399) g")
+        hot.conn.execute(f"UPDATE \"{name}\" SET name = 'renamed' WHERE id = 7")  # doc sent as unchanged
+    hot.conn.execute(f"UPDATE \"{name}\" SET name = 'later' WHERE id % 50 = 1")
+    result = tier()
+    assert result.outcome is RoundOutcome.TIERED and result.metrics.rows >= 600, result.metrics
+    assert len(spilled) == 1 and spilled[0].chunks >= 6, [s.chunks for s in spilled]  # 630 keys in chunks of 100
+    assert spilled[0].closed  # the chunks' file is gone with the round
+    assert_lake_equals_hot(hot, catalog_properties, ("it", name))
+    hot.close()
+    drop_table_slot(pg_server.dsn, name)

@@ -85,8 +85,9 @@ def stream(*transactions: list[bytes]) -> list:
     return [decode(m) for m in [relation(), *(m for t in transactions for m in t)]]
 
 
-def apply(messages, start=0, end=None, keys_in_memory=None, **window):
-    return apply_changes(messages, ChangeWindow(("id",), start, end, **window), keys_in_memory=keys_in_memory)
+def apply(messages, start=0, end=None, keys_in_memory=None, spill=None, **window):
+    window_ = ChangeWindow(("id",), start, end, **window)
+    return apply_changes(messages, window_, keys_in_memory=keys_in_memory, spill=spill)
 
 
 def test_messages_decode_as_the_protocol_lays_them_out():
@@ -217,6 +218,28 @@ def test_a_plan_over_more_keys_than_it_holds_counts_them_and_keeps_no_rows():
     found = apply(messages, keys_in_memory=4)
     assert not found.rows_complete and found.rows == {} and found.inserted == 10
     assert apply(messages, keys_in_memory=40).rows_complete
+
+
+def test_a_plan_over_more_keys_than_it_holds_spills_them_in_the_chunks_a_second_read_would_give():
+    from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
+
+    big = transaction(
+        0x300,
+        *(insert(str(i), f"n{i}", "d") for i in range(5)),
+        update("1", "n1b", UNCHANGED_TOAST),
+        delete("0"),
+    )
+    messages = stream(transaction(0x100, insert("9", "x", "y")), big)
+    spill = SpilledChunks()
+    found = apply(messages, keys_in_memory=3, spill=spill)
+    expected, counts = chunks_of(messages, keys_per_chunk=3)
+    assert found.rows_complete and found.rows == {} and found.spilled is spill and spill.chunks == 3
+    assert list(found.chunks()) == expected and list(found.chunks()) == expected  # read back, and again
+    assert list(found.chunks())[2][("1",)].values["doc"] is UNCHANGED_TOAST  # the marker itself, not a copy
+    assert (found.inserted, found.updated, found.deleted) == (counts.inserted, counts.updated, counts.deleted)
+    spill.close()
+    held = apply(messages, keys_in_memory=40, spill=SpilledChunks())
+    assert held.spilled is None and list(held.chunks()) == [held.rows] and len(held.rows) == 6
 
 
 def test_a_large_transaction_is_applied_as_it_comes_and_one_the_lake_holds_is_not_held(monkeypatch):

@@ -78,6 +78,7 @@ from airflow_provider_tiering.sources.postgres.streamed_table import (
     WholeTableReader,
     key_text,
 )
+from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
 from airflow_provider_tiering.sources.sql_table import quote_identifier, quote_string
 
 log = logging.getLogger(__name__)
@@ -326,13 +327,15 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         end: int | None,
         upto_changes: int | None = None,
         stop_after: int | None = None,
+        spill: bool = False,
     ) -> ChangeSet:
         """The changes of transactions committed in ``(start, end]``; with ``upto_changes``, those of the first
         transactions holding at least that many applied changes (or all there are); with ``stop_after``, none after
         the first transaction ending at or past it. The server counts the messages it sends, skipped transactions'
         too (eviction's, already in the lake, are thousands of deletes), so a read that sent as many messages as it
         was allowed without finding enough changes is repeated over more. Past ``keys_in_memory`` keys, the rows
-        are dropped and only counted (``ChangeSet.rows_complete``)."""
+        are written to local disk in chunks with ``spill`` (``ChangeSet.spilled``), else dropped and only counted
+        (``ChangeSet.rows_complete``)."""
         budget = upto_changes
         window = self._window(start, end, stop_after)
 
@@ -345,13 +348,25 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     sent += 1
                     yield message
 
-            # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
-            with closing(self.replication.peek(conn, end, budget)) as messages:
-                found = apply_changes(counted(messages), window, keys_in_memory=self.spec.keys_in_memory)
+            chunks = SpilledChunks() if spill else None
+            try:
+                # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
+                with closing(self.replication.peek(conn, end, budget)) as messages:
+                    found = apply_changes(
+                        counted(messages), window, keys_in_memory=self.spec.keys_in_memory, spill=chunks
+                    )
+            except BaseException:
+                if chunks is not None:
+                    chunks.close()
+                raise
+            if chunks is not None and found.spilled is None:
+                chunks.close()
             if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
                 return found
             if stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after:
                 return found
+            if found.spilled is not None:
+                found.spilled.close()
             budget *= 8
 
     def _window(self, start: int, end: int | None, stop_after: int | None = None) -> ChangeWindow:
@@ -466,7 +481,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         bound = self.spec.max_wal_mb_per_round
         stop_after = None if bound is None else start_lsn + int(bound * 1024 * 1024)
         with self.replication.connect() as conn:
-            found = self._changes(conn, start_lsn, upto, upto_changes=max_rows, stop_after=stop_after)
+            found = self._changes(conn, start_lsn, upto, upto_changes=max_rows, stop_after=stop_after, spill=True)
         capped = found.changes >= max_rows or (
             stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after
         )
@@ -484,8 +499,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             advance=idle and boundary is not None and self._worth_advancing(start_lsn, boundary),
         )
         self._backlog_bytes = plan.backlog_bytes
-        # Exactly the transactions ending in (start, plan end]: what read_split would read again (when they fit in
-        # memory; otherwise it reads them again in chunks).
+        # Exactly the transactions ending in (start, plan end]: what read_split would read again (held in memory or
+        # spilled to local disk; when the plan's end cut a transaction, it reads them again up to the plan's end).
         return replace(plan, found=found) if found.rows_complete else plan
 
     def _plan_first_load(self) -> ChangePlan:
@@ -547,6 +562,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         finally:
             if plan is not None and plan.exporting is not None:
                 plan.exporting.close()
+            if plan is not None and plan.found is not None and plan.found.spilled is not None:
+                plan.found.spilled.close()
 
     def _read_keys(self, snapshot: str) -> pa.Table:
         schema = self.schema()
@@ -599,10 +616,20 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         compares with the lake's stored keys whatever the key's type (pgoutput's text of a timestamptz or bytea is
         not Python's). A key whose changes could not be placed (``RowVersion.read_again``) is read again from the
         table as it is now; gone from it, it is deleted."""
+        # One bulk-reader session for the chunk's statements: a connection each cost as much as typing 2,000 rows.
+        session = self.table._connect_arrow()
+        try:
+            yield from self._typed(session, rows, schema, chunk)
+        finally:
+            session.close()
+
+    def _typed(
+        self, session: Any, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int
+    ) -> Iterator[pa.RecordBatch]:
         key = self.key or self.primary_key()
         again = [k for k, v in rows.items() if v is not None and v.read_again]
         if again:
-            found, gone = self._current_rows(again, schema, key)
+            found, gone = self._current_rows(session, again, schema, key)
             yield _with_change_columns(found, deleted=None, fill=None, chunk=chunk)
             rows = {k: None if k in gone else v for k, v in rows.items() if k in gone or not (v and v.read_again)}
         items = list(rows.items())
@@ -626,14 +653,16 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 record["__n"] = number
                 records.append(record)
                 deleted.append(version is None)
-            typed, fill_keys = self._type_on_server(records, schema, key)
+            typed, fill_keys = self._type_on_server(session, records, schema, key)
             fills = [
                 None if not columns else json.dumps({"key": fill_keys[number], "columns": list(columns)})
                 for number, columns in enumerate(unchanged)
             ]
             yield _with_change_columns(typed, deleted=deleted, fill=fills, chunk=chunk)
 
-    def _current_rows(self, keys: list[Key], schema: pa.Schema, key: Sequence[str]) -> tuple[pa.RecordBatch, set[Key]]:
+    def _current_rows(
+        self, session: Any, keys: list[Key], schema: pa.Schema, key: Sequence[str]
+    ) -> tuple[pa.RecordBatch, set[Key]]:
         """The table's current rows of ``keys`` (the text of their key columns, as the stream carries them), and the
         keys it no longer has. Read now, they may be newer than the round's end: the next round applies the changes
         after it again, each a whole row or a delete, so the lake converges on the table."""
@@ -651,7 +680,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             {"__tiering_n": n, **{name: v for (name, _), v in zip(pairs, values, strict=True)}}
             for n, values in enumerate(keys)
         ]
-        table = self._fetch_with_records(sql, records, "reading changed rows again by key")
+        table = self._fetch_with_records(session, sql, records, "reading changed rows again by key")
         gone_flags = [bool(flag) for flag in table.column("__tiering_gone").to_pylist()]
         numbers: list[int] = table.column("__tiering_n").to_pylist()  # type: ignore[assignment]  # never NULL
         gone = {keys[n] for n, flag in zip(numbers, gone_flags, strict=True) if flag}
@@ -662,21 +691,20 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         log.info("%s: %d changed rows read again by key (%d gone)", self.display_name, len(keys), len(gone))
         return conform_batch(rows, nullable), gone
 
-    def _fetch_with_records(self, sql: str, records: list[dict[str, Any]], what: str) -> pa.Table:
-        """The result of ``sql``, whose one parameter is ``records`` as JSON, as Arrow (the bulk reader's session)."""
-        conn = self.table._connect_arrow()
+    def _fetch_with_records(self, session: Any, sql: str, records: list[dict[str, Any]], what: str) -> pa.Table:
+        """The result of ``sql``, whose one parameter is ``records`` as JSON, as Arrow (in the bulk reader's
+        ``session``)."""
+        cur = session.cursor()
         try:
-            cur = conn.cursor()
-            try:
-                cur.execute(sql, parameters=(json.dumps(records),))
-                return cur.fetch_arrow_table()
-            except Exception as exc:
-                raise SourceError(f"{self.display_name}: {what} failed: {exc}") from exc
+            cur.execute(sql, parameters=(json.dumps(records),))
+            return cur.fetch_arrow_table()
+        except Exception as exc:
+            raise SourceError(f"{self.display_name}: {what} failed: {exc}") from exc
         finally:
-            conn.close()
+            cur.close()
 
     def _type_on_server(
-        self, records: list[dict[str, Any]], schema: pa.Schema, key: Sequence[str]
+        self, session: Any, records: list[dict[str, Any]], schema: pa.Schema, key: Sequence[str]
     ) -> tuple[pa.RecordBatch, list[list[str] | None]]:
         """``records`` (text values) typed as ``schema`` by the server, and each record's fill key (its key columns'
         typed values as text; None when it fills from its own key)."""
@@ -695,7 +723,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             f"WITH t AS (SELECT j.__n, {casts} FROM json_to_recordset(CAST($1 AS json)) AS j(__n int8, {definitions})) "
             f"SELECT {self._select_list(schema)}, {fill_select} FROM t ORDER BY __n"
         )
-        table = self._fetch_with_records(sql, records, "typing the changes")
+        table = self._fetch_with_records(session, sql, records, "typing the changes")
         nullable = pa.schema([f.with_nullable(True) for f in schema])
         if table.num_rows == 0:
             return pa.RecordBatch.from_pylist([], schema=nullable), []
@@ -780,11 +808,15 @@ class _PlannedChanges:
 
     def read_split(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         found = self.found
+        spilled = found.spilled
         log.info(
-            "%s: %d transactions: %d inserts, %d updates, %d deletes -> %d keys", self.display_name,
-            found.transactions, found.inserted, found.updated, found.deleted, len(found.rows),
+            "%s: %d transactions: %d inserts, %d updates, %d deletes -> %s", self.display_name,
+            found.transactions, found.inserted, found.updated, found.deleted,
+            f"{len(found.rows)} keys" if spilled is None
+            else f"{spilled.chunks} chunks of keys spilled while planning ({spilled.bytes / 2**20:.1f} MiB)",
         )  # fmt: skip
-        return self.source.typed(found.rows, schema, 1)
+        for number, rows in enumerate(found.chunks(), start=1):
+            yield from self.source.typed(rows, schema, number)
 
     def take_rejects(self) -> list[RejectedRecord]:
         return []
