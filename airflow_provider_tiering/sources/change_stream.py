@@ -8,9 +8,9 @@ with a filtered replication origin (the tiering's own eviction) are skipped whol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
 from airflow_provider_tiering.sources.postgres.pgoutput import (
@@ -25,7 +25,6 @@ from airflow_provider_tiering.sources.postgres.pgoutput import (
     Value,
     format_lsn,
 )
-from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
 
 Key = tuple[str | None, ...]
 
@@ -74,36 +73,20 @@ class ChangeSet:
     #: False when the changes held more keys than were kept in memory and none were spilled, or when the window's
     #: end cut a transaction: ``rows`` is empty, the counts are complete.
     rows_complete: bool = True
-    #: The rows in chunks on local disk, when they held more keys than were kept in memory (``rows`` is empty).
-    spilled: SpilledChunks | None = None
+    #: Where the rows went, in chunks, when they held more keys than were kept in memory (``rows`` is empty).
+    spilled: ChunkSpill | None = None
 
     @property
     def changes(self) -> int:
         return self.inserted + self.updated + self.deleted
 
-    def chunks(self) -> Iterator[dict[Key, RowVersion | None]]:
-        """The rows in chunks, in order (a key's version in a later chunk supersedes its earlier ones)."""
-        if self.spilled is not None:
-            for flat in self.spilled:
-                yield _unflattened(flat)
-        elif self.rows:
-            yield self.rows
 
+class ChunkSpill(Protocol):
+    """Where :func:`apply_changes` puts the chunks of a change set too large to hold, in order, as they come."""
 
-_FlatChunk = list[tuple[Key, dict[str, Value], tuple[str, ...], Key | None, bool] | tuple[Key, None]]
+    def write(self, rows: dict[Key, RowVersion | None]) -> None: ...
 
-
-def _flattened(rows: dict[Key, RowVersion | None]) -> _FlatChunk:
-    """A chunk as plain tuples: pickled and read back in about half the time its dataclasses take (measured)."""
-    return [
-        (key, None) if version is None
-        else (key, version.values, version.unchanged, version.fill_from, version.read_again)
-        for key, version in rows.items()
-    ]  # fmt: skip
-
-
-def _unflattened(flat: _FlatChunk) -> dict[Key, RowVersion | None]:
-    return {entry[0]: None if entry[1] is None else RowVersion(*entry[1:]) for entry in flat}
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -130,7 +113,7 @@ def apply_changes(
     window: ChangeWindow,
     *,
     keys_in_memory: int | None = None,
-    spill: SpilledChunks | None = None,
+    spill: ChunkSpill | None = None,
 ) -> ChangeSet:
     """Apply ``messages`` (one slot's, in order) in ``window`` to a :class:`ChangeSet`. With ``keys_in_memory``, once
     the rows hold more keys than that they are written to ``spill`` in chunks of that many (``ChangeSet.spilled``);
@@ -146,13 +129,13 @@ def apply_changes(
     rows: dict[Key, RowVersion | None] = {}
     for chunk in chunked:
         if chunks and spill is not None:
-            spill.write(_flattened(rows))
+            spill.write(rows)
         chunks, rows = chunks + 1, chunk  # the last is kept: the whole of them when there is one
     result = chunked.counts
     if chunks == 1 and result.rows_complete:
         result.rows = rows
     elif chunks > 1 and result.rows_complete and spill is not None:
-        spill.write(_flattened(rows))
+        spill.write(rows)
         result.rows, result.spilled = {}, spill
     else:  # counted only: more keys than a round holds in memory, or a transaction cut by the window's end
         result.rows = {}

@@ -107,11 +107,11 @@ def test_a_transaction_over_every_row_is_applied_in_chunks_with_the_task_memory_
 def test_a_round_of_more_keys_than_it_holds_decodes_its_slot_once(
     pg_server, catalog_properties, tmp_path, local_writer, monkeypatch
 ):
-    """Its plan writes the changes to local disk in chunks as it decodes them, and the round writes them from there:
+    """Its plan types the changes in chunks as it decodes them, onto local disk, and the round writes them from there:
     reading the slot again (``_change_chunks``) fails the test. An update leaving a TOAST value unchanged in a later
     chunk still takes it from the key's version in an earlier one."""
+    from airflow_provider_tiering.sources.postgres import change_stream_source
     from airflow_provider_tiering.sources.postgres.change_stream_source import PostgresCdcSource
-    from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
 
     name = "decoded_once"
     hot = ChangingTable(pg_server.dsn, name, seed=5)
@@ -125,8 +125,8 @@ def test_a_round_of_more_keys_than_it_holds_decodes_its_slot_once(
                          local_writer, store)  # fmt: skip
 
     assert tier().outcome is RoundOutcome.TIERED
-    spilled: list[SpilledChunks] = []
-    written = SpilledChunks.write
+    spilled: list = []
+    written = change_stream_source._TypedChunks.write
 
     def counted_write(self, rows):
         if self not in spilled:
@@ -136,7 +136,7 @@ def test_a_round_of_more_keys_than_it_holds_decodes_its_slot_once(
     def read_again(*args, **kwargs):
         raise AssertionError("the round read its slot a second time")
 
-    monkeypatch.setattr(SpilledChunks, "write", counted_write)
+    monkeypatch.setattr(change_stream_source._TypedChunks, "write", counted_write)
     monkeypatch.setattr(PostgresCdcSource, "_change_chunks", read_again)
     new_doc = "".join(hot.rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=7000))  # stored out of line
     with hot.conn.transaction():

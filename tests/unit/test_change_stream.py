@@ -221,7 +221,15 @@ def test_a_plan_over_more_keys_than_it_holds_counts_them_and_keeps_no_rows():
 
 
 def test_a_plan_over_more_keys_than_it_holds_spills_them_in_the_chunks_a_second_read_would_give():
-    from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
+    class Kept:
+        def __init__(self):
+            self.chunks, self.closed = [], False
+
+        def write(self, rows):
+            self.chunks.append(dict(rows))
+
+        def close(self):
+            self.closed = True
 
     big = transaction(
         0x300,
@@ -230,16 +238,28 @@ def test_a_plan_over_more_keys_than_it_holds_spills_them_in_the_chunks_a_second_
         delete("0"),
     )
     messages = stream(transaction(0x100, insert("9", "x", "y")), big)
-    spill = SpilledChunks()
+    spill = Kept()
     found = apply(messages, keys_in_memory=3, spill=spill)
     expected, counts = chunks_of(messages, keys_per_chunk=3)
-    assert found.rows_complete and found.rows == {} and found.spilled is spill and spill.chunks == 3
-    assert list(found.chunks()) == expected and list(found.chunks()) == expected  # read back, and again
-    assert list(found.chunks())[2][("1",)].values["doc"] is UNCHANGED_TOAST  # the marker itself, not a copy
+    assert found.rows_complete and found.rows == {} and found.spilled is spill and spill.chunks == expected
     assert (found.inserted, found.updated, found.deleted) == (counts.inserted, counts.updated, counts.deleted)
-    spill.close()
-    held = apply(messages, keys_in_memory=40, spill=SpilledChunks())
-    assert held.spilled is None and list(held.chunks()) == [held.rows] and len(held.rows) == 6
+    held = apply(messages, keys_in_memory=40, spill=Kept())
+    assert held.spilled is None and len(held.rows) == 6
+
+
+def test_spilled_batches_come_back_in_order_and_leave_no_file():
+    import pyarrow as pa
+
+    from airflow_provider_tiering.sources.spilled_batches import SpilledBatches
+
+    spilled = SpilledBatches()
+    batches = [pa.RecordBatch.from_pydict({"id": [i, i + 1], "name": [f"n{i}", None]}) for i in range(0, 6, 2)]
+    for batch in batches:
+        spilled.write(batch)
+    assert list(spilled) == batches and list(spilled) == batches  # read back, and again
+    assert spilled.rows == 6 and spilled.bytes > 0 and spilled.schema == batches[0].schema
+    spilled.close()
+    assert spilled.closed and list(SpilledBatches()) == []
 
 
 def test_a_large_transaction_is_applied_as_it_comes_and_one_the_lake_holds_is_not_held(monkeypatch):

@@ -78,7 +78,7 @@ from airflow_provider_tiering.sources.postgres.streamed_table import (
     WholeTableReader,
     key_text,
 )
-from airflow_provider_tiering.sources.spilled_chunks import SpilledChunks
+from airflow_provider_tiering.sources.spilled_batches import SpilledBatches
 from airflow_provider_tiering.sources.sql_table import quote_identifier, quote_string
 
 log = logging.getLogger(__name__)
@@ -334,8 +334,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         the first transaction ending at or past it. The server counts the messages it sends, skipped transactions'
         too (eviction's, already in the lake, are thousands of deletes), so a read that sent as many messages as it
         was allowed without finding enough changes is repeated over more. Past ``keys_in_memory`` keys, the rows
-        are written to local disk in chunks with ``spill`` (``ChangeSet.spilled``), else dropped and only counted
-        (``ChangeSet.rows_complete``)."""
+        are typed in chunks as they come and kept on local disk with ``spill`` (``ChangeSet.spilled``, a
+        :class:`_TypedChunks`), else dropped and only counted (``ChangeSet.rows_complete``)."""
         budget = upto_changes
         window = self._window(start, end, stop_after)
 
@@ -348,7 +348,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     sent += 1
                     yield message
 
-            chunks = SpilledChunks() if spill else None
+            chunks = _TypedChunks(self, self.schema()) if spill else None
             try:
                 # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
                 with closing(self.replication.peek(conn, end, budget)) as messages:
@@ -365,8 +365,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 return found
             if stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after:
                 return found
-            if found.spilled is not None:
-                found.spilled.close()
+            if chunks is not None:
+                chunks.close()
             budget *= 8
 
     def _window(self, start: int, end: int | None, stop_after: int | None = None) -> ChangeWindow:
@@ -563,7 +563,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             if plan is not None and plan.exporting is not None:
                 plan.exporting.close()
             if plan is not None and plan.found is not None and plan.found.spilled is not None:
-                plan.found.spilled.close()
+                plan.found.spilled.close()  # the typed chunks' file
 
     def _read_keys(self, snapshot: str) -> pa.Table:
         schema = self.schema()
@@ -794,9 +794,33 @@ def _with_change_columns(
     )
 
 
+class _TypedChunks:
+    """The chunks of a plan's changes past ``keys_in_memory``, typed as they come (:meth:`PostgresCdcSource.typed`,
+    numbered from 1) into record batches on local disk: the round writes them without reading the slot again."""
+
+    def __init__(self, source: PostgresCdcSource, schema: pa.Schema) -> None:
+        self.source = source
+        self.schema = schema
+        self.batches = SpilledBatches()
+        self.chunks = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.batches.closed
+
+    def write(self, rows: dict[Key, RowVersion | None]) -> None:
+        self.chunks += 1
+        for batch in self.source.typed(rows, self.schema, self.chunks):
+            self.batches.write(batch)
+
+    def close(self) -> None:
+        self.batches.close()
+
+
 class _PlannedChanges:
-    """A round of changes read by the process that planned it, typed from the changes its plan read: the slot is
-    not read a second time. Never pickled: a Spark task reads its split's changes itself."""
+    """A round of changes read by the process that planned it, from the changes its plan read (held, or typed in
+    chunks on local disk): the slot is not read a second time. Never pickled: a Spark task reads its split's changes
+    itself."""
 
     def __init__(self, source: PostgresCdcSource, found: ChangeSet) -> None:
         self.source = source
@@ -812,11 +836,15 @@ class _PlannedChanges:
         log.info(
             "%s: %d transactions: %d inserts, %d updates, %d deletes -> %s", self.display_name,
             found.transactions, found.inserted, found.updated, found.deleted,
-            f"{len(found.rows)} keys" if spilled is None
-            else f"{spilled.chunks} chunks of keys spilled while planning ({spilled.bytes / 2**20:.1f} MiB)",
+            f"{len(found.rows)} keys" if not isinstance(spilled, _TypedChunks)
+            else f"{spilled.batches.rows} keys typed in {spilled.chunks} chunks while planning "
+            f"({spilled.batches.bytes / 2**20:.1f} MiB on local disk)",
         )  # fmt: skip
-        for number, rows in enumerate(found.chunks(), start=1):
-            yield from self.source.typed(rows, schema, number)
+        if not isinstance(spilled, _TypedChunks):
+            return self.source.typed(found.rows, schema, 1)
+        if spilled.schema != schema:  # never from the round, which reads the source's schema: read the slot again
+            return self.source.read_split(split, schema)
+        return iter(spilled.batches)
 
     def take_rejects(self) -> list[RejectedRecord]:
         return []
