@@ -4,9 +4,9 @@ behind the lake stays.
 TPC-H ``orders`` at ``--sf`` is loaded into PostgreSQL as ``lag_orders`` and tiered once (source kind
 ``postgres_cdc``: the first round loads it in the slot's snapshot). Then for ``--seconds``:
 
-* ``--writers`` Python threads, pgbench-style, each on its own connection with ``synchronous_commit = on``, commit
-  transactions as fast as they can: 3 updates of random keys and 1 insert each, and every 10th one a delete of a
-  random key;
+* ``--writers`` Python threads, pgbench-style, in a process of their own, each on its own connection with
+  ``synchronous_commit = on``, commit transactions as fast as they can (or together about ``--rate`` changes a
+  second): 3 updates of random keys and 1 insert each, and every 10th one a delete of a random key;
 * a monitor samples, every 0.1 s, the server's WAL insert position and how many changes the writers committed;
 * this process runs the table's rounds back to back (built as the operator builds them, in this process: a round
   of changes is one split, no Spark) and after each reads the lake's LSN from the snapshot's offsets.
@@ -17,6 +17,7 @@ round brought (the writers' count when the WAL passed the lake's LSN, from the s
 the rounds catch up, and the lake is compared with the table (rows, keys, sum of prices).
 
     python -m benchmarks.bench_cdc_lag                     # SF 0.1, 2 writers, 60 s
+    python -m benchmarks.bench_cdc_lag --writers 4 --seconds 120 --rate 6000   # paced: does the lake keep up?
     python -m benchmarks.bench_cdc_lag --sf 0.01 --seconds 10 --writers 1   # smoke run
 """
 
@@ -58,7 +59,7 @@ class Writers:
     """pgbench-style writer threads in a process of their own (an application's, not the task's: they do not
     contend for this process's interpreter); ``changes`` counts committed row changes."""
 
-    def __init__(self, dsn: str, threads: int, max_id: int) -> None:
+    def __init__(self, dsn: str, threads: int, max_id: int, rate: float = 0) -> None:
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
@@ -67,7 +68,7 @@ class Writers:
         self._transactions = context.Value("q", 0)
         self._stop = context.Event()
         self._process = context.Process(
-            target=_write, args=(dsn, threads, max_id, self._changes, self._transactions, self._stop), daemon=True
+            target=_write, args=(dsn, threads, max_id, rate, self._changes, self._transactions, self._stop), daemon=True
         )
 
     @property
@@ -88,17 +89,24 @@ class Writers:
             raise RuntimeError(f"the writers' process failed (exit code {self._process.exitcode})")
 
 
-def _write(dsn: str, threads: int, max_id: int, changes: Any, transactions: Any, stop: Any) -> None:
-    """The writers' process: ``threads`` threads committing transactions until ``stop`` is set."""
+def _write(dsn: str, threads: int, max_id: int, rate: float, changes: Any, transactions: Any, stop: Any) -> None:
+    """The writers' process: ``threads`` threads committing transactions until ``stop`` is set, together about
+    ``rate`` changes a second (0: as fast as they can)."""
+    # A transaction changes 4.1 rows on average (3 updates and an insert, a delete every 10th).
+    interval = threads * 4.1 / rate if rate else 0.0
 
     def run(number: int) -> None:
         import psycopg
 
         rng = random.Random(number)
+        next_at = time.monotonic()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SET synchronous_commit = on")
             done = 0
             while not stop.is_set():
+                if interval:
+                    next_at += interval
+                    time.sleep(max(0.0, next_at - time.monotonic()))
                 count = 0
                 # a key deleted before changes nothing: counted by rowcount
                 with conn.transaction():
@@ -214,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sf", type=float, default=0.1)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=0, help="changes per second the writers offer (0: unpaced)")
     parser.add_argument("--dsn", help="PostgreSQL DSN (wal_level = logical); default: a throw-away server")
     parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -236,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             tier(dsn, catalog, state)
             print(f"{TABLE}: {rows:,} rows, first round {time.perf_counter() - started:.1f}s", flush=True)
 
-            writers = Writers(dsn, args.writers, rows)
+            writers = Writers(dsn, args.writers, rows, args.rate)
             monitor = Monitor(dsn, writers)
             monitor.start()
             writers.start()
@@ -294,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         "sf": args.sf,
         "table_rows": rows,
         "writers": args.writers,
+        "rate": args.rate,
         "seconds": elapsed,
         "writer_changes": written,
         "writer_transactions": writers.transactions,

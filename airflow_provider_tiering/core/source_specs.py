@@ -201,8 +201,9 @@ class PostgresCdcSourceSpec(DatabaseTableSpec):
     keys_in_memory: int = Field(
         default=100_000,
         ge=100,
-        description="changed keys a round holds in memory at once: a round with more (a large transaction) is read "
-        "and written in chunks of this many, and the merge keeps each key's latest version from the files",
+        description="changed keys a round holds in memory at once: a round with more (a large transaction) is typed "
+        "in chunks of this many as it is read, kept on local disk until written, and the merge keeps each key's "
+        "latest version from the files",
     )
 
     def describe(self) -> str:

@@ -19,7 +19,7 @@ from airflow_provider_tiering.core.maintenance import CompactionOutcome, Compact
 from airflow_provider_tiering.core.ports import SplitWriter
 from airflow_provider_tiering.lake.iceberg import IcebergLake
 from airflow_provider_tiering.lake.live_files import live_data_files, live_delete_files, live_tasks
-from airflow_provider_tiering.lake.position_deletes import deleted_positions
+from airflow_provider_tiering.lake.position_deletes import DeletedPositions
 from airflow_provider_tiering.lake.rewrite_files import partition_groups, rewrite_files
 
 if TYPE_CHECKING:
@@ -56,9 +56,8 @@ def compact(
     tasks = live_tasks(table)
     files = [t.file for t in tasks]
     small = [f for f in files if f.file_size_in_bytes < small_file_bytes]
-    hidden = {
-        t.file.file_path: deleted_positions(table.io, t.file, t.delete_files).size for t in tasks if t.delete_files
-    }
+    deletes = DeletedPositions(table.io)
+    hidden = {t.file.file_path: deletes.of(t.file, t.delete_files).size for t in tasks if t.delete_files}
     groups = _groups(tasks, small, hidden, target_file_bytes, max_small_files, deleted_fraction, max_delete_files)
     rewritten = [f for group in groups for f in group]
     if not rewritten:

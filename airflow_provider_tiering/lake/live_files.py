@@ -64,9 +64,7 @@ def has_live_delete_files(table: Table) -> bool:
 def live_row_count(table: Table) -> int:
     """Rows of the current snapshot: its files' rows less those their position deletes delete (each deleted row
     counted once, whatever deletes it; only the delete files are read)."""
-    from airflow_provider_tiering.lake.position_deletes import deleted_positions
+    from airflow_provider_tiering.lake.position_deletes import DeletedPositions
 
-    return sum(
-        task.file.record_count - deleted_positions(table.io, task.file, task.delete_files).size
-        for task in live_tasks(table)
-    )
+    deletes = DeletedPositions(table.io)
+    return sum(task.file.record_count - deletes.of(task.file, task.delete_files).size for task in live_tasks(table))

@@ -65,7 +65,12 @@ from airflow_provider_tiering.lake.merge_rewrite import (
     stored_rows_of,
 )
 from airflow_provider_tiering.lake.parquet_writer import write_data_files
-from airflow_provider_tiering.lake.position_deletes import FileDeletes, trim_delete_files, write_position_deletes
+from airflow_provider_tiering.lake.position_deletes import (
+    DeletedPositions,
+    FileDeletes,
+    trim_delete_files,
+    write_position_deletes,
+)
 from airflow_provider_tiering.lake.row_delta import commit_row_delta, row_delta_available
 from airflow_provider_tiering.lake.warehouse import LakeStorage
 
@@ -233,8 +238,9 @@ def files_holding_keys(table: Table, changes: RoundChanges, key: MergeKey) -> Fi
     (read one file at a time) do hold one in a live row."""
     found: list[FileHits] = []
     replaced = deleted_stored = 0
+    deletes = DeletedPositions(table.io)
     for task in candidate_tasks(table, changes.keys, key.columns):
-        hits = key_positions(table, task, changes.keys, key.columns)
+        hits = key_positions(table, task, changes.keys, key.columns, deletes)
         if hits.positions.size:
             found.append(FileHits(task, hits))
             replaced += hits.positions.size

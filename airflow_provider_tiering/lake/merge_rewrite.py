@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_tiering.core.ports import RejectedRecord
 from airflow_provider_tiering.lake.merge_reduce import KeptRows
-from airflow_provider_tiering.lake.position_deletes import deleted_positions
+from airflow_provider_tiering.lake.position_deletes import DeletedPositions
 from airflow_provider_tiering.lake.positions import row_positions
 from airflow_provider_tiering.lake.rewrite_files import LakeFileReader, partition_groups
 from airflow_provider_tiering.lake.warehouse import LakeStorage
@@ -152,9 +152,12 @@ class KeyPositions:
     live_rows: int
 
 
-def key_positions(table: Table, task: FileScanTask, keys: pa.Table, columns: Sequence[str]) -> KeyPositions:
+def key_positions(
+    table: Table, task: FileScanTask, keys: pa.Table, columns: Sequence[str], deletes: DeletedPositions | None = None
+) -> KeyPositions:
     """The positions in ``task``'s file of its live rows holding one of ``keys`` (only the key columns are read,
-    the file whole, so a row's index is its position; rows its delete files delete are left out)."""
+    the file whole, so a row's index is its position; rows its delete files delete are left out: found through
+    ``deletes``, which reads each delete file once for all the files asked about)."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.table import FileScanTask
@@ -163,7 +166,7 @@ def key_positions(table: Table, task: FileScanTask, keys: pa.Table, columns: Seq
     own = ArrowScan(table.metadata, table.io, projected, AlwaysTrue()).to_table([FileScanTask(task.file)])
     own = own.select(list(columns))
     hits = np.flatnonzero(holding_keys(own, keys, columns).to_numpy(zero_copy_only=False))
-    deleted = deleted_positions(table.io, task.file, task.delete_files)
+    deleted = (deletes or DeletedPositions(table.io)).of(task.file, task.delete_files)
     if deleted.size:
         hits = hits[~np.isin(hits, deleted)]
     return KeyPositions(hits.astype(np.int64), own.take(pa.array(hits, pa.int64())), own.num_rows - deleted.size)
