@@ -63,6 +63,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         super().__init__(*args, **kwargs)
         self._added_delete_files: list[DataFile] = []
         self._removed_delete_files: set[DataFile] = set()
+        self._read_entries: dict[str, list[ManifestEntry]] = {}
 
     def add_delete_file(self, delete_file: DataFile) -> RowDelta:
         self._added_delete_files.append(delete_file)
@@ -101,12 +102,23 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id)
         return [] if parent is None else list(parent.manifests(io=self._io))
 
+    def _entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
+        """A parent manifest's live entries, read once per commit (both passes below need them)."""
+        found = self._read_entries.get(manifest.manifest_path)
+        if found is None:
+            found = self._read_entries[manifest.manifest_path] = manifest.fetch_manifest_entry(
+                io=self._io, discard_deleted=True
+            )
+        return found
+
     def _existing_manifests(self) -> list[ManifestFile]:
         """The parent's manifests, those holding a removed file written again without it, by a writer of the
-        manifest's own kind."""
+        manifest's own kind (none read when nothing is removed: a round that only adds files and deletes)."""
         removed, kept_manifests = self._removed(), []
+        if not removed:  # as pyiceberg's fast append: manifests left listing only removed files are dropped
+            return [m for m in self._parent_manifests() if m.has_added_files() or m.has_existing_files()]
         for manifest in self._parent_manifests():
-            entries = manifest.fetch_manifest_entry(io=self._io, discard_deleted=True)
+            entries = self._entries(manifest)
             if not any(entry.data_file in removed for entry in entries):
                 kept_manifests.append(manifest)
                 continue
@@ -122,8 +134,10 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def _removed_entries(self) -> list[tuple[ManifestEntry, int]]:
         """The parent's entries of the removed files, each with its manifest's partition spec."""
         removed, found = self._removed(), []
+        if not removed:
+            return []
         for manifest in self._parent_manifests():
-            for entry in manifest.fetch_manifest_entry(io=self._io, discard_deleted=True):
+            for entry in self._entries(manifest):
                 if entry.data_file in removed:
                     found.append((entry, manifest.partition_spec_id))
         missing = {f.file_path for f in removed} - {e.data_file.file_path for e, _ in found}
