@@ -233,12 +233,14 @@ class FilesHoldingKeys:
     deleted_stored_keys: int = 0
 
 
-def files_holding_keys(table: Table, changes: RoundChanges, key: MergeKey) -> FilesHoldingKeys:
+def files_holding_keys(
+    table: Table, changes: RoundChanges, key: MergeKey, deletes: DeletedPositions | None = None
+) -> FilesHoldingKeys:
     """The live files that hold one of the changed keys: those statistics cannot rule out, whose key columns
-    (read one file at a time) do hold one in a live row."""
+    (read one file at a time) do hold one in a live row (their delete files read once, into ``deletes``)."""
     found: list[FileHits] = []
     replaced = deleted_stored = 0
-    deletes = DeletedPositions(table.io)
+    deletes = deletes or DeletedPositions(table.io)
     for task in candidate_tasks(table, changes.keys, key.columns):
         hits = key_positions(table, task, changes.keys, key.columns, deletes)
         if hits.positions.size:
@@ -300,7 +302,8 @@ def rewrite(
     round's files with only their kept versions, on ``writer``; delete the superseded rows of the others by
     position (a delete file per partition, written here); the updates that left values unchanged get them from the
     lake."""
-    holding = files_holding_keys(table, changes, key)
+    deletes = DeletedPositions(table.io)  # read once, for the search and the trim below
+    holding = files_holding_keys(table, changes, key, deletes)
     fraction = target.copy_on_write_fraction if row_delta_available() else 0.0
     rewritten = tuple(h for h in holding.files if h.rewritten(fraction))
     deleted_from = tuple(h for h in holding.files if not h.rewritten(fraction))
@@ -329,7 +332,7 @@ def rewrite(
     removed = {h.file.file_path for h in rewritten}
     trim = trim_delete_files(
         table.io, [d for h in rewritten for d in h.task.delete_files],
-        {f.file_path: f for f in live_data_files(table) if f.file_path not in removed},
+        {f.file_path: f for f in live_data_files(table) if f.file_path not in removed}, deletes,
     )  # fmt: skip
     delete_files = write_position_deletes(
         table, [*(FileDeletes(h.file, h.found.positions) for h in deleted_from), *trim.carried],

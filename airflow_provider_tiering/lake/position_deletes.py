@@ -75,15 +75,19 @@ class DeletedPositions:
                 raise ValueError(
                     f"{delete_file.file_path} is an equality-delete file: only position deletes are read (and written)"
                 )
-            by_file = self._read.get(delete_file.file_path)
-            if by_file is None:
-                by_file = self._read[delete_file.file_path] = self._positions_by_file(delete_file)
-            positions = by_file.get(data_file.file_path)
+            positions = self.by_file(delete_file).get(data_file.file_path)
             if positions is not None:
                 found.append(positions)
         if not found:
             return np.empty(0, dtype=np.int64)
         return np.unique(np.concatenate(found))
+
+    def by_file(self, delete_file: DataFile) -> dict[str, np.ndarray]:
+        """Data file path -> the positions ``delete_file`` deletes of it (in the file's order)."""
+        found = self._read.get(delete_file.file_path)
+        if found is None:
+            found = self._read[delete_file.file_path] = self._positions_by_file(delete_file)
+        return found
 
     def _positions_by_file(self, delete_file: DataFile) -> dict[str, np.ndarray]:
         with self.io.new_input(delete_file.file_path).open() as stream:
@@ -115,24 +119,26 @@ class DeleteFilesTrim:
     carried: tuple[FileDeletes, ...]
 
 
-def trim_delete_files(io: FileIO, delete_files: Iterable[DataFile], staying: Mapping[str, DataFile]) -> DeleteFilesTrim:
+def trim_delete_files(
+    io: FileIO,
+    delete_files: Iterable[DataFile],
+    staying: Mapping[str, DataFile],
+    deletes: DeletedPositions | None = None,
+) -> DeleteFilesTrim:
     """Of ``delete_files``, those naming a data file outside ``staying`` (path -> file: the live data files once a
     commit replaces some) go; what they delete of staying files is carried into new delete files. A rewritten
     file's deletes were applied as it was rewritten, so a delete file left naming it would only be dead weight the
-    status counts as deleted rows."""
+    status counts as deleted rows. ``deletes``: the delete files already read (a merge's, found holding keys)."""
+    read = deletes or DeletedPositions(io)
     removed: list[DataFile] = []
     carried: list[FileDeletes] = []
     for delete_file in {d.file_path: d for d in delete_files}.values():
-        with io.new_input(delete_file.file_path).open() as stream:
-            rows = pq.read_table(stream, columns=["file_path", "pos"])  # type: ignore[arg-type]
-        paths = rows.column("file_path")
-        named = {str(p) for p in paths.unique().to_pylist()}
-        if named <= staying.keys():
+        by_file = read.by_file(delete_file)
+        if by_file.keys() <= staying.keys():
             continue
         removed.append(delete_file)
-        for path in sorted(named & staying.keys()):
-            positions = rows.filter(pc.equal(paths, pa.scalar(path))).column("pos").to_numpy()
-            carried.append(FileDeletes(staying[path], np.unique(positions)))
+        for path in sorted(by_file.keys() & staying.keys()):
+            carried.append(FileDeletes(staying[path], np.unique(by_file[path])))
     return DeleteFilesTrim(tuple(removed), tuple(carried))
 
 

@@ -24,13 +24,11 @@ def cdc_spec(name: str, **fields) -> dict:
     return {"name": name, "source": source, "lake": {"namespace": "it", "table": name}, **fields}
 
 
-def test_a_toast_value_unchanged_by_an_update_is_taken_from_the_keys_version_in_an_earlier_chunk(
-    pg_server, catalog_properties, tmp_path, local_writer
-):
-    name = "toast_across_chunks"
-    hot = ChangingTable(pg_server.dsn, name, seed=21)
+def keyed_table(pg_server, catalog_properties, tmp_path, local_writer, name, seed, rows):
+    """A change-stream table of ``rows`` rows holding 100 keys in memory, and the function that tiers a round of it."""
+    hot = ChangingTable(pg_server.dsn, name, seed=seed)
     hot.create()
-    hot.insert(300)
+    hot.insert(rows)
     spec = TableSpec.parse(cdc_spec(name, source={"keys_in_memory": 100}))
     store = JsonFileStateStore(tmp_path / "state.json")
 
@@ -38,6 +36,14 @@ def test_a_toast_value_unchanged_by_an_update_is_taken_from_the_keys_version_in_
         return run_round(spec, build_source(spec.source, hot.connection()), lake_of(spec, catalog_properties),
                          local_writer, store)  # fmt: skip
 
+    return hot, tier
+
+
+def test_a_toast_value_unchanged_by_an_update_is_taken_from_the_keys_version_in_an_earlier_chunk(
+    pg_server, catalog_properties, tmp_path, local_writer
+):
+    name = "toast_across_chunks"
+    hot, tier = keyed_table(pg_server, catalog_properties, tmp_path, local_writer, name, seed=21, rows=300)
     assert tier().outcome is RoundOutcome.TIERED
     new_doc = "".join(hot.rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=7000))  # stored out of line
     with hot.conn.transaction():
@@ -114,16 +120,7 @@ def test_a_round_of_more_keys_than_it_holds_decodes_its_slot_once(
     from airflow_provider_tiering.sources.postgres.change_stream_source import PostgresCdcSource
 
     name = "decoded_once"
-    hot = ChangingTable(pg_server.dsn, name, seed=5)
-    hot.create()
-    hot.insert(500)
-    spec = TableSpec.parse(cdc_spec(name, source={"keys_in_memory": 100}))
-    store = JsonFileStateStore(tmp_path / "state.json")
-
-    def tier():
-        return run_round(spec, build_source(spec.source, hot.connection()), lake_of(spec, catalog_properties),
-                         local_writer, store)  # fmt: skip
-
+    hot, tier = keyed_table(pg_server, catalog_properties, tmp_path, local_writer, name, seed=5, rows=500)
     assert tier().outcome is RoundOutcome.TIERED
     spilled: list = []
     written = change_stream_source._TypedChunks.write

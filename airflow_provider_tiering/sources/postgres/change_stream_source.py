@@ -616,6 +616,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         compares with the lake's stored keys whatever the key's type (pgoutput's text of a timestamptz or bytea is
         not Python's). A key whose changes could not be placed (``RowVersion.read_again``) is read again from the
         table as it is now; gone from it, it is deleted."""
+        if not rows:  # a round of eviction's skipped transactions only: nothing to type, no session
+            return
         # One bulk-reader session for the chunk's statements: a connection each cost as much as typing 2,000 rows.
         session = self.table._connect_arrow()
         try:
