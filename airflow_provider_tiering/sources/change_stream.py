@@ -8,7 +8,9 @@ with a filtered replication origin (the tiering's own eviction) are skipped whol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+import gc
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
@@ -127,10 +129,11 @@ def apply_changes(
     chunked = Chunks(changes_in_chunks(messages, window, keys_per_chunk=keys_in_memory))
     chunks = 0
     rows: dict[Key, RowVersion | None] = {}
-    for chunk in chunked:
-        if chunks and spill is not None:
-            spill.write(rows)
-        chunks, rows = chunks + 1, chunk  # the last is kept: the whole of them when there is one
+    with collector_paused():
+        for chunk in chunked:
+            if chunks and spill is not None:
+                spill.write(rows)
+            chunks, rows = chunks + 1, chunk  # the last is kept: the whole of them when there is one
     result = chunked.counts
     if chunks == 1 and result.rows_complete:
         result.rows = rows
@@ -141,6 +144,21 @@ def apply_changes(
         result.rows = {}
         result.rows_complete = chunks == 0 and result.rows_complete
     return result
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a round reads its changes: they are hundreds of thousands of
+    small objects that live until the round writes them and form no cycles, and the collector walked all of them
+    again and again as they grew (measured: a third of the CPU of a round of 150,000 changes). Memory is freed by
+    reference counting as before; only cycles made meanwhile wait for the collector, which is on again after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Chunks:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -59,6 +60,7 @@ from airflow_provider_tiering.sources.change_stream import (
     RowVersion,
     apply_changes,
     changes_in_chunks,
+    collector_paused,
 )
 from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.sources.postgres.pgoutput import (
@@ -78,6 +80,7 @@ from airflow_provider_tiering.sources.postgres.streamed_table import (
     WholeTableReader,
     key_text,
 )
+from airflow_provider_tiering.sources.postgres.text_casts import TextCast, text_cast, typed_columns
 from airflow_provider_tiering.sources.spilled_batches import SpilledBatches
 from airflow_provider_tiering.sources.sql_table import quote_identifier, quote_string
 
@@ -610,57 +613,63 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             conn.close()
 
     def typed(self, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int) -> Iterator[pa.RecordBatch]:
-        """A chunk of the change set's rows typed by the server, each with its change columns. A column a change does
-        not carry (made before the column was added) gets what rows written before it hold: the lake's initial
+        """A chunk of the change set's rows typed, each with its change columns: in this process by Arrow's casts of
+        the values' text (``text_casts.py``) where every column's type allows, else by the server. A column a change
+        does not carry (made before the column was added) gets what rows written before it hold: the lake's initial
         default of it, else NULL. The key whose lake row holds an update's unchanged TOAST values is typed too, so it
         compares with the lake's stored keys whatever the key's type (pgoutput's text of a timestamptz or bytea is
         not Python's). A key whose changes could not be placed (``RowVersion.read_again``) is read again from the
         table as it is now; gone from it, it is deleted."""
         if not rows:  # a round of eviction's skipped transactions only: nothing to type, no session
             return
-        # One bulk-reader session for the chunk's statements: a connection each cost as much as typing 2,000 rows.
-        session = self.table._connect_arrow()
+        # At most one bulk-reader session for the chunk's statements, opened when the server is needed: a connection
+        # each cost as much as typing 2,000 rows.
+        sessions: list[Any] = []
+
+        def session() -> Any:
+            if not sessions:
+                sessions.append(self.table._connect_arrow())
+            return sessions[0]
+
         try:
             yield from self._typed(session, rows, schema, chunk)
         finally:
-            session.close()
+            for opened in sessions:
+                opened.close()
 
     def _typed(
-        self, session: Any, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int
+        self, session: Callable[[], Any], rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int
     ) -> Iterator[pa.RecordBatch]:
         key = self.key or self.primary_key()
         again = [k for k, v in rows.items() if v is not None and v.read_again]
         if again:
-            found, gone = self._current_rows(session, again, schema, key)
+            found, gone = self._current_rows(session(), again, schema, key)
             yield _with_change_columns(found, deleted=None, fill=None, chunk=chunk)
             rows = {k: None if k in gone else v for k, v in rows.items() if k in gone or not (v and v.read_again)}
         items = list(rows.items())
         defaults = {c: key_text(v) for c, v in self._history.defaults.items() if c in schema.names}
+        casts = self._text_casts(schema)
         for begin in range(0, len(items), TYPING_BATCH_ROWS):
             batch = items[begin : begin + TYPING_BATCH_ROWS]
-            records: list[dict[str, Any]] = []
-            deleted: list[bool] = []
-            unchanged: list[tuple[str, ...]] = []
-            for number, (row_key, version) in enumerate(batch):
-                if version is None:
-                    record: dict[str, Any] = dict(zip(key, row_key, strict=True))
-                    unchanged.append(())
-                else:
-                    record = {c: None if v is UNCHANGED_TOAST else v for c, v in version.values.items()}
-                    for column, text in defaults.items():
-                        record.setdefault(column, text)
-                    unchanged.append(version.unchanged)
-                    if version.unchanged and version.fill_from is not None and version.fill_from != row_key:
-                        record.update({_fill_key(i): value for i, value in enumerate(version.fill_from)})
-                record["__n"] = number
-                records.append(record)
-                deleted.append(version is None)
-            typed, fill_keys = self._type_on_server(session, records, schema, key)
-            fills = [
-                None if not columns else json.dumps({"key": fill_keys[number], "columns": list(columns)})
-                for number, columns in enumerate(unchanged)
-            ]
-            yield _with_change_columns(typed, deleted=deleted, fill=fills, chunk=chunk)
+            with collector_paused():  # the chunk's rows are many small objects, as when they were read
+                here = None if casts is None else _typed_here(batch, schema, key, casts, defaults)
+                if here is None:
+                    here = self._type_on_server(session(), _records(batch, key, defaults), schema, key)
+                typed, fill_keys = here
+                fills = [
+                    None
+                    if version is None or not version.unchanged
+                    else json.dumps({"key": fill_keys[number], "columns": list(version.unchanged)})
+                    for number, (_, version) in enumerate(batch)
+                ]
+                deleted = [version is None for _, version in batch]
+                typed_batch = _with_change_columns(typed, deleted=deleted, fill=fills, chunk=chunk)
+            yield typed_batch
+
+    def _text_casts(self, schema: pa.Schema) -> list[TextCast] | None:
+        """Each column's cast of its text values in this process, or None when a column's type has none."""
+        casts = [text_cast(*self.table.column_description(f.name)) for f in schema]
+        return None if any(c is None for c in casts) else [c for c in casts if c is not None]
 
     def _current_rows(
         self, session: Any, keys: list[Key], schema: pa.Schema, key: Sequence[str]
@@ -774,6 +783,92 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         with self.replication.connect() as conn:
             self.replication.advance(conn, parse_lsn(lsn_offsets(committed)["lsn"]))
         return 0
+
+
+def _fill_from(row_key: Key, version: RowVersion | None) -> Key | None:
+    """The key whose lake row holds ``version``'s unchanged values, when it is not the row's own."""
+    if version is None or not version.unchanged or version.fill_from is None or version.fill_from == row_key:
+        return None
+    return version.fill_from
+
+
+def _records(
+    batch: Sequence[tuple[Key, RowVersion | None]], key: Sequence[str], defaults: dict[str, str]
+) -> list[dict[str, Any]]:
+    """A chunk's rows as records of text values for the server's typing (``_type_on_server``), numbered."""
+    records: list[dict[str, Any]] = []
+    for number, (row_key, version) in enumerate(batch):
+        if version is None:
+            record: dict[str, Any] = dict(zip(key, row_key, strict=True))
+        else:
+            record = {c: None if v is UNCHANGED_TOAST else v for c, v in version.values.items()}
+            for column, text in defaults.items():
+                record.setdefault(column, text)
+            fill_from = _fill_from(row_key, version)
+            if fill_from is not None:
+                record.update({_fill_key(i): value for i, value in enumerate(fill_from)})
+        record["__n"] = number
+        records.append(record)
+    return records
+
+
+def _text_columns(
+    batch: Sequence[tuple[Key, RowVersion | None]], names: Sequence[str], key: Sequence[str], defaults: dict[str, str]
+) -> list[Sequence[str | None]]:
+    """The text values of a chunk's rows, column by column (a deleted row's key columns from its key, its others
+    NULL; a column a change does not carry, its default)."""
+    # Row by row with itemgetter, then transposed by zip: both at C speed (a loop per column and row was a fifth of
+    # a round's decoding).
+    every = itemgetter(*names)
+    at = {column: position for position, column in enumerate(key)}
+    key_positions = [at.get(name) for name in names]
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
+    for row_key, version in batch:
+        if version is None:
+            append(tuple(None if position is None else row_key[position] for position in key_positions))
+            continue
+        values = version.values
+        try:
+            row = every(values)
+        except KeyError:  # made before a column was added
+            row = tuple(values.get(name, defaults.get(name)) for name in names)
+        if len(names) == 1:
+            row = (row,)
+        if UNCHANGED_TOAST in row:
+            row = tuple(None if value is UNCHANGED_TOAST else value for value in row)
+        append(row)
+    return list(zip(*rows, strict=True)) if rows else [() for _ in names]
+
+
+def _typed_here(
+    batch: Sequence[tuple[Key, RowVersion | None]],
+    schema: pa.Schema,
+    key: Sequence[str],
+    casts: Sequence[TextCast],
+    defaults: dict[str, str],
+) -> tuple[pa.RecordBatch, list[list[str] | None]] | None:
+    """A chunk's rows typed in this process (``text_casts.py``), and each row's fill key as the server's typing
+    gives it (its key columns' typed values as text; None when it fills from its own key); None when a value is one
+    Arrow does not parse exactly."""
+    columns = _text_columns(batch, schema.names, key, defaults)
+    typed = typed_columns(columns, casts, list(schema))
+    if typed is None:
+        return None
+    fill_keys: list[list[str] | None] = [None] * len(batch)
+    filling = [(number, fill_from) for number, (k, v) in enumerate(batch) if (fill_from := _fill_from(k, v))]
+    if filling:
+        key_fields = [schema.field(c) for c in key]
+        key_casts = [casts[schema.get_field_index(c)] for c in key]
+        key_columns = [[fill_from[at] for _, fill_from in filling] for at in range(len(key))]
+        typed_keys = typed_columns(key_columns, key_casts, key_fields)
+        if typed_keys is None:
+            return None
+        key_values = [array.to_pylist() for array in typed_keys]
+        for row, (number, _) in enumerate(filling):
+            fill_keys[number] = [str(values[row]) for values in key_values]
+    nullable = pa.schema([f.with_nullable(True) for f in schema])
+    return pa.RecordBatch.from_arrays(typed, schema=nullable), fill_keys
 
 
 def _with_change_columns(

@@ -225,8 +225,14 @@ class Replication:
         return parse_lsn(row[0])
 
     def peek(self, conn: Any, upto_lsn: int | None, upto_changes: int | None) -> Generator[Any, None, None]:
-        """The slot's messages (decoded), without consuming them."""
+        """The slot's messages (decoded), without consuming them. The values' text is printed by this session (the
+        output plugin runs in it): dates and timestamps in ISO form and UTC, floats in their shortest exact form,
+        whatever the server's defaults, so this process can parse them (``text_casts.py``)."""
         try:
+            conn.execute(
+                "SELECT set_config('DateStyle', 'ISO, YMD', false), set_config('TimeZone', 'UTC', false), "
+                "set_config('extra_float_digits', '1', false)"
+            )
             for (data,) in conn.cursor().stream(
                 "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, CAST(%s AS pg_lsn), %s, "
                 "'proto_version', '1', 'publication_names', %s)",

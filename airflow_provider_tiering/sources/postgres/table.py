@@ -298,6 +298,11 @@ class PostgresTable(SqlTable):
         self.schema()
         return self._columns[name][0].declared
 
+    def column_description(self, name: str) -> tuple[PgColumn, ColumnRead]:
+        """A tiered column as the catalog describes it, and how it is read."""
+        self.schema()
+        return self._columns[name]
+
     def select_expression(self, field: pa.Field[Any], name: str | None = None) -> str:
         """How a tiered column is selected (``name``: from a column of that name holding its values, e.g. a typed
         copy of it, and named so)."""
