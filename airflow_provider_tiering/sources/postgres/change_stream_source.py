@@ -10,9 +10,10 @@ The first round creates the slot over a replication connection that exports the 
 and loads the table in that snapshot: every change committed after it comes from the slot, none twice, none
 missed. The connection is held until the load is read (the snapshot lives only that long).
 
-Changes carry their values as text; they are typed by the server itself (``json_to_recordset`` and a cast to each
-column's declared type), then read with the same select expressions as a bulk read, so a row has the same
-Arrow types whichever way it reached the lake.
+Changes carry their values as text. They are typed in this process by Arrow's casts where every column's type
+allows (``text_casts.py``); otherwise by the server itself (``json_to_recordset`` and a cast to each column's declared
+type), then read with the same select expressions as a bulk read. Either way a row has the same Arrow types and
+values whichever way it reached the lake.
 """
 
 from __future__ import annotations
