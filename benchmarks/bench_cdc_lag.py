@@ -9,7 +9,9 @@ TPC-H ``orders`` at ``--sf`` is loaded into PostgreSQL as ``lag_orders`` and tie
   second): 3 updates of random keys and 1 insert each, and every 10th one a delete of a random key;
 * a monitor samples, every 0.1 s, the server's WAL insert position and how many changes the writers committed;
 * this process runs the table's rounds back to back (built as the operator builds them, in this process: a round
-  of changes is one split, no Spark) and after each reads the lake's LSN from the snapshot's offsets.
+  of changes is one split, no Spark) and after each reads the lake's LSN from the snapshot's offsets; with
+  ``--maintain-every``, the table's maintenance runs between two rounds at most that often, as the DAG's maintain
+  task does after the tier task.
 
 Per round: how far the lake is behind at the round's end, in WAL bytes (``pg_current_wal_lsn() - lake LSN``)
 and in seconds (now minus when the WAL passed the lake's LSN, from the monitor's samples), and how many changes the
@@ -18,6 +20,7 @@ the rounds catch up, and the lake is compared with the table (rows, keys, sum of
 
     python -m benchmarks.bench_cdc_lag                     # SF 0.1, 2 writers, 60 s
     python -m benchmarks.bench_cdc_lag --writers 4 --seconds 120 --rate 6000   # paced: does the lake keep up?
+    python -m benchmarks.bench_cdc_lag --writers 4 --seconds 240 --maintain-every 30   # unpaced, maintained
     python -m benchmarks.bench_cdc_lag --sf 0.01 --seconds 10 --writers 1   # smoke run
 """
 
@@ -197,6 +200,50 @@ def tier(dsn: str, catalog: dict[str, str], state: Path) -> Any:
         return parts.run(JsonFileStateStore(state))
 
 
+class Maintenance:
+    """The table's maintenance as its DAG's maintain task runs it after a tier task, at most every ``every``
+    seconds (``maintenance.interval_seconds``), in this process between two rounds."""
+
+    def __init__(self, catalog: dict[str, str], every: float) -> None:
+        from airflow_provider_tiering.build import build_maintenance, build_writer
+        from airflow_provider_tiering.core.spec import TableSpec
+        from airflow_provider_tiering.spark.session import SparkSettings
+        from testbed.rounds import catalog as catalog_config
+
+        writer = build_writer(SparkSettings(master="local[2]"), local_single_split=True)
+        self.parts = build_maintenance(TableSpec.parse(spec()), catalog_config(catalog), writer=writer)
+        self.every = every
+        self.last = time.monotonic()
+        self.status: Any = None
+        self.runs: list[dict[str, Any]] = []
+
+    def load(self) -> Any:
+        return self.status
+
+    def save(self, status: Any) -> None:
+        self.status = status
+
+    def due(self) -> bool:
+        return self.every > 0 and time.monotonic() - self.last >= self.every
+
+    def run(self, at: float) -> dict[str, Any]:
+        from datetime import UTC, datetime
+
+        started = time.monotonic()
+        status = self.parts.run(self, now=datetime.now(UTC))
+        self.last = time.monotonic()
+        check = status.last_check
+        found = {
+            "at": at,
+            "seconds": self.last - started,
+            "outcome": None if check is None else str(check.outcome),
+            "files_rewritten": None if check is None else check.rewritten_files,
+            "delete_files_left": status.delete_files,
+        }
+        self.runs.append(found)
+        return found
+
+
 def compare(dsn: str, catalog: dict[str, str]) -> dict[str, Any]:
     import psycopg
     import pyarrow.compute as pc
@@ -226,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", help="PostgreSQL DSN (wal_level = logical); default: a throw-away server")
     parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "--maintain-every",
+        type=float,
+        default=0,
+        help="run the table's maintenance between two rounds at most every this many seconds, as its DAG's "
+        "maintain task with that maintenance.interval_seconds would (0: never)",
+    )
     args = parser.parse_args(argv)
 
     import psycopg
@@ -245,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             tier(dsn, catalog, state)
             print(f"{TABLE}: {rows:,} rows, first round {time.perf_counter() - started:.1f}s", flush=True)
 
+            maintenance = Maintenance(catalog, args.maintain_every)
             writers = Writers(dsn, args.writers, rows, args.rate)
             monitor = Monitor(dsn, writers)
             monitor.start()
@@ -277,6 +332,13 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r['lag_bytes'] / 1024:8.0f} KiB, {r['lag_seconds'] or 0:5.2f}s  writers {writers.changes:,}",
                         flush=True,
                     )
+                    if maintenance.due():
+                        m = maintenance.run(time.monotonic() - began)
+                        print(
+                            f"  t={m['at']:5.1f}s maintenance {m['seconds']:5.2f}s: {m['outcome']}, "
+                            f"{m['files_rewritten']} files rewritten, {m['delete_files_left']} delete files left",
+                            flush=True,
+                        )
             writers.stop()
             elapsed = time.monotonic() - began
             monitor.stop()
@@ -315,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         "rounds_cpu_seconds": cpu,
         "changes_per_task_cpu_second": changes_per_cpu,
         "rounds": rounds,
+        "maintain_every": args.maintain_every,
+        "maintenance_runs": maintenance.runs,
         "round_median_seconds": statistics.median(r["seconds"] for r in rounds) if rounds else None,
         "lag_bytes_median": statistics.median(r["lag_bytes"] for r in rounds) if rounds else None,
         "lag_bytes_max": max((r["lag_bytes"] for r in rounds), default=None),

@@ -24,6 +24,9 @@ DAG_ID = "tiering_mutable"
 MERGED, STREAMED = "mor_accounts", "mor_ledger"
 #: Maintenance after every round, compacting a file once three delete files apply to it.
 MAINTENANCE = {"enabled": True, "interval_seconds": 0, "max_delete_files": 3, "snapshot_retention_seconds": 1}
+#: The change stream's rounds hold more keys than this: the plan types them in chunks kept on local disk, which the
+#: round writes without reading the slot again.
+KEYS_IN_MEMORY = 100
 
 DAG_FILE = textwrap.dedent(
     f'''
@@ -39,7 +42,8 @@ DAG_FILE = textwrap.dedent(
               "source": {{"conn_id": "hot_pg", "table": "{MERGED}", "cursor_column": "version"}},
               "merge": {{"primary_key": ["id"], "soft_delete_column": "deleted_at"}}, **COMMON}},
             {{"name": "{STREAMED}", "lake": {{"namespace": "mor", "table": "{STREAMED}"}},
-              "source": {{"kind": "postgres_cdc", "conn_id": "hot_pg", "table": "{STREAMED}"}}, **COMMON}},
+              "source": {{"kind": "postgres_cdc", "conn_id": "hot_pg", "table": "{STREAMED}",
+                          "keys_in_memory": {KEYS_IN_MEMORY}}}, **COMMON}},
         ],
     )
     '''
@@ -63,20 +67,26 @@ def test_scattered_changes_through_dag_runs_delete_by_position_and_maintenance_a
     streamed.create()
     streamed.insert(2000)
     seen_deletes = {MERGED: 0, STREAMED: 0}
+    run_ids: list[str] = []
     try:
         cluster = AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID])
         with cluster as af:
             for run in range(5):
                 if run:
                     merged.random_changes(inserts=10, updates=40, deletes=10, undeletes=3)
-                    streamed.random_changes(60)
+                    streamed.random_changes(3 * KEYS_IN_MEMORY)
                 run_id = af.trigger_dag(DAG_ID)
+                run_ids.append(run_id)
                 assert af.wait_for_run(DAG_ID, run_id, timeout=400) == "success", af.task_instances(DAG_ID, run_id)
                 assert set(af.task_instances(DAG_ID, run_id).values()) == {"success"}
                 assert_lake_equals_live_rows_in_files(merged, catalog, ("mor", MERGED), duckdb=True)
                 assert_lake_equals_hot(streamed, catalog, ("mor", STREAMED), duckdb=True)
                 for name in (MERGED, STREAMED):
                     seen_deletes[name] = max(seen_deletes[name], live_delete_files(catalog, name))
+
+            # The change rounds were typed in chunks while planned, and written from them: the slot read once.
+            logs = [af.task_log(DAG_ID, run_id, STREAMED) for run_id in run_ids[1:]]
+            assert all("chunks while planning" in log for log in logs), logs[0][-3000:]
 
             # Rounds of scattered changes wrote delete files; maintenance compacted the files three applied to.
             for name in (MERGED, STREAMED):

@@ -138,9 +138,10 @@ def test_cdc_lag_benchmark_keeps_the_lake_equal_under_a_writer_process_at_small_
     from benchmarks.bench_cdc_lag import main as lag_main
 
     output = tmp_path / "lag.json"
-    argv = ["--dsn", pg_server.dsn, "--sf", "0.01", "--seconds", "6", "--writers", "1"]
+    argv = ["--dsn", pg_server.dsn, "--sf", "0.01", "--seconds", "6", "--writers", "1", "--maintain-every", "2"]
     assert lag_main([*argv, "--workdir", str(tmp_path / "w"), "--output", str(output)]) == 0
     report = json.loads(output.read_text())
     assert report["writer_changes"] > 0 and report["rounds"] and report["final_check"]["rows"] > 0
+    assert report["maintenance_runs"] and all(m["outcome"] for m in report["maintenance_runs"]), report
     assert report["rounds_cpu_seconds"] > 0 and report["lag_seconds_p95"] is not None
     assert "changes per CPU-second" in capsys.readouterr().out
