@@ -231,7 +231,7 @@ class Replication:
         try:
             conn.execute(
                 "SELECT set_config('DateStyle', 'ISO, YMD', false), set_config('TimeZone', 'UTC', false), "
-                "set_config('extra_float_digits', '1', false)"
+                "set_config('extra_float_digits', '3', false)"
             )
             for (data,) in conn.cursor().stream(
                 "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, CAST(%s AS pg_lsn), %s, "

@@ -2,11 +2,11 @@
 types whose text form Arrow parses to the value the server's own cast would give.
 
 The change stream carries every value as its type's text output, printed by the session that reads the slot
-(``Replication.peek`` sets that session's ``DateStyle`` to ISO, its ``TimeZone`` to UTC and its float digits to
-the exact shortest form). Arrow's casts are strict: a text it cannot parse exactly (a date BC, ``infinity``, a
-decimal with more digits than the lake's scale, ``NaN``) raises instead of guessing, and the values are then typed
-by the server (``change_stream_source.py``), which gives what the bulk read would. Types not named here (arrays,
-bytea, time, interval, addresses, bit strings) are always typed by the server.
+(``Replication.peek`` sets that session's ``DateStyle`` to ISO, its ``TimeZone`` to UTC and its float digits to an
+exact form, the shortest one on PostgreSQL 12 and later). Arrow's casts are strict: a text it cannot parse exactly
+(a date BC, ``infinity``, a decimal with more digits than the lake's scale, ``NaN``) raises instead of guessing, and
+the values are then typed by the server (``change_stream_source.py``), which gives what the bulk read would. Types
+not named here (arrays, bytea, time, interval, addresses, bit strings) are always typed by the server.
 """
 
 from __future__ import annotations
