@@ -145,3 +145,18 @@ def test_cdc_lag_benchmark_keeps_the_lake_equal_under_a_writer_process_at_small_
     assert report["maintenance_runs"] and all(m["outcome"] for m in report["maintenance_runs"]), report
     assert report["rounds_cpu_seconds"] > 0 and report["lag_seconds_p95"] is not None
     assert "changes per CPU-second" in capsys.readouterr().out
+
+
+def test_round_cpu_benchmark_files_a_rounds_cpu_by_process_at_small_size(pg_server, tmp_path, capsys):
+    from benchmarks.round_cpu import main as round_cpu_main
+
+    output = tmp_path / "round_cpu.json"
+    argv = ["--dsn", pg_server.dsn, "--sf", "0.01", "--repeat", "1", "--workdir", str(tmp_path / "w")]
+    assert round_cpu_main([*argv, "--output", str(output)]) == 0
+    summary = json.loads(output.read_text())["summary"]
+    copy, tiered = summary["copy-binary"]["cpu"], summary["round"]["cpu"]
+    # The read limit runs no Spark; a round this small is one split, written by the task process without Spark.
+    assert copy["Spark JVM"] == copy["Spark Python workers"] == 0 and copy["task process"] > 0, copy
+    assert tiered["task process"] > copy["task process"] * 0.2 and tiered["PostgreSQL"] > 0, tiered
+    assert all(v["machine_cpu"] >= v["processes_cpu"] * 0.5 > 0 for v in summary.values()), summary
+    assert "rows/machine CPU-s" in capsys.readouterr().out
