@@ -215,3 +215,12 @@ def live_file_rows(task: Any, columns: Sequence[str]) -> pa.Table:
     keep = np.ones(rows.num_rows, dtype=bool)
     keep[np.fromiter(deleted, dtype=np.int64)] = False
     return rows.filter(pa.array(keep))
+
+
+def files_named(io: Any, delete_file: Any) -> set[str]:
+    """The data files a position-delete file deletes rows of, read with pyarrow's Parquet reader."""
+    import pyarrow.parquet as pq
+
+    with io.new_input(delete_file.file_path).open() as stream:
+        paths = pq.read_table(stream, columns=["file_path"]).column("file_path")
+    return {str(p) for p in paths.unique().to_pylist()}

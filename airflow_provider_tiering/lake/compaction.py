@@ -77,6 +77,7 @@ def compact(
             operation="compaction",
             run=run,
             max_tries=max_tries,
+            deletes=deletes,
         )
     except (FencedError, CommitConflict) as exc:
         log.warning("%s: compaction gave up: %s", table_name, exc)

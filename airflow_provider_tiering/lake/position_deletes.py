@@ -50,11 +50,6 @@ class FileDeletes:
         return int(self.positions.size)
 
 
-def deleted_positions(io: FileIO, data_file: DataFile, delete_files: Iterable[DataFile]) -> np.ndarray:
-    """The positions of ``data_file``'s rows that its position-delete files delete, sorted and unique."""
-    return DeletedPositions(io).of(data_file, delete_files)
-
-
 class DeletedPositions:
     """The positions position-delete files delete, per data file, each delete file read once: every delete file
     of a merge round names rows of many data files, and a merge or compaction asks for every live data file, so
@@ -101,13 +96,6 @@ class DeletedPositions:
             str(path): positions[order[bounds[i] : bounds[i + 1]]]
             for i, path in enumerate(encoded.dictionary.to_pylist())
         }
-
-
-def files_named(io: FileIO, delete_file: DataFile) -> set[str]:
-    """The data files a position-delete file deletes rows of."""
-    with io.new_input(delete_file.file_path).open() as stream:
-        paths = pq.read_table(stream, columns=["file_path"]).column("file_path")  # type: ignore[arg-type]
-    return {str(p) for p in paths.unique().to_pylist()}
 
 
 @dataclass(frozen=True)

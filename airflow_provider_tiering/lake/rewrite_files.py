@@ -29,7 +29,7 @@ from airflow_provider_tiering.lake.add_files import data_file
 from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import live_data_files, live_delete_files, live_tasks
-from airflow_provider_tiering.lake.position_deletes import files_named, trim_delete_files, write_position_deletes
+from airflow_provider_tiering.lake.position_deletes import DeletedPositions, trim_delete_files, write_position_deletes
 from airflow_provider_tiering.lake.row_delta import commit_row_delta
 from airflow_provider_tiering.lake.tiering_commits import (
     ATTEMPT_PROPERTY,
@@ -122,10 +122,12 @@ def rewrite_files(
     run: str,
     max_tries: int = 3,
     table_properties: Mapping[str, str] | None = None,
+    deletes: DeletedPositions | None = None,
 ) -> tuple[int, int, int]:
     """Rewrite each group of live files into files of ``target_file_bytes`` under ``directory`` (one task per group)
     and commit them in their place; returns (snapshot id, files written, commit tries). ``table_properties`` are set
-    in the same commit. A failure leaves nothing behind: what was written is deleted.
+    in the same commit. A failure leaves nothing behind: what was written is deleted. ``deletes``: the delete files
+    the caller read already (a compaction's, measuring its files), which the commit's trim reads again otherwise.
 
     Raises:
         FencedError, CommitConflict: a rewritten file was replaced meanwhile, or the commit kept losing.
@@ -155,6 +157,7 @@ def rewrite_files(
             run=run,
             max_tries=max_tries,
             table_properties=table_properties,
+            deletes=deletes,
         )
     except BaseException:
         delete_directory(directory, storage)
@@ -176,14 +179,17 @@ def commit_rewrite(
     run: str,
     max_tries: int,
     table_properties: Mapping[str, str] | None = None,
+    deletes: DeletedPositions | None = None,
 ) -> tuple[int, int, set[str]]:
     """Commit the rewrite; a tiering commit landing first changes the offsets it must carry: commit again, unless
     it replaced a rewritten file or added position deletes to one (the rewrite would bring their rows back):
     ``read_deletes`` are the delete files the rewrite applied. The delete files naming a rewritten file go in the
     same snapshot, what they delete of other files carried into delete files written under ``directory``; returns
-    (snapshot id, tries, the delete files committed)."""
+    (snapshot id, tries, the delete files committed). ``deletes``: delete files read already; each read once over
+    every try (they never change)."""
     old_paths = {f.file_path for f in rewritten}
     applied = read_deletes or set()
+    read = deletes or DeletedPositions(lake.table.io)
 
     def commit_once(table: Table, try_number: int) -> int:
         commit = latest_tiering_commit(table)
@@ -199,7 +205,7 @@ def commit_rewrite(
             if not old_paths <= {f.file_path for f in live_data_files(refreshed)}:
                 raise FencedError(f"files the {operation} rewrote were replaced or removed meanwhile")
             added = [d for d in live_delete_files(refreshed) if d.file_path not in applied]
-            if any(files_named(refreshed.io, d) & old_paths for d in added):
+            if any(read.by_file(d).keys() & old_paths for d in added):
                 raise FencedError(f"rows of files the {operation} rewrote were deleted meanwhile (a merge round)")
 
         fence(table)
@@ -208,7 +214,7 @@ def commit_rewrite(
             properties.update(tiering_summary(table, commit))
         data_files = [data_file(table, f) for f in written]
         staying = {f.file_path: f for f in live_data_files(table) if f.file_path not in old_paths}
-        trim = trim_delete_files(table.io, live_delete_files(table), staying)
+        trim = trim_delete_files(table.io, live_delete_files(table), staying, read)
         carried = write_position_deletes(table, trim.carried, f"{directory}/deletes-{try_number}", lake.lake_storage())
         committed_deletes.clear()
         with fenced_transaction(table, fence) as tx:

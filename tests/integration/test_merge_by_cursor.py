@@ -18,10 +18,9 @@ from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.compaction import compact
 from airflow_provider_tiering.lake.live_files import live_data_files, live_delete_files
-from airflow_provider_tiering.lake.position_deletes import files_named
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.crash_round import crash_round
-from testbed.lake_check import unreferenced_data_files
+from testbed.lake_check import files_named, unreferenced_data_files
 from testbed.mutable_tables import (
     MutableHot,
     assert_lake_equals_live_rows,

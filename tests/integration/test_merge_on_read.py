@@ -21,11 +21,10 @@ from airflow_provider_tiering.lake.compaction import compact
 from airflow_provider_tiering.lake.iceberg import IcebergLake
 from airflow_provider_tiering.lake.live_files import live_data_files, live_delete_files
 from airflow_provider_tiering.lake.maintainer import IcebergMaintainer
-from airflow_provider_tiering.lake.position_deletes import files_named
 from airflow_provider_tiering.lake.tiering_commits import OPERATION_PROPERTY
 from airflow_provider_tiering.sources.registry import build_source
 from testbed.changing_table import ChangingTable, assert_lake_equals_hot
-from testbed.lake_check import live_file_rows, unreferenced_data_files
+from testbed.lake_check import files_named, live_file_rows, unreferenced_data_files
 from testbed.lake_faults import CatalogThatPausesBeforeTheSwap
 from testbed.mutable_tables import assert_lake_equals_live_rows_in_files, postgres_mutable
 from testbed.pg_server import drop_table_slot

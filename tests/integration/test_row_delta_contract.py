@@ -16,7 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_provider_tiering.lake.position_deletes import FileDeletes, deleted_positions, write_position_deletes
+from airflow_provider_tiering.lake.position_deletes import DeletedPositions, FileDeletes, write_position_deletes
 from airflow_provider_tiering.lake.row_delta import PYICEBERG_VERSION, commit_row_delta, row_delta_available
 from airflow_provider_tiering.lake.warehouse import LakeStorage
 from testbed.lake_check import duckdb_lake_rows
@@ -83,7 +83,7 @@ def test_deletes_committed_with_data_are_read_by_pyiceberg_and_duckdb(table_and_
     assert summary["total-position-deletes"] == "3" and summary["total-delete-files"] == "2"
     assert summary["tiering.epoch"] == "1"
     task = next(t for t in table.scan().plan_files() if t.file.partition[0] == "eu")
-    assert deleted_positions(table.io, task.file, task.delete_files).tolist() == [1, 4]
+    assert DeletedPositions(table.io).of(task.file, task.delete_files).tolist() == [1, 4]
 
     # The eu file rewritten without its deleted rows, its delete file removed: manifests keep their kinds.
     rewrite = [{"id": i, "region": "eu", "v": f"eu{i}"} for i in range(10) if i not in (1, 4)]
@@ -151,7 +151,8 @@ def test_on_another_pyiceberg_a_delete_commit_fails_loudly_and_commits_nothing(t
 def test_trimming_keeps_a_delete_files_positions_of_the_files_that_stay(table_and_catalog):
     """A delete file naming a file a compaction rewrote and one it did not: it goes, its positions of the staying
     file are carried into a new delete file, and the rows read stay the same."""
-    from airflow_provider_tiering.lake.position_deletes import files_named, trim_delete_files
+    from airflow_provider_tiering.lake.position_deletes import trim_delete_files
+    from testbed.lake_check import files_named
 
     catalog, table, properties = table_and_catalog
     eu = next(t for t in table.scan().plan_files() if t.file.partition[0] == "eu")

@@ -10,7 +10,7 @@ import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFileContent
 
-from airflow_provider_tiering.lake.position_deletes import DeletedPositions, deleted_positions
+from airflow_provider_tiering.lake.position_deletes import DeletedPositions
 
 
 class CountingIO(PyArrowFileIO):
@@ -49,7 +49,7 @@ def test_each_delete_file_is_read_once_for_every_data_file_it_names(tmp_path):
     assert deletes.of(b, [first, second]).tolist() == [4]
     assert deletes.of(c, [first, second]).tolist() == []
     assert sorted(io.opened) == [first.file_path, second.file_path]  # each read once
-    assert deleted_positions(io, a, [second]).tolist() == [2, 3]
+    assert DeletedPositions(io).of(a, [second]).tolist() == [2, 3]
     assert DeletedPositions(io).of(a, []).dtype.kind == "i"
 
 

@@ -831,11 +831,10 @@ def _text_columns(
             continue
         values = version.values
         try:
-            row = every(values)
+            found = every(values)
+            row = (found,) if len(names) == 1 else found  # itemgetter of one name gives the value, not a tuple
         except KeyError:  # made before a column was added
             row = tuple(values.get(name, defaults.get(name)) for name in names)
-        if len(names) == 1:
-            row = (row,)
         if UNCHANGED_TOAST in row:
             row = tuple(None if value is UNCHANGED_TOAST else value for value in row)
         append(row)

@@ -139,22 +139,17 @@ class _Reader:
         self.pos = end + 1
         return value
 
-    def tuple_data(self) -> tuple[Value, ...]:
-        values, self.pos = _tuple_at(self.data, self.pos)
-        return values
 
-
-def _tuple_at(data: bytes, pos: int) -> tuple[tuple[Value, ...], int]:
-    """The TupleData at ``pos``, and the position after it. The hot loop of decoding (a profile of 150k updates spent
-    half its time here): locals, precompiled structs, byte values compared as integers."""
+def _tuple_at(data: bytes, pos: int, text: str | None) -> tuple[tuple[Value, ...], int]:
+    """The TupleData at ``pos``, and the position after it; ``text``: the whole message decoded, when it is ASCII
+    (its values are then sliced from it: one object per value, not a bytes slice and its decoding; byte and
+    character positions are the same in ASCII). The hot loop of decoding (a profile of 150k updates spent half its
+    time here): locals, precompiled structs, byte values compared as integers."""
     (count,) = _INT16.unpack_from(data, pos)
     pos += 2
     values: list[Value] = []
     append = values.append
     unpack = _INT32.unpack_from
-    # An ASCII message (the usual one) is decoded once and its values sliced from the text: one object per value,
-    # not a bytes slice and its decoding (byte and character positions are the same in ASCII).
-    text = data.decode("ascii") if data.isascii() else None
     for _ in range(count):
         kind = data[pos]
         if kind == _TEXT:
@@ -177,20 +172,19 @@ def _row_change(data: bytes) -> Change | None:
     """An insert, update or delete, decoded without a reader (they are nearly every message of a round); None for
     another kind."""
     kind = data[0]
+    if kind not in (_UPDATE, _INSERT, _DELETE):
+        return None
+    (oid,) = _INT32.unpack_from(data, 1)
+    text = data.decode("ascii") if data.isascii() else None
     if kind == _UPDATE:
-        (oid,) = _INT32.unpack_from(data, 1)
         marker = data[5]
         if marker == _NEW:
-            return Change("U", oid, new=_tuple_at(data, 6)[0])
-        old, pos = _tuple_at(data, 6)  # "K" (the old key) or "O" (the old row), then "N"
-        return Change("U", oid, new=_tuple_at(data, pos + 1)[0], old=old, old_is_row=marker == _OLD_ROW)
+            return Change("U", oid, new=_tuple_at(data, 6, text)[0])
+        old, pos = _tuple_at(data, 6, text)  # "K" (the old key) or "O" (the old row), then "N"
+        return Change("U", oid, new=_tuple_at(data, pos + 1, text)[0], old=old, old_is_row=marker == _OLD_ROW)
     if kind == _INSERT:
-        (oid,) = _INT32.unpack_from(data, 1)
-        return Change("I", oid, new=_tuple_at(data, 6)[0])
-    if kind == _DELETE:
-        (oid,) = _INT32.unpack_from(data, 1)
-        return Change("D", oid, old=_tuple_at(data, 6)[0], old_is_row=data[5] == _OLD_ROW)
-    return None
+        return Change("I", oid, new=_tuple_at(data, 6, text)[0])
+    return Change("D", oid, old=_tuple_at(data, 6, text)[0], old_is_row=data[5] == _OLD_ROW)
 
 
 def decode(data: bytes) -> Message:

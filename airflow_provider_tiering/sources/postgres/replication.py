@@ -226,7 +226,7 @@ class Replication:
 
     def peek(self, conn: Any, upto_lsn: int | None, upto_changes: int | None) -> Generator[Any, None, None]:
         """The slot's messages (decoded), without consuming them. The values' text is printed by this session (the
-        output plugin runs in it): dates and timestamps in ISO form and UTC, floats in their shortest exact form,
+        output plugin runs in it): dates and timestamps in ISO form and UTC, floats exactly (the shortest form from 12),
         whatever the server's defaults, so this process can parse them (``text_casts.py``)."""
         try:
             conn.execute(
