@@ -34,6 +34,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Tiering",
                 "python-modules": [
                     "airflow_provider_tiering.hooks.tiering",
+                    "airflow_provider_tiering.hooks.iceberg_catalog",
                     "airflow_provider_tiering.hooks.asset_state",
                 ],
             }

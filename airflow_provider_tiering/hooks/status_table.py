@@ -37,7 +37,7 @@ def refresh_status_tables(rows: Mapping[str, Sequence[StatusRow]], *, namespace:
     if namespace is None or not rows:
         return True
     from airflow_provider_tiering.build import CatalogConfig
-    from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook
+    from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
     from airflow_provider_tiering.lake.status_table import LakeStatusTable
 
     succeeded = True

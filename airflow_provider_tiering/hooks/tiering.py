@@ -13,7 +13,6 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import BaseHook
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
@@ -25,9 +24,9 @@ from airflow_provider_tiering.spark.session import DEFAULT_MASTER, SparkSettings
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
-    from pyiceberg.catalog import Catalog
 
     from airflow_provider_tiering.build import CatalogConfig, MaintenanceParts, RoundParts, TableConnections
+    from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
     from airflow_provider_tiering.lake.iceberg import IcebergLake
 
 log = logging.getLogger(__name__)
@@ -107,55 +106,6 @@ def lake_storage_of(config: CatalogConfig) -> dict[str, str]:
 
 #: The name of the hook before landing zones existed.
 SqlSourceHook = TieringSourceHook
-
-
-class IcebergCatalogHook(IcebergHook):
-    """The Iceberg catalog of Airflow's own ``iceberg`` connection type (Airflow's Iceberg provider,
-    ``IcebergHook``, whose methods it keeps: ``list_tables``, ``load_table``...), read as that provider reads it;
-    see :func:`catalog_config`. Example (the embedded default, a SQL catalog)::
-
-        AIRFLOW_CONN_ICEBERG_DEFAULT='{"conn_type": "iceberg", "extra": {"type": "sql",
-            "uri": "sqlite:////data/catalog.db", "warehouse": "file:///data/warehouse"}}'
-
-    and a REST catalog with OAuth2 client credentials::
-
-        AIRFLOW_CONN_ICEBERG_DEFAULT='{"conn_type": "iceberg", "host": "https://catalog.example.com/api/catalog",
-            "login": "client-id", "password": "client-secret", "extra": {"warehouse": "analytics"}}'
-    """
-
-    hook_name = "Iceberg catalog (tiering)"
-
-    def __init__(self, iceberg_conn_id: str = IcebergHook.default_conn_name) -> None:
-        super().__init__(iceberg_conn_id)
-        self.iceberg_conn_id = iceberg_conn_id
-        self._secrets: list[str] = []
-
-    def catalog_config(self) -> CatalogConfig:
-        """The catalog's name and properties, resolved from the connection (the catalog is not loaded)."""
-        config = catalog_config(self.iceberg_conn_id, self.get_connection(self.iceberg_conn_id))
-        self._secrets = list(config.secrets)
-        return config
-
-    async def acatalog_config(self) -> CatalogConfig:
-        """:meth:`catalog_config` for triggers: the connection is looked up without blocking the event loop."""
-        config = catalog_config(self.iceberg_conn_id, await self.aget_connection(self.iceberg_conn_id))
-        self._secrets = list(config.secrets)
-        return config
-
-    def catalog_properties(self) -> dict[str, str]:
-        return dict(self.catalog_config().properties)
-
-    @cached_property
-    def catalog(self) -> Catalog:
-        """The loaded pyiceberg catalog (the Iceberg provider's methods read it)."""
-        loaded: Catalog = self.catalog_config().handle().get()
-        return loaded
-
-    def get_conn(self) -> Catalog:
-        return self.catalog
-
-    def secrets(self) -> list[str]:
-        return list(self._secrets)
 
 
 def catalog_config(conn_id: str, conn: Connection) -> CatalogConfig:
@@ -260,7 +210,14 @@ class TieringHook(BaseHook):
     def __init__(self, spec: TableSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.catalog_hook = IcebergCatalogHook(spec.lake.catalog_conn_id)
+
+    @cached_property
+    def catalog_hook(self) -> IcebergCatalogHook:
+        # Imported on first use: a task that skips (nothing new, not due) never needs the Iceberg provider's hook,
+        # whose import (pyiceberg's catalog) costs a fresh task process about 0.17 s.
+        from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
+
+        return IcebergCatalogHook(self.spec.lake.catalog_conn_id)
 
     def get_source(self) -> AnySource:
         return TieringSourceHook(self.spec.source, self.spec.lake).get_source()
@@ -291,5 +248,6 @@ class TieringHook(BaseHook):
 def lake_of(lake: LakeSpec) -> IcebergLake:
     """The Iceberg table of a spec's lake part, its catalog from Airflow (loaded on first use)."""
     from airflow_provider_tiering.build import build_lake
+    from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
 
     return build_lake(lake, IcebergCatalogHook(lake.catalog_conn_id).catalog_config().handle())

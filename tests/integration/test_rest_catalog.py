@@ -23,7 +23,7 @@ from airflow_provider_tiering.build import build_writer
 from airflow_provider_tiering.core.spec import LakeSpec, TableSpec
 from airflow_provider_tiering.core.state import TableStatus
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
-from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook
+from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
 from airflow_provider_tiering.spark.session import SparkSettings
 from testbed.hot_tables import SqliteHot
 from testbed.rest_catalog_stub import PREFIX, RestCatalogStub

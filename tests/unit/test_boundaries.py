@@ -46,6 +46,20 @@ def test_the_kernel_imports_neither_airflow_spark_pyiceberg_nor_pyarrow() -> Non
     assert json.loads(loaded.stdout) == []
 
 
+def test_a_task_that_skips_imports_no_lake_and_no_spark() -> None:
+    """What a tiering task imports before it knows whether it runs a round (the operator, its hooks, the sources'
+    registry) stays free of the lake's and Spark's libraries: a task with nothing new pays for none of them."""
+    code = (
+        "import json, sys\n"
+        "import airflow_provider_tiering.operators.tier_table, airflow_provider_tiering.sources.registry\n"
+        "from airflow_provider_tiering.hooks.tiering import TieringHook\n"
+        "heavy = ('pyspark', 'pyiceberg', 'pyarrow', 'py4j')\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy})))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(loaded.stdout) == []
+
+
 def test_no_switch_on_source_kinds_outside_the_registries() -> None:
     switches = re.compile(
         rf"isinstance\([^)]*{SOURCE_CLASSES}|(source|spec)\.kind\s*(==|!=|in)\s|conn_type\b[^=]*(==|!=|\sin\s)|"

@@ -10,7 +10,8 @@ from psycopg.conninfo import conninfo_to_dict
 from airflow_provider_tiering.core.errors import ConnectionNotUsable
 from airflow_provider_tiering.core.source_specs import FileSourceSpec, SqlSourceSpec
 from airflow_provider_tiering.core.spec import SparkSpec
-from airflow_provider_tiering.hooks.tiering import IcebergCatalogHook, SqlSourceHook, TieringSourceHook, spark_settings
+from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
+from airflow_provider_tiering.hooks.tiering import SqlSourceHook, TieringSourceHook, spark_settings
 from airflow_provider_tiering.sources.files.source import FileSource
 from airflow_provider_tiering.sources.postgres.cursor_source import PostgresSource
 from airflow_provider_tiering.sources.sqlite import SqliteSource
