@@ -48,7 +48,7 @@ class TableTieredTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # Imported off the event loop: the hook pulls in pyarrow and pyiceberg, whose imports block for a second.
-        hooks = await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.tiering")
+        hooks = await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.iceberg_catalog")
         from airflow_provider_tiering.build import build_lake
         from airflow_provider_tiering.core.spec import LakeSpec
         from airflow_provider_tiering.lake.iceberg import IcebergLake
