@@ -247,15 +247,19 @@ def _child(variant: str, dsn: str, workdir: str) -> None:
     print("RESULT " + json.dumps(RUNNERS[variant](dsn, Path(workdir))), flush=True)
 
 
-def run_variant(variant: str, dsn: str, workdir: Path, bench_python: Path = BENCH_PYTHON) -> dict[str, Any]:
+def child_command(variant: str, dsn: str, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run one of this module's variants in a process of its own."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    command = [sys.executable, "-m", "benchmarks.bench_round", "--child", variant, "--dsn", dsn]
+    return [*command, "--workdir", str(workdir)], env
+
+
+def run_variant(variant: str, dsn: str, workdir: Path, bench_python: Path = BENCH_PYTHON) -> dict[str, Any]:
+    command, env = child_command(variant, dsn, workdir)
     if variant == "dlt":
         command = [str(bench_python), str(REPO / "benchmarks" / "alt_dlt.py"), "--dsn", dsn]
         command += ["--workdir", str(workdir / "dlt")]
         env.pop("PYTHONPATH")
-    else:
-        command = [sys.executable, "-m", "benchmarks.bench_round", "--child", variant, "--dsn", dsn]
-        command += ["--workdir", str(workdir)]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:

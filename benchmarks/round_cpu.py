@@ -116,12 +116,11 @@ def machine_cpu_seconds() -> float:
 
 
 def run(variant: str, dsn: str, workdir: Path, server: int | None) -> dict[str, Any]:
-    import os
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
-    command = [sys.executable, "-m", "benchmarks.bench_round", "--child", variant, "--dsn", dsn]
-    command += ["--workdir", str(workdir)]
+    from benchmarks.bench_round import child_command
+
+    command, env = child_command(variant, dsn, workdir)
     options: dict[str, Any] = {"env": env, "cwd": REPO, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
     found: dict[str, float] = {}
     started, machine = time.perf_counter(), machine_cpu_seconds()

@@ -75,7 +75,9 @@ class TableDueTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # Imported off the event loop: the hook pulls in pyarrow, whose import blocks for a second.
-        hooks = await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.tiering")
+        await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.tiering")
+        from airflow_provider_tiering.hooks.tiering import TieringSourceHook  # loaded above: no wait
+
         spec = TableSpec.parse(self.table)
         deadline = datetime.fromisoformat(self.deadline) if self.deadline else None
         due_at = datetime.fromisoformat(self.due_at) if self.due_at else None
@@ -87,7 +89,7 @@ class TableDueTrigger(BaseTrigger):
         reconcile_at = datetime.fromisoformat(self.reconcile_at) if self.reconcile_at else None
         probes, secrets, emptied = 0, [], self.emptied
         try:
-            source = await hooks.TieringSourceHook(spec.source, spec.lake).aget_source()
+            source = await TieringSourceHook(spec.source, spec.lake).aget_source()
             secrets = source.secrets()
             while True:
                 probe = await asyncio.to_thread(source.probe, self.committed, emptied, self.hot_shape)

@@ -48,12 +48,13 @@ class TableTieredTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # Imported off the event loop: the hook pulls in pyarrow and pyiceberg, whose imports block for a second.
-        hooks = await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.iceberg_catalog")
+        await asyncio.to_thread(import_module, "airflow_provider_tiering.hooks.iceberg_catalog")
         from airflow_provider_tiering.build import build_lake
         from airflow_provider_tiering.core.spec import LakeSpec
+        from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook  # loaded above: no wait
         from airflow_provider_tiering.lake.iceberg import IcebergLake
 
-        hook = hooks.IcebergCatalogHook(self.catalog_conn_id)
+        hook = IcebergCatalogHook(self.catalog_conn_id)
         lake: IcebergLake | None = None
         failures = 0
         while True:
