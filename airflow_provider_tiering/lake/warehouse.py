@@ -11,11 +11,14 @@ the executor's own environment.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
+import pyarrow as pa
 from pyarrow import fs as pafs
 
 if TYPE_CHECKING:
@@ -41,6 +44,28 @@ def _file_io(items: tuple[tuple[str, str], ...]) -> PyArrowFileIO:
     return PyArrowFileIO(dict(items))
 
 
+class _LocalFileSystem(pafs.LocalFileSystem):
+    """pyiceberg's local filesystem (``PyArrowLocalFileSystem``, 0.12): opening a file creates its directory."""
+
+    def open_output_stream(self, path: str, *args: Any, **kwargs: Any) -> pa.NativeFile:
+        self.create_dir(os.path.dirname(path), recursive=True)
+        return super().open_output_stream(path, *args, **kwargs)
+
+
+def _local_path(uri: str, properties: Mapping[str, str]) -> str | None:
+    """``uri``'s path when it names a local file (a plain path, or ``file:`` without a host) and the properties do
+    not send plain paths elsewhere (``DEFAULT_SCHEME``); None otherwise. pyiceberg's ``parse_location`` reads
+    these the same way."""
+    if properties.get("DEFAULT_SCHEME", "file") != "file" or properties.get("DEFAULT_NETLOC"):
+        return None
+    parsed = urlparse(uri)
+    if not parsed.scheme:
+        return os.path.abspath(uri)
+    if parsed.scheme == "file" and not parsed.netloc:
+        return parsed.path
+    return None
+
+
 @dataclass(frozen=True)
 class LakeStorage:
     """The storage properties of a lake table, and the filesystems they open. Picklable (Spark closures)."""
@@ -55,7 +80,13 @@ class LakeStorage:
     def filesystem_and_path(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """A warehouse URI (``file://``, ``s3://``, a plain path...) as a pyarrow filesystem and a path in it
         (``s3://b/x`` -> ``b/x``, ``file:///w/x`` -> ``/w/x``), the filesystem opened as pyiceberg's FileIO opens it
-        for these properties (public ``parse_location`` and ``fs_by_scheme``)."""
+        for these properties (public ``parse_location`` and ``fs_by_scheme``).
+
+        A local path is opened without pyiceberg's FileIO, whose import costs each Spark worker about 0.5 s of CPU:
+        the same filesystem, and the same path."""
+        local = _local_path(uri, self.properties)
+        if local is not None:
+            return _LocalFileSystem(), local
         from pyiceberg.io.pyarrow import PyArrowFileIO
 
         io = _file_io(tuple(sorted(self.properties.items())))

@@ -3,7 +3,10 @@ neither leak into a ``repr`` nor get lost on the way to a Spark task (pickled)."
 
 from __future__ import annotations
 
+import json
 import pickle
+import subprocess
+import sys
 
 import pyarrow as pa
 from pyarrow import fs as pafs
@@ -48,6 +51,44 @@ def test_local_uris_and_paths_open_the_local_filesystem(tmp_path):
     for uri in (f"file://{tmp_path}/a", str(tmp_path / "a")):
         filesystem, path = storage.filesystem_and_path(uri)
         assert isinstance(filesystem, pafs.LocalFileSystem) and path == f"{tmp_path}/a"
+
+
+def test_a_local_path_is_parsed_and_opened_as_pyicebergs_fileio_would(tmp_path, monkeypatch):
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    monkeypatch.chdir(tmp_path)
+    storage = LakeStorage()
+    for uri in (f"file://{tmp_path}/w/x.parquet", f"file:{tmp_path}/w/x.parquet", f"{tmp_path}/w/x", "rel/w/x"):
+        filesystem, path = storage.filesystem_and_path(uri)
+        assert path == PyArrowFileIO.parse_location(uri)[2], uri
+        # As pyiceberg's local filesystem does: a file's directory is created when the file is opened.
+        with filesystem.open_output_stream(f"{path}/new/file") as stream:
+            stream.write(b"x")
+        assert (tmp_path / path / "new" / "file").read_bytes() == b"x"
+
+
+def test_a_plain_path_sent_elsewhere_by_default_scheme_goes_through_pyiceberg():
+    storage = LakeStorage({"DEFAULT_SCHEME": "s3", "DEFAULT_NETLOC": "bucket", "s3.region": "eu-west-3"})
+    filesystem, path = storage.filesystem_and_path("/warehouse/x.parquet")
+    assert isinstance(filesystem, pafs.S3FileSystem)
+    assert path == "/warehouse/x.parquet"
+
+
+def test_a_spark_task_writing_to_local_storage_imports_no_pyiceberg(tmp_path):
+    """What a Spark task writing an unpartitioned table's split loads: the writer, the storage, pyarrow; pyiceberg's
+    import would cost each Python worker about half a second of CPU."""
+    code = (
+        "import json, sys\n"
+        "import pyarrow as pa\n"
+        "from airflow_provider_tiering.lake.parquet_writer import write_data_files\n"
+        "schema = pa.schema([('id', pa.int64())])\n"
+        "batch = pa.record_batch([pa.array([1, 2])], schema=schema)\n"
+        f"files = write_data_files([batch], schema, 'file://{tmp_path}/data', 'split', 0)\n"
+        "print(json.dumps([len(files), sorted(m for m in sys.modules if m.startswith('pyiceberg'))]))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(loaded.stdout) == [1, []]
+    assert len(list((tmp_path / "data").glob("*.parquet"))) == 1
 
 
 def test_no_repr_shows_a_credential():
