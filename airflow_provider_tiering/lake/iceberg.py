@@ -216,12 +216,10 @@ class IcebergLake:
 
             schema = pa.schema([f.with_nullable(True) for f in schema]).append(pa.field(CHANGE_DELETED, pa.bool_()))
             schema = schema.append(pa.field(CHANGE_FILL, pa.string())).append(pa.field(CHANGE_CHUNK, pa.int32()))
-        partitioner = self.partitioner()
         return WriteTarget(
             directory_uri=attempt_uri(table.location(), epoch, attempt),
             schema=schema,
-            # None when unpartitioned: a Spark task that unpickles pyiceberg's spec imports pyiceberg (0.1 s of CPU).
-            partitioner=partitioner if partitioner.is_partitioned else None,
+            partitioner=self.partitioner(),
             target_file_bytes=target_file_bytes,
             storage=self.storage(),
         )

@@ -46,20 +46,16 @@ def test_an_s3_uri_opens_pyicebergs_s3_filesystem_with_the_catalogs_region_after
     assert path == "bucket/warehouse/ns/t/data/x.parquet"
 
 
-def test_local_uris_and_paths_open_the_local_filesystem(tmp_path):
-    storage = LakeStorage()
-    for uri in (f"file://{tmp_path}/a", str(tmp_path / "a")):
-        filesystem, path = storage.filesystem_and_path(uri)
-        assert isinstance(filesystem, pafs.LocalFileSystem) and path == f"{tmp_path}/a"
-
-
 def test_a_local_path_is_parsed_and_opened_as_pyicebergs_fileio_would(tmp_path, monkeypatch):
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     monkeypatch.chdir(tmp_path)
     storage = LakeStorage()
+    for uri in (f"file://{tmp_path}/a", str(tmp_path / "a")):
+        assert storage.filesystem_and_path(uri)[1] == f"{tmp_path}/a"
     for uri in (f"file://{tmp_path}/w/x.parquet", f"file:{tmp_path}/w/x.parquet", f"{tmp_path}/w/x", "rel/w/x"):
         filesystem, path = storage.filesystem_and_path(uri)
+        assert isinstance(filesystem, pafs.LocalFileSystem)
         assert path == PyArrowFileIO.parse_location(uri)[2], uri
         # As pyiceberg's local filesystem does: a file's directory is created when the file is opened.
         with filesystem.open_output_stream(f"{path}/new/file") as stream:

@@ -1,5 +1,6 @@
-"""What a round ships to its Spark tasks to write a table's files: an unpartitioned table's target carries no
-pyiceberg object (unpickling one imports pyiceberg in every Python worker), a partitioned one its partitioner."""
+"""What a round ships to its Spark tasks to write a table's files: an unpartitioned table's partitioner, in the
+append's target as in the merge's and the compaction's, carries no pyiceberg object (unpickling one imports pyiceberg
+in every Python worker); a partitioned one cuts rows by partition."""
 
 from __future__ import annotations
 
@@ -22,12 +23,15 @@ def catalog(tmp_path) -> CatalogHandle:
     return CatalogHandle.of(found)
 
 
-def test_an_unpartitioned_tables_target_ships_no_pyiceberg_object(catalog):
+def test_an_unpartitioned_tables_partitioner_ships_no_pyiceberg_object(catalog):
     lake = IcebergLake(catalog, "ns", "plain")
     lake.ensure_table(SCHEMA)
     target = lake.write_target(epoch=1, attempt="a", target_file_bytes=1 << 20)
-    assert target.partitioner is None
+    assert target.partitioner is not None and not target.partitioner.is_partitioned
     assert b"pyiceberg" not in pickle.dumps(target)
+    assert b"pyiceberg" not in pickle.dumps(lake.partitioner())  # what a merge's and a compaction's targets carry
+    rows = pa.table({"id": [1, 2], "region": ["eu", None]})
+    assert [(values, sub, part.num_rows) for values, sub, part in target.partitioner.split(rows)] == [([], "", 2)]
 
 
 def test_a_partitioned_tables_target_ships_its_partitioner(catalog):
