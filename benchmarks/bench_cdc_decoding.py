@@ -149,7 +149,7 @@ def make_changes(conn: Any, table_rows: int, changes: int, per_transaction: int)
 # -- the two readers -----------------------------------------------------------------------------------------
 def read_pgoutput(conn: Any) -> tuple[Rows, int]:
     """The product's path: binary pgoutput messages, its decoder, its per-key reduction."""
-    from airflow_provider_tiering.sources.change_stream import ChangeWindow, apply_changes
+    from airflow_provider_tiering.sources.change_stream.reduce import ChangeWindow, apply_changes
     from airflow_provider_tiering.sources.postgres.pgoutput import decode
 
     stream = conn.cursor().stream(

@@ -72,7 +72,7 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         "mysql",
         "sql",
         frozenset({"mysql", "mariadb"}),
-        "airflow_provider_tiering.sources.mysql:MySqlSource",
+        "airflow_provider_tiering.sources.mysql.cursor_source:MySqlSource",
         extra="mysql",
         requires=("connectorx", "pymysql"),
     ),

@@ -116,14 +116,14 @@ def test_a_round_of_more_keys_than_it_holds_decodes_its_slot_once(
     """Its plan types the changes in chunks as it decodes them, onto local disk, and the round writes them from there:
     reading the slot again (``_change_chunks``) fails the test. An update leaving a TOAST value unchanged in a later
     chunk still takes it from the key's version in an earlier one."""
-    from airflow_provider_tiering.sources.postgres import change_stream_source
+    from airflow_provider_tiering.sources.change_stream.typed_changes import TypedChunks
     from airflow_provider_tiering.sources.postgres.change_stream_source import PostgresCdcSource
 
     name = "decoded_once"
     hot, tier = keyed_table(pg_server, catalog_properties, tmp_path, local_writer, name, seed=5, rows=500)
     assert tier().outcome is RoundOutcome.TIERED
     spilled: list = []
-    written = change_stream_source._TypedChunks.write
+    written = TypedChunks.write
 
     def counted_write(self, rows):
         if self not in spilled:
@@ -133,7 +133,7 @@ def test_a_round_of_more_keys_than_it_holds_decodes_its_slot_once(
     def read_again(*args, **kwargs):
         raise AssertionError("the round read its slot a second time")
 
-    monkeypatch.setattr(change_stream_source._TypedChunks, "write", counted_write)
+    monkeypatch.setattr(TypedChunks, "write", counted_write)
     monkeypatch.setattr(PostgresCdcSource, "_change_chunks", read_again)
     new_doc = "".join(hot.rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=7000))  # stored out of line
     with hot.conn.transaction():

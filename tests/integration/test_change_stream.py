@@ -518,7 +518,7 @@ def test_the_decoder_reads_the_bytes_postgresql_sends(pg_server):
         Change,
         Commit,
         Origin,
-        Relation,
+        PgRelation,
         Truncate,
         decode,
     )
@@ -551,14 +551,14 @@ def test_the_decoder_reads_the_bytes_postgresql_sends(pg_server):
             conn.execute("SELECT pg_replication_origin_drop('decoder_bytes_origin')")
             conn.execute(f"DROP PUBLICATION {publication}")
     messages = [decode(bytes(row[0])) for row in rows]
-    kinds = [type(m).__name__ + (f":{m.op}" if isinstance(m, Change) else "") for m in messages]
+    kinds = [type(m).__name__.removeprefix("Pg") + (f":{m.op}" if isinstance(m, Change) else "") for m in messages]
     assert kinds == [
         "Begin", "Relation", "Change:I", "Change:I", "Commit",
         "Begin", "Change:U", "Change:D", "Commit",  # the relation was described once in this session
         "Begin", "Origin", "Relation", "Truncate", "Commit",  # described again: a truncate gives it new storage
     ]  # fmt: skip
     relation = messages[1]
-    assert isinstance(relation, Relation)
+    assert isinstance(relation, PgRelation)
     assert (relation.namespace, relation.name, relation.columns) == (
         "public",
         "decoder_bytes",
@@ -575,8 +575,8 @@ def test_the_decoder_reads_the_bytes_postgresql_sends(pg_server):
     assert delete.old == ("2", None, None, None) and delete.new is None
     begins = [m for m in messages if isinstance(m, Begin)]
     commits = [m for m in messages if isinstance(m, Commit)]
-    assert all(b.final_lsn == c.commit_lsn and c.end_lsn > c.commit_lsn for b, c in zip(begins, commits, strict=True))
-    assert [c.end_lsn for c in commits] == sorted(c.end_lsn for c in commits)
+    assert all(b.commit_at == c.commit_at and c.end > c.commit_at for b, c in zip(begins, commits, strict=True))
+    assert [c.end for c in commits] == sorted(c.end for c in commits)
     origin, truncate = messages[10], messages[12]
     assert isinstance(origin, Origin) and origin.name == "decoder_bytes_origin"
     assert isinstance(truncate, Truncate) and truncate.relations == (relation.oid,)

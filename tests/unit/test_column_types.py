@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_tiering.core.errors import NotRetryable, SourceError, UnsupportedColumnType
-from airflow_provider_tiering.sources.mysql import arrow_type, time_of_day
+from airflow_provider_tiering.sources.mysql.table import arrow_type, time_of_day
 from airflow_provider_tiering.sources.postgres.column_types import (
     UNCONSTRAINED_NUMERIC,
     PgColumn,

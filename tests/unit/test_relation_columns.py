@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable
-from airflow_provider_tiering.sources.change_stream import ChangeWindow, RelationColumns, apply_changes
+from airflow_provider_tiering.sources.change_stream.reduce import ChangeWindow, RelationColumns, apply_changes
 from airflow_provider_tiering.sources.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Relation
 from airflow_provider_tiering.sources.postgres.relation_columns import Attribute, ColumnLayout, MessageColumn
 
@@ -84,7 +84,7 @@ def test_a_type_changed_in_place_reads_the_rows_again_by_key_and_a_lost_key_is_r
 
 
 def _relation(names: tuple[str, ...]) -> Relation:
-    return Relation(1, "public", "t", "d", names, ("id",), (INT8,) * len(names))
+    return Relation(1, names, (INT8,) * len(names))
 
 
 def test_changes_that_cannot_be_placed_are_read_again_and_a_later_placed_version_wins():

@@ -1,10 +1,10 @@
 """A PostgreSQL table tiered from its change stream: logical replication through a slot and a publication of its
-own, decoded with the built-in ``pgoutput`` plugin.
+own, decoded with the built-in ``pgoutput`` plugin; the stream's machinery is the kernel's (``sources/change_stream/``).
 
 The offsets are the LSN the lake has applied (``{"lsn": "0/1A2B3C"}``): every transaction whose commit ends at or
 before it is in the lake. The slot is read with ``pg_logical_slot_peek_binary_changes`` (reading never consumes)
 and advanced only after the lake's commit (``after_commit``), so a round that dies re-reads changes the lake may
-already hold; those end at or before the lake's LSN and are skipped (``change_stream.apply_changes``).
+already hold; those end at or before the lake's LSN and are skipped (``change_stream/reduce.py``).
 
 The first round creates the slot over a replication connection that exports the snapshot the slot starts from,
 and loads the table in that snapshot: every change committed after it comes from the slot, none twice, none
@@ -21,12 +21,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, closing, contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -34,55 +33,29 @@ from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
 from airflow_provider_tiering.core.offsets import Offsets, SafeEnd, lsn_offsets
-from airflow_provider_tiering.core.ports import (
-    CHANGE_CHUNK,
-    CHANGE_DELETED,
-    CHANGE_FILL,
-    HeldRows,
-    KeyBatch,
-    KeyedEvictionSource,
-    KeyValues,
-    LineageDataset,
-    MergeKey,
-    RejectedRecord,
-    RoundRead,
-    SafeWatermark,
-    Source,
-    TiersReader,
-)
-from airflow_provider_tiering.core.shape import AddedValues, ColumnHistory, HotIdentity
+from airflow_provider_tiering.core.ports import KeyedEvictionSource, SafeWatermark
 from airflow_provider_tiering.core.source_specs import PostgresCdcSourceSpec
-from airflow_provider_tiering.sources.change_stream import (
+from airflow_provider_tiering.sources.change_stream.messages import Message, Relation
+from airflow_provider_tiering.sources.change_stream.reduce import (
     ChangeSet,
-    ChangeWindow,
-    Chunks,
     Key,
     RelationColumns,
     RowVersion,
-    apply_changes,
-    changes_in_chunks,
     collector_paused,
 )
-from airflow_provider_tiering.sources.conform import conform_batch
-from airflow_provider_tiering.sources.postgres.pgoutput import (
-    UNCHANGED_TOAST,
-    Begin,
-    Commit,
-    Message,
-    Relation,
-    Truncate,
-    format_lsn,
-    parse_lsn,
+from airflow_provider_tiering.sources.change_stream.source import (
+    ChangePlan,
+    ChangeSplit,
+    ChangeStreamSource,
+    closing_messages,
 )
+from airflow_provider_tiering.sources.change_stream.typed_changes import with_change_columns
+from airflow_provider_tiering.sources.conform import conform_batch
+from airflow_provider_tiering.sources.postgres.pgoutput import UNCHANGED_TOAST, format_lsn, parse_lsn
 from airflow_provider_tiering.sources.postgres.relation_columns import ColumnLayout, MessageColumn
 from airflow_provider_tiering.sources.postgres.replication import Replication
-from airflow_provider_tiering.sources.postgres.streamed_table import (
-    StreamedTable,
-    WholeTableReader,
-    key_text,
-)
+from airflow_provider_tiering.sources.postgres.streamed_table import StreamedTable, key_text
 from airflow_provider_tiering.sources.postgres.text_casts import TextCast, text_cast, typed_columns
-from airflow_provider_tiering.sources.spilled_batches import SpilledBatches
 from airflow_provider_tiering.sources.sql_table import quote_identifier, quote_string
 
 log = logging.getLogger(__name__)
@@ -90,9 +63,6 @@ log = logging.getLogger(__name__)
 #: The replication origins eviction sessions set (this, ``_`` and the table's slot name: one per table, since a
 #: PostgreSQL 15 origin serves one session at a time), so their deletes never reach the lake as deletes.
 EVICTION_ORIGIN = "airflow_provider_tiering_eviction"
-#: An idle table's round moves the lake's LSN (and so the slot) once the WAL since it is this large (or a quarter
-#: of ``max_retained_wal_mb``, when smaller): an offsets-only snapshot now and then, not one per idle round.
-IDLE_ADVANCE_BYTES = 16 * 1024 * 1024
 #: Changes typed by the server per query.
 TYPING_BATCH_ROWS = 20_000
 #: Rows per 8 KiB block assumed for a table never analyzed (``reltuples`` unknown), to cut its first load.
@@ -100,57 +70,20 @@ ROWS_PER_BLOCK_GUESS = 60
 
 
 @dataclass(frozen=True)
-class ChangePlan:
-    """A round of a change-stream table: the first load (in the slot's exported snapshot), or the transactions
-    committed in ``(start_lsn, end_lsn]``."""
+class SnapshotLoad:
+    """A first load: the table's rows in the slot's exported ``snapshot``, in ``blocks`` blocks (its size measured
+    after the slot was created: every row the snapshot sees lies in them)."""
 
-    end_lsn: int
-    start_lsn: int | None = None
-    changes: int = 0
-    #: Transactions in the window the stream skips (eviction's): a round of none but these still moves the lake's
-    #: LSN past them, so the slot can follow it (it is never ahead of the lake).
-    skipped: int = 0
-    #: The slot's exported snapshot the first load reads (None: a round of changes).
-    snapshot: str | None = None
-    #: More changes were waiting than a round takes (``max_rows_per_round`` or ``max_wal_mb_per_round``).
-    capped: bool = False
-    #: The WAL between the round's end and the flushed position it planned against, when capped: what is left.
-    backlog_bytes: int = 0
-    #: No change of the table, but the WAL since the lake's LSN grew past ``IDLE_ADVANCE_BYTES``: the round commits
-    #: only the new LSN, so the slot can follow and release that WAL.
-    advance: bool = False
-    #: A first load's table size in blocks, measured after the slot was created (every row its snapshot sees lies
-    #: in them): what its splits cut.
-    blocks: int | None = None
-    #: The round's own state, kept in this process: a first load's exporting session (its snapshot lives while it
-    #: is open; ``reading_one_snapshot`` closes it once the load is written), and the changes the plan read when
-    #: they fit in memory (a split read here is typed from them, without reading the slot again).
-    exporting: Any = field(default=None, compare=False, repr=False)
-    found: ChangeSet | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def is_empty(self) -> bool:
-        return self.snapshot is None and self.changes == 0 and self.skipped == 0 and not self.advance
-
-    @property
-    def backlog(self) -> int:
-        """Changes left for later rounds, estimated from this round's changes per byte of WAL (the stream is not
-        read ahead to count them)."""
-        if not self.capped:
-            return 0
-        span = max(1, self.end_lsn - (self.start_lsn or 0))
-        return max(1, round(self.changes * self.backlog_bytes / span))
+    snapshot: str
+    blocks: int
 
 
 @dataclass(frozen=True)
-class ChangeSplit:
-    """One split of a round: the first load's rows in blocks ``[first_block, end_block)`` of the table (either bound
-    None: open) read in the slot's exported snapshot, or the round's changes."""
+class BlockRange:
+    """A split of the first load: the rows in blocks ``[first_block, end_block)`` (either bound None: open), read in
+    the exported ``snapshot``."""
 
-    index: int
-    end_lsn: int
-    start_lsn: int | None = None
-    snapshot: str | None = None
+    snapshot: str
     first_block: int | None = None
     end_block: int | None = None
 
@@ -160,133 +93,29 @@ def _fill_key(position: int) -> str:
     return f"__fill_key_{position}"
 
 
-class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
+class PostgresCdcSource(ChangeStreamSource):
     """A PostgreSQL table read through its logical replication slot (see the module's docstring)."""
 
+    key_carried_by = (
+        "the table's replica identity must hold the merge key (ALTER TABLE ... REPLICA IDENTITY USING INDEX <the "
+        "key's unique index>, or FULL)"
+    )
+
     def __init__(self, spec: PostgresCdcSourceSpec, connection: ConnectionInfo) -> None:
+        table = StreamedTable(spec, connection)
+        super().__init__(
+            spec, connection, table, f"postgres table {spec.db_schema or 'public'}.{spec.table} (change stream)"
+        )
         self.spec = spec
-        self.connection = connection
-        self.table = StreamedTable(spec, connection)
-        self.display_name = f"postgres table {spec.db_schema or 'public'}.{spec.table} (change stream)"
+        self.table: StreamedTable = table
         schema = quote_identifier(spec.db_schema or "public")
         self.replication = Replication(
-            self.display_name, self.table.conninfo, f"{schema}.{quote_identifier(spec.table)}", spec.slot(),
+            self.display_name, table.conninfo, f"{schema}.{quote_identifier(spec.table)}", spec.slot(),
             spec.publication(),
         )  # fmt: skip
-        self.key: tuple[str, ...] | None = None
-        #: What the lake knows of former column names and initial defaults (``bind_column_history``).
-        self._history = ColumnHistory()
-        #: The WAL this round's plan left for later rounds (its cap), for the status; None before it planned.
-        self._backlog_bytes: int | None = None
-        #: Keys whose rows this round reads again (``read_again``), as the stream's text of their key columns.
-        self._keys_read_again: tuple[Key, ...] = ()
-
-    def _begin_round(self) -> None:
-        super()._begin_round()
-        self.table = self.table.for_round()
-        self.key, self._history, self._backlog_bytes, self._keys_read_again = None, ColumnHistory(), None, ()
-
-    # -- what the kernel asks of every source ----------------------------------------------------
-    def connected(self) -> AbstractContextManager[None]:
-        return self.table.connected()  # the catalogue's queries; the slot's sessions are its own
-
-    def schema(self) -> pa.Schema:
-        return self.table.schema()
-
-    def primary_key(self) -> tuple[str, ...]:
-        return self.table.primary_key()
-
-    def bind_key(self, key: MergeKey) -> None:
-        self.key = key.columns
-
-    # -- the table's shape and identity ----------------------------------------------------------
-    def identity(self) -> HotIdentity:
-        return self.table.identity()
-
-    def added_column_values(self, column: str, tiered: Offsets | None, rewritten: bool) -> AddedValues:
-        # Every row of the table is in the lake (as of its LSN): all of them count.
-        return self.table.added_column_values(column, None, rewritten)
-
-    def check_shape_unchanged(self) -> None:
-        self.table.check_shape_unchanged()
-
-    def rows_rewritten(self, horizon: str, tiered: Offsets | None) -> bool | None:
-        return self.table.rows_rewritten(horizon, None)  # every row of the table is in the lake
-
-    def truncated_since(self, committed: Offsets) -> bool:
-        """Whether a transaction committed after the lake's LSN truncated the table: the messages are only looked
-        at, not applied (their columns may have names the lake's history is yet to map)."""
-        with self.replication.connect() as conn:
-            start = self._stream_position(conn, committed)
-            truncated = False
-            with closing(self.replication.peek(conn, None, None)) as messages:
-                for message in messages:
-                    if isinstance(message, Begin):
-                        truncated = False
-                    elif isinstance(message, Truncate):
-                        truncated = True
-                    elif isinstance(message, Commit) and truncated and message.end_lsn > start:
-                        return True
-        return False
-
-    def bind_column_history(self, history: ColumnHistory) -> None:
-        self._history = history
-
-    def tiered_column_values(self, columns: Sequence[str], tiered: Offsets) -> pa.Table:
-        return self.table.column_values(columns)  # every row of the table is in the lake
-
-    def read_again(self, keys: pa.Table) -> bool:
-        """The rows of ``keys`` are read again by key with the round's changes, after them (``ChangeWindow``)."""
-        names = keys.schema.names
-        self._keys_read_again = tuple(
-            tuple(None if row[c] is None else key_text(row[c]) for c in names) for row in keys.to_pylist()
-        )
-        return True
-
-    def _current_names(self, relation: Relation, current: set[str]) -> tuple[str | None, ...]:
-        """The name each column of a Relation message has now, by name, for a lake that recorded no layout of the
-        table's columns (tiered by an earlier version; its next commit records one, see ``relation_columns.py``), or
-        None for a column whose values no longer count (dropped since). A Relation describes the table as it was when
-        the change after it was made: one sent before a rename or a drop names columns by their former names, which
-        the lake's history maps. A name the table has now is its own (a change of shape that reuses a name for
-        another column makes the lake load the table again instead, ``core/follow_shape.py``); one added while the
-        round ran fails the round later, when its columns are checked again before the commit.
-
-        ``current``: the table's columns now.
-
-        Raises:
-            ChangeStreamUnavailable: a column neither the table nor the lake knows (renamed more than once, or added
-                and dropped, between two rounds): its values cannot be placed.
-        """
-        former = self._history.former_names
-        found: list[str | None] = []
-        for name in relation.columns:
-            if name in current:
-                found.append(name)
-            elif name in former:
-                found.append(former[name])
-            else:
-                raise ChangeStreamUnavailable(
-                    f"{self.display_name}: a change in its stream carries column {name!r}, which the table no "
-                    "longer has and the lake never knew (renamed more than once, or added and dropped, between two "
-                    "rounds): its values cannot be placed. Load the table again: drop the lake table, then reset "
-                    "the table (the next round takes a new snapshot). Nothing was tiered"
-                )
-        return tuple(found)
-
-    def tiers_reader(self) -> TiersReader:
-        """The whole hot table in one snapshot: a change-stream table holds every live row (never evicted), so a
-        read across tiers needs nothing from the lake, and sees deletes and key changes the lake has yet to get."""
-        return WholeTableReader(self.table)
-
-    def secrets(self) -> list[str]:
-        return self.connection.secrets()
-
-    def lineage_dataset(self) -> LineageDataset:
-        return self.table.lineage_dataset()
 
     def _check_server(self, conn: Any) -> None:
-        self.replication.check_server(conn, lambda: self.schema().names, lambda: self.key or self.primary_key())
+        self.replication.check_server(conn, lambda: self.schema().names, lambda: self.merge_key)
 
     def stream_status(self) -> JsonObject:
         found = self.replication.status().to_json()
@@ -296,8 +125,83 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             found["backlog_wal_bytes"] = self._backlog_bytes
         return found
 
+    # -- positions: the WAL's LSN ----------------------------------------------------------------
+    def _position(self, offsets: SafeEnd) -> int:
+        return parse_lsn(lsn_offsets(offsets)["lsn"])
+
+    def _offsets(self, position: int) -> Offsets:
+        return {"lsn": format_lsn(position)}
+
+    def describe_position(self, position: int) -> str:
+        return f"LSN {format_lsn(position)}"
+
+    def _safe_end(self, end: SafeEnd) -> tuple[int, int | None]:
+        found = lsn_offsets(end)
+        boundary = found.get("boundary")
+        return parse_lsn(found["lsn"]), None if boundary is None else parse_lsn(boundary)
+
+    def _stop_after(self, start: int) -> int | None:
+        bound = self.spec.max_wal_mb_per_round
+        return None if bound is None else start + int(bound * 1024 * 1024)
+
+    def _idle_advance_bytes(self) -> int:
+        # The slot is never moved past the lake, so an idle table holds back up to this much WAL.
+        return min(super()._idle_advance_bytes(), int(self.spec.max_retained_wal_mb * 1024 * 1024) // 4)
+
+    def _key_value(self, value: object) -> Hashable:
+        return key_text(value)  # the stream carries a key as its text
+
     # -- the slot's changes --------------------------------------------------------------------
-    def _relation_names(self) -> Callable[[Relation], RelationColumns]:
+    def _log_session(self) -> AbstractContextManager[Any]:
+        return self.replication.connect()  # a psycopg connection
+
+    def _messages(
+        self, session: Any, start: int, end: int | None, budget: int | None
+    ) -> AbstractContextManager[Iterator[Message]]:
+        # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
+        return closing_messages(self.replication.peek(session, end, budget))
+
+    def _log_end(self, session: Any) -> int:
+        (flushed,) = session.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        return parse_lsn(flushed)
+
+    def _skipped_origins(self) -> frozenset[str]:
+        return frozenset({self.eviction_origin})
+
+    def _changes(
+        self,
+        session: Any,
+        start: int,
+        end: int | None,
+        *,
+        max_changes: int | None = None,
+        stop_after: int | None = None,
+        spill: bool = False,
+    ) -> ChangeSet:
+        """As the kernel's, with the server stopping early: it counts the messages it sends, skipped transactions'
+        too (eviction's, already in the lake, are thousands of deletes), so a read that sent as many messages as it
+        was allowed without finding enough changes is repeated over more."""
+        budget = max_changes
+        window = self._window(start, end, stop_after, max_changes)
+        while True:
+            sent = 0
+
+            def counted(messages: Iterator[Message]) -> Generator[Message, None, None]:
+                nonlocal sent
+                for message in messages:
+                    sent += 1
+                    yield message
+
+            found = self._applied(closing_messages(counted(self.replication.peek(session, end, budget))), window, spill)
+            if max_changes is None or budget is None or found.changes >= max_changes or sent < budget:
+                return found
+            if stop_after is not None and found.last_end is not None and found.last_end >= stop_after:
+                return found
+            if found.spilled is not None:
+                found.spilled.close()
+            budget *= 8
+
+    def _placement(self) -> Callable[[Relation], RelationColumns]:
         """Where each Relation message's columns stand now: by column id, aligned with the layout the lake recorded
         (``relation_columns.py``); by name where it recorded none. The table's columns are read once, on the first."""
         layouts: list[ColumnLayout | None] = []
@@ -309,7 +213,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             layout = layouts[0]
             if layout is not None:
                 columns = [MessageColumn(n, t) for n, t in zip(relation.columns, relation.type_ids, strict=True)]
-                return layout.place(columns, self.key or self.primary_key())
+                return layout.place(columns, self.merge_key)
             if not current:
                 current.update(self.table.identity().columns)
             return RelationColumns(self._current_names(relation, current))
@@ -324,94 +228,13 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             return None
         return ColumnLayout(start.type_ids, start.last_column_id, self.table.attributes(), self.display_name)
 
-    def _changes(
-        self,
-        conn: Any,
-        start: int,
-        end: int | None,
-        upto_changes: int | None = None,
-        stop_after: int | None = None,
-        spill: bool = False,
-    ) -> ChangeSet:
-        """The changes of transactions committed in ``(start, end]``; with ``upto_changes``, those of the first
-        transactions holding at least that many applied changes (or all there are); with ``stop_after``, none after
-        the first transaction ending at or past it. The server counts the messages it sends, skipped transactions'
-        too (eviction's, already in the lake, are thousands of deletes), so a read that sent as many messages as it
-        was allowed without finding enough changes is repeated over more. Past ``keys_in_memory`` keys, the rows
-        are typed in chunks as they come and kept on local disk with ``spill`` (``ChangeSet.spilled``, a
-        :class:`_TypedChunks`), else dropped and only counted (``ChangeSet.rows_complete``)."""
-        budget = upto_changes
-        window = self._window(start, end, stop_after)
-
-        while True:
-            sent = 0
-
-            def counted(messages: Iterator[Message]) -> Iterator[Message]:
-                nonlocal sent
-                for message in messages:
-                    sent += 1
-                    yield message
-
-            chunks = _TypedChunks(self, self.schema()) if spill else None
-            try:
-                # Closed whatever happens: an unfinished stream holds the connection's lock, which closing it needs.
-                with closing(self.replication.peek(conn, end, budget)) as messages:
-                    found = apply_changes(
-                        counted(messages), window, keys_in_memory=self.spec.keys_in_memory, spill=chunks
-                    )
-            except BaseException:
-                if chunks is not None:
-                    chunks.close()
-                raise
-            if chunks is not None and found.spilled is None:
-                chunks.close()
-            if upto_changes is None or budget is None or found.changes >= upto_changes or sent < budget:
-                return found
-            if stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after:
-                return found
-            if chunks is not None:
-                chunks.close()
-            budget *= 8
-
-    def _window(self, start: int, end: int | None, stop_after: int | None = None) -> ChangeWindow:
-        """The changes of transactions committed in ``(start, end]``, keyed, eviction's own skipped."""
-        return ChangeWindow(
-            self.key or self.primary_key(), start, end, frozenset({self.eviction_origin}), self.display_name,
-            self._relation_names(), stop_after, self._keys_read_again,
-        )  # fmt: skip
-
-    def _change_chunks(self, conn: Any, start: int, end: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """The changes of transactions committed in ``(start, end]``, typed, in chunks of ``keys_in_memory`` keys
-        (numbered from 1: a key's version in a later chunk supersedes its earlier ones)."""
-        with closing(self.replication.peek(conn, end, None)) as messages:
-            window = self._window(start, end)
-            chunks = Chunks(changes_in_chunks(messages, window, keys_per_chunk=self.spec.keys_in_memory))
-            number = 0
-            for number, rows in enumerate(chunks, start=1):
-                yield from self.typed(rows, schema, number)
-        counts = chunks.counts
-        if not counts.rows_complete:  # never with a plan's end, a record boundary: the written chunks are dropped
-            raise SourceError(
-                f"{self.display_name}: a transaction committed across the round's end LSN {format_lsn(end)}; "
-                "the round is retried from the lake's LSN"
-            )
-        log.info(
-            "%s: %d transactions: %d inserts, %d updates, %d deletes, read in %d chunks",
-            self.display_name,
-            counts.transactions,
-            counts.inserted,
-            counts.updated,
-            counts.deleted,
-            number,
-        )
-
-    def _stream_position(self, conn: Any, committed: Offsets) -> int:
+    def _stream_position(self, session: Any, committed: Offsets) -> int:
         """The lake's LSN, after checking the slot still holds every change since it. A slot behind it (a round
         died between the lake's commit and ``after_commit``) is moved up to it first: a peek for what is new reads
         from the slot's position, and would otherwise see only changes the lake holds."""
-        lsn = parse_lsn(lsn_offsets(committed)["lsn"])
+        lsn = self._position(committed)
         slot = self.replication.slot
-        position = self.replication.position(conn)
+        position = self.replication.position(session)
         if position is None or position == -1:
             state = "is gone" if position is None else "lost the WAL it needed (max_slot_wal_keep_size)"
             raise ChangeStreamUnavailable(
@@ -430,7 +253,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 "table; with eviction enabled, the rows only the lake holds would be lost: keep a copy)"
             )
         if position < lsn:
-            self.replication.advance(conn, lsn)
+            self.replication.advance(session, lsn)
         return lsn
 
     def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
@@ -457,56 +280,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                 return SafeWatermark(end=committed, observed={"lsn": flushed})
         return SafeWatermark(end={"lsn": flushed, "boundary": boundary}, observed={"lsn": flushed})
 
-    def _worth_advancing(self, start: int, flushed: int) -> bool:
-        """Whether the WAL other tables wrote since the lake's LSN is worth a round that only moves the LSN (and
-        then the slot): the slot is never moved past the lake, so an idle table holds back up to this much."""
-        bound = int(self.spec.max_retained_wal_mb * 1024 * 1024)
-        return flushed - start >= min(IDLE_ADVANCE_BYTES, bound // 4)
-
-    def has_rows_after(self, committed: Offsets | None) -> bool:
-        if committed is None:
-            return True
-        with self.replication.connect() as conn:
-            start = self._stream_position(conn, committed)
-            found = self._changes(conn, start, None, upto_changes=1)
-            if found.changes > 0 or found.skipped > 0:
-                return True
-            (flushed,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-            return self._worth_advancing(start, parse_lsn(flushed))  # a round that only moves the LSN is due
-
-    # -- planning ------------------------------------------------------------------------------
-    def plan(self, start: Offsets | None, end: SafeEnd, max_rows: int) -> ChangePlan:
-        if start is None:
-            return self._plan_first_load()
-        safe_end = lsn_offsets(end)
-        start_lsn, upto = parse_lsn(lsn_offsets(start)["lsn"]), parse_lsn(safe_end["lsn"])
-        found_boundary = safe_end.get("boundary")
-        boundary = None if found_boundary is None else parse_lsn(found_boundary)
-        bound = self.spec.max_wal_mb_per_round
-        stop_after = None if bound is None else start_lsn + int(bound * 1024 * 1024)
-        with self.replication.connect() as conn:
-            found = self._changes(conn, start_lsn, upto, upto_changes=max_rows, stop_after=stop_after, spill=True)
-        capped = found.changes >= max_rows or (
-            stop_after is not None and found.last_end_lsn is not None and found.last_end_lsn >= stop_after
-        )
-        # A commit's end, or the boundary (see safe_watermark); never the flushed position itself.
-        ends = [lsn for lsn in (found.last_end_lsn, None if capped else boundary) if lsn is not None]
-        plan_end = max(ends, default=start_lsn)
-        idle = found.changes == 0 and found.skipped == 0
-        plan = ChangePlan(
-            plan_end,
-            start_lsn,
-            found.changes,
-            found.skipped,
-            capped=capped,
-            backlog_bytes=max(0, upto - plan_end) if capped else 0,
-            advance=idle and boundary is not None and self._worth_advancing(start_lsn, boundary),
-        )
-        self._backlog_bytes = plan.backlog_bytes
-        # Exactly the transactions ending in (start, plan end]: what read_split would read again (held in memory or
-        # spilled to local disk; when the plan's end cut a transaction, it reads them again up to the plan's end).
-        return replace(plan, found=found) if found.rows_complete else plan
-
+    # -- the first load: the slot's exported snapshot -------------------------------------------
     def _plan_first_load(self) -> ChangePlan:
         """Create the slot (dropping one left by a first load that never committed: no lake data depends on it)
         and keep its exporting session open for the load."""
@@ -525,77 +299,50 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         # reltuples is -1 before the table's first ANALYZE: an estimate from its size then.
         estimate = int(rows) if rows is not None and rows >= 0 else int(blocks or 0) * ROWS_PER_BLOCK_GUESS
         return ChangePlan(
-            consistent_point, None, max(estimate, 1), snapshot=snapshot, blocks=int(blocks or 0), exporting=exporting
+            consistent_point, None, max(estimate, 1), load=SnapshotLoad(snapshot, int(blocks or 0)), session=exporting
         )
 
-    def cut_splits(self, plan: ChangePlan, target_rows_per_split: int, parallelism: int) -> list[ChangeSplit]:
-        """A first load is cut into ranges of the table's blocks of about equal size, as many as its estimated rows
-        ask for (a multiple of ``parallelism``, as for cursor ranges); each split reads its blocks in the slot's
-        exported snapshot (a TID range scan), the last one to the table's end. A round of changes is one split."""
-        if plan.snapshot is None or not plan.blocks:
-            return [ChangeSplit(0, plan.end_lsn, plan.start_lsn, plan.snapshot)]
+    def _cut_first_load(self, plan: ChangePlan, target_rows_per_split: int, parallelism: int) -> list[ChangeSplit]:
+        """Ranges of the table's blocks of about equal size, as many as its estimated rows ask for (a multiple of
+        ``parallelism``, as for cursor ranges); each split reads its blocks in the slot's exported snapshot (a TID
+        range scan), the last one to the table's end."""
+        load = plan.load
+        if not isinstance(load, SnapshotLoad):
+            raise SourceError(f"{self.display_name}: a first load without its snapshot")
+        if not load.blocks:
+            return [ChangeSplit(0, plan.end, None, BlockRange(load.snapshot))]
         slots = max(1, parallelism)
-        count = max(1, min(plan.blocks, slots * math.ceil(plan.changes / (target_rows_per_split * slots))))
-        edges: list[int | None] = [None, *(plan.blocks * i // count for i in range(1, count)), None]
-        return [
-            ChangeSplit(i, plan.end_lsn, None, plan.snapshot, first_block=edges[i], end_block=edges[i + 1])
-            for i in range(count)
-        ]
+        count = max(1, min(load.blocks, slots * math.ceil(plan.changes / (target_rows_per_split * slots))))
+        edges: list[int | None] = [None, *(load.blocks * i // count for i in range(1, count)), None]
+        return [ChangeSplit(i, plan.end, None, BlockRange(load.snapshot, edges[i], edges[i + 1])) for i in range(count)]
 
-    def end_offsets(self, plan: ChangePlan) -> Offsets:
-        return {"lsn": format_lsn(plan.end_lsn)}
-
-    @contextmanager
-    def reading_one_snapshot(
-        self,
-        plan: ChangePlan | None,
-        splits: Sequence[ChangeSplit],
-        *,
-        read_here: bool = False,
-        with_keys: bool = False,
-    ) -> Iterator[RoundRead[ChangeSplit]]:
-        """The first load reads the slot's exported snapshot: its session is closed once the load is written. A load
-        that reconciles (a reload of a table the lake holds) reads every key in that snapshot first
-        (``RoundRead.keys``): the lake's keys that are not among them were deleted since its LSN. A round of changes
-        read here is typed from the changes its plan read."""
-        try:
-            snapshot = splits[0].snapshot if splits else None
-            keys = self._read_keys(snapshot) if with_keys and snapshot is not None else None
-            found = None if plan is None or not read_here else plan.found
-            yield RoundRead(self if found is None else _PlannedChanges(self, found), keys)
-        finally:
-            if plan is not None and plan.exporting is not None:
-                plan.exporting.close()
-            if plan is not None and plan.found is not None and plan.found.spilled is not None:
-                plan.found.spilled.close()  # the typed chunks' file
-
-    def _read_keys(self, snapshot: str) -> pa.Table:
+    def _first_load_keys(self, plan: ChangePlan, splits: Sequence[ChangeSplit]) -> pa.Table:
+        load = plan.load
+        if not isinstance(load, SnapshotLoad):
+            raise SourceError(f"{self.display_name}: a first load without its snapshot")
         schema = self.schema()
-        key_schema = pa.schema([schema.field(c) for c in self.key or self.primary_key()])
-        batches = [b.select(key_schema.names) for b in self._read_snapshot(snapshot, key_schema)]
+        key_schema = pa.schema([schema.field(c) for c in self.merge_key])
+        batches = [b.select(key_schema.names) for b in self._read_snapshot(load.snapshot, key_schema)]
         return pa.Table.from_batches([conform_batch(b, key_schema) for b in batches], schema=key_schema)
 
-    # -- reading -------------------------------------------------------------------------------
-    def read_split(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        if split.snapshot is not None:
-            yield from self._read_snapshot(split.snapshot, schema, split)
-            return
-        assert split.start_lsn is not None
-        with self.replication.connect() as conn:
-            yield from self._change_chunks(conn, split.start_lsn, split.end_lsn, schema)
+    def _read_first_load(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        part = split.load
+        if not isinstance(part, BlockRange):
+            raise SourceError(f"{self.display_name}: a split of the first load without its blocks")
+        return self._read_snapshot(part.snapshot, schema, part)
 
     def _select_list(self, schema: pa.Schema) -> str:
         return ", ".join(self.table.select_expression(field) for field in schema)
 
     def _read_snapshot(
-        self, snapshot: str, schema: pa.Schema, split: ChangeSplit | None = None
+        self, snapshot: str, schema: pa.Schema, blocks: BlockRange | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """The table's rows in the exported ``snapshot`` (those of ``split``'s blocks when given)."""
+        """The table's rows in the exported ``snapshot`` (those of ``blocks`` when given)."""
         bounds = []
-        if split is not None and split.first_block is not None:
-            bounds.append(f"ctid >= '({int(split.first_block)},0)'::tid")
-        if split is not None and split.end_block is not None:
-            bounds.append(f"ctid < '({int(split.end_block)},0)'::tid")
+        if blocks is not None and blocks.first_block is not None:
+            bounds.append(f"ctid >= '({int(blocks.first_block)},0)'::tid")
+        if blocks is not None and blocks.end_block is not None:
+            bounds.append(f"ctid < '({int(blocks.end_block)},0)'::tid")
         where = f" WHERE {' AND '.join(bounds)}" if bounds else ""
         conn = self.table._connect_arrow()  # the bulk reader's ADBC session (binary COPY into Arrow)
         try:
@@ -609,7 +356,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
             except Exception as exc:
                 raise SourceError(f"{self.display_name}: reading the first load failed: {exc}") from exc
             for batch in self.table._batches(reader, "reading the first load"):
-                yield _with_change_columns(batch, deleted=None, fill=None)
+                yield with_change_columns(batch, deleted=None, fill=None)
         finally:
             conn.close()
 
@@ -641,11 +388,11 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
     def _typed(
         self, session: Callable[[], Any], rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int
     ) -> Iterator[pa.RecordBatch]:
-        key = self.key or self.primary_key()
+        key = self.merge_key
         again = [k for k, v in rows.items() if v is not None and v.read_again]
         if again:
             found, gone = self._current_rows(session(), again, schema, key)
-            yield _with_change_columns(found, deleted=None, fill=None, chunk=chunk)
+            yield with_change_columns(found, deleted=None, fill=None, chunk=chunk)
             rows = {k: None if k in gone else v for k, v in rows.items() if k in gone or not (v and v.read_again)}
         items = list(rows.items())
         defaults = {c: key_text(v) for c, v in self._history.defaults.items() if c in schema.names}
@@ -664,7 +411,7 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
                     for number, (_, version) in enumerate(batch)
                 ]
                 deleted = [version is None for _, version in batch]
-                typed_batch = _with_change_columns(typed, deleted=deleted, fill=fills, chunk=chunk)
+                typed_batch = with_change_columns(typed, deleted=deleted, fill=fills, chunk=chunk)
             yield typed_batch
 
     def _text_casts(self, schema: pa.Schema) -> list[TextCast] | None:
@@ -751,6 +498,8 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         return conform_batch(values, nullable), fill_keys
 
     # -- eviction ------------------------------------------------------------------------------
+
+    # -- eviction ------------------------------------------------------------------------------
     @property
     def eviction_origin(self) -> str:
         return f"{EVICTION_ORIGIN}_{self.replication.slot}"
@@ -768,21 +517,10 @@ class PostgresCdcSource(Source[ChangePlan, ChangeSplit]):
         finally:
             self.table.eviction_origin = None
 
-    def evict_key_batch(
-        self,
-        key: Sequence[str],
-        after: KeyValues | None,
-        cutoff: datetime,
-        age_column: str,
-        limit: int,
-        held: HeldRows,
-    ) -> KeyBatch:
-        return self.table.evict_key_batch(key, after, cutoff, age_column, limit, held)
-
     def after_commit(self, committed: Offsets) -> int:
         """Move the slot to the lake's LSN: the server may now recycle the WAL before it."""
         with self.replication.connect() as conn:
-            self.replication.advance(conn, parse_lsn(lsn_offsets(committed)["lsn"]))
+            self.replication.advance(conn, self._position(committed))
         return 0
 
 
@@ -860,7 +598,8 @@ def _typed_here(
     if filling:
         key_fields = [schema.field(c) for c in key]
         key_casts = [casts[schema.get_field_index(c)] for c in key]
-        key_columns = [[fill_from[at] for _, fill_from in filling] for at in range(len(key))]
+        # The stream carries a key's values as text.
+        key_columns = [[cast(str | None, fill_from[at]) for _, fill_from in filling] for at in range(len(key))]
         typed_keys = typed_columns(key_columns, key_casts, key_fields)
         if typed_keys is None:
             return None
@@ -869,79 +608,3 @@ def _typed_here(
             fill_keys[number] = [str(values[row]) for values in key_values]
     nullable = pa.schema([f.with_nullable(True) for f in schema])
     return pa.RecordBatch.from_arrays(typed, schema=nullable), fill_keys
-
-
-def _with_change_columns(
-    batch: pa.RecordBatch, deleted: list[bool] | None, fill: list[str | None] | None, chunk: int = 0
-) -> pa.RecordBatch:
-    rows = batch.num_rows
-    flags = pa.array(deleted if deleted is not None else [False] * rows, pa.bool_())
-    fills = pa.array(fill if fill is not None else [None] * rows, pa.string())
-    chunks = pa.array([chunk] * rows, pa.int32())
-    return pa.RecordBatch.from_arrays(
-        [*batch.columns, flags, fills, chunks],
-        schema=pa.schema(
-            [
-                *(f.with_nullable(True) for f in batch.schema),
-                pa.field(CHANGE_DELETED, pa.bool_()),
-                pa.field(CHANGE_FILL, pa.string()),
-                pa.field(CHANGE_CHUNK, pa.int32()),
-            ]
-        ),
-    )
-
-
-class _TypedChunks:
-    """The chunks of a plan's changes past ``keys_in_memory``, typed as they come (:meth:`PostgresCdcSource.typed`,
-    numbered from 1) into record batches on local disk: the round writes them without reading the slot again."""
-
-    def __init__(self, source: PostgresCdcSource, schema: pa.Schema) -> None:
-        self.source = source
-        self.schema = schema
-        self.batches = SpilledBatches()
-        self.chunks = 0
-
-    @property
-    def closed(self) -> bool:
-        return self.batches.closed
-
-    def write(self, rows: dict[Key, RowVersion | None]) -> None:
-        self.chunks += 1
-        for batch in self.source.typed(rows, self.schema, self.chunks):
-            self.batches.write(batch)
-
-    def close(self) -> None:
-        self.batches.close()
-
-
-class _PlannedChanges:
-    """A round of changes read by the process that planned it, from the changes its plan read (held, or typed in
-    chunks on local disk): the slot is not read a second time. Never pickled: a Spark task reads its split's changes
-    itself."""
-
-    def __init__(self, source: PostgresCdcSource, found: ChangeSet) -> None:
-        self.source = source
-        self.found = found
-
-    @property
-    def display_name(self) -> str:
-        return self.source.display_name
-
-    def read_split(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        found = self.found
-        spilled = found.spilled
-        log.info(
-            "%s: %d transactions: %d inserts, %d updates, %d deletes -> %s", self.display_name,
-            found.transactions, found.inserted, found.updated, found.deleted,
-            f"{len(found.rows)} keys" if not isinstance(spilled, _TypedChunks)
-            else f"{spilled.batches.rows} keys typed in {spilled.chunks} chunks while planning "
-            f"({spilled.batches.bytes / 2**20:.1f} MiB on local disk)",
-        )  # fmt: skip
-        if not isinstance(spilled, _TypedChunks):
-            return self.source.typed(found.rows, schema, 1)
-        if spilled.schema != schema:  # never from the round, which reads the source's schema: read the slot again
-            return self.source.read_split(split, schema)
-        return iter(spilled.batches)
-
-    def take_rejects(self) -> list[RejectedRecord]:
-        return []

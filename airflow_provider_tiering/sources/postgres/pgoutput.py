@@ -1,7 +1,9 @@
 """Decode PostgreSQL's built-in ``pgoutput`` logical replication messages (protocol version 1).
 
 The messages come from ``pg_logical_slot_peek_binary_changes`` one per row, in commit order; their layout is
-PostgreSQL's "Logical Replication Message Formats" (chapter 55.9 in the 15 docs). Written by hand: the kept
+PostgreSQL's "Logical Replication Message Formats" (chapter 55.9 in the 15 docs). They are decoded into the
+change-stream kernel's messages (``sources/change_stream/messages.py``): a Begin's position is its commit record's
+LSN, a Commit's end the LSN just past it. Written by hand: the kept
 Python libraries for logical replication (psycopg2's replication connection, and those built on it) stream the
 messages but none decodes them, and the format is small and stable.
 """
@@ -12,88 +14,32 @@ import struct
 from dataclasses import dataclass, field
 from typing import Final
 
+from airflow_provider_tiering.sources.change_stream.messages import (
+    UNCHANGED,
+    Begin,
+    Change,
+    Commit,
+    Message,
+    Origin,
+    Other,
+    Relation,
+    Truncate,
+    Value,
+)
 
-class UnchangedToast:
-    """A column an UPDATE left alone whose value is stored out of line (TOAST): the message does not carry it."""
-
-    _instance: UnchangedToast | None = None
-
-    def __new__(cls) -> UnchangedToast:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNCHANGED_TOAST"
-
-
-UNCHANGED_TOAST: Final = UnchangedToast()
-#: A column's value as a message carries it: its text form, None for NULL, or UNCHANGED_TOAST.
-Value = str | None | UnchangedToast
+#: A column an UPDATE left alone whose value is stored out of line (TOAST): the message does not carry it.
+UNCHANGED_TOAST: Final = UNCHANGED
 
 
 @dataclass(frozen=True)
-class Relation:
-    """A table as the stream describes it before its first change (and again after its definition changed)."""
+class PgRelation(Relation):
+    """A table as the stream describes it before its first change (and again after its definition changed): the
+    kernel's Relation (each column's type id is its ``pg_type.oid``), with what pgoutput says beside it."""
 
-    oid: int
-    namespace: str
-    name: str
-    replica_identity: str
-    columns: tuple[str, ...]
-    key_columns: tuple[str, ...]
-    #: Each column's type id (``pg_type.oid``) when the change after the message was made.
-    type_ids: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Begin:
-    #: The LSN of the transaction's commit record.
-    final_lsn: int
-    xid: int
-
-
-@dataclass(frozen=True)
-class Commit:
-    commit_lsn: int
-    #: The LSN just past the commit record: the position a slot is advanced to once the transaction is applied.
-    end_lsn: int
-
-
-@dataclass(frozen=True)
-class Origin:
-    """The replication origin the transaction's session had set (``pg_replication_origin_session_setup``)."""
-
-    name: str
-
-
-@dataclass(slots=True)  # not frozen: a frozen dataclass is made three times slower, and one is made per change
-class Change:
-    """A row's INSERT ("I"), UPDATE ("U") or DELETE ("D"). ``old`` is the old key (or whole old row, under
-    ``REPLICA IDENTITY FULL``) of a delete, or of an update that changed the key; ``new`` the new row of an
-    insert or update."""
-
-    op: str
-    relation: int
-    new: tuple[Value, ...] | None = None
-    old: tuple[Value, ...] | None = None
-    #: ``old`` is the whole old row ("O", under REPLICA IDENTITY FULL), not only its key columns ("K").
-    old_is_row: bool = False
-
-
-@dataclass(frozen=True)
-class Truncate:
-    relations: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Other:
-    """A message a tiering round has no use for (a type, a logical decoding message)."""
-
-    kind: str
-
-
-Message = Relation | Begin | Commit | Origin | Change | Truncate | Other
+    namespace: str = ""
+    name: str = ""
+    replica_identity: str = ""
+    key_columns: tuple[str, ...] = ()
 
 
 _INT16 = struct.Struct("!h")
@@ -224,7 +170,7 @@ def decode(data: bytes) -> Message:
             columns.append(column)
             if flags & 1:
                 keys.append(column)
-        return Relation(oid, namespace, name, identity, tuple(columns), tuple(keys), tuple(type_ids))
+        return PgRelation(oid, tuple(columns), tuple(type_ids), namespace, name, identity, tuple(keys))
     if kind == "T":
         count = reader.int32()
         reader.int8()  # options (CASCADE, RESTART IDENTITY)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable
-from airflow_provider_tiering.sources.change_stream import RelationColumns
+from airflow_provider_tiering.sources.change_stream.reduce import RelationColumns
 
 #: Columns whose presence in a message is unknown (dropped since the lake's record, or added and dropped since),
 #: past which the candidates are not enumerated (2^n of them): the changes are then read again by key.

@@ -1,11 +1,11 @@
 """The table behind a change stream, as a bulk reader sees it: a PostgreSQL table without a cursor (``table.py``:
-its columns, types and reads), read whole in one snapshot for reads across tiers, and its eviction, walked in key
-order in sessions tagged with the table's replication origin, so the stream skips eviction's deletes."""
+its columns, types and reads), and its eviction, walked in key order in sessions tagged with the table's replication
+origin, so the stream skips eviction's deletes."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
 from datetime import time as dt_time
@@ -14,7 +14,6 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_tiering.core.errors import SourceError
-from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.ports import HeldRows, KeyBatch, KeyValues
 from airflow_provider_tiering.sources.postgres.table import PostgresTable
 
@@ -117,17 +116,3 @@ def key_text(value: Any) -> str:
     if isinstance(value, bytes):
         return "\\x" + value.hex()
     return str(value)
-
-
-class WholeTableReader:
-    """Reads every row of a streamed table in one repeatable-read snapshot (``TiersReader``)."""
-
-    holds_every_row = True
-
-    def __init__(self, table: StreamedTable) -> None:
-        self._table = table
-
-    @contextmanager
-    def rows_after_reader(self) -> Iterator[Callable[[Offsets | None], pa.Table]]:
-        with self._table.rows_after_reader() as read:
-            yield lambda offsets: read(None)  # every row: the offsets (an LSN) bound no column

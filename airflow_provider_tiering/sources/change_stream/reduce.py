@@ -1,22 +1,24 @@
-"""Apply a table's decoded change stream, in commit order, to what a round merges into the lake: per key, the
-row's latest version or its deletion.
+"""Apply one table's change stream (``messages.py``), in commit order, to what a round merges into the lake: per key,
+the row's latest version or its deletion. This is the database-free part of every change stream: a log reader of
+each database feeds it, and its result is typed and written by ``source.py``.
 
-Only transactions whose commit ends in ``(start, end]`` count: a slot re-delivers what the lake may already
-hold (it is advanced after the lake's commit), and the offsets say where the lake stands. Transactions tagged
-with a filtered replication origin (the tiering's own eviction) are skipped whole.
+Only transactions whose commit ends in ``(start, end]`` count: a log is re-read from where the lake stands (a slot is
+advanced, a binlog position kept, only after the lake's commit), so a round that died re-reads what the lake may
+already hold, and the offsets say where the lake stands. Transactions tagged with a filtered origin (the tiering's
+own eviction) are skipped whole.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, TableTruncated
-from airflow_provider_tiering.sources.postgres.pgoutput import (
-    UNCHANGED_TOAST,
+from airflow_provider_tiering.sources.change_stream.messages import (
+    UNCHANGED,
     Begin,
     Change,
     Commit,
@@ -25,10 +27,10 @@ from airflow_provider_tiering.sources.postgres.pgoutput import (
     Relation,
     Truncate,
     Value,
-    format_lsn,
 )
 
-Key = tuple[str | None, ...]
+#: A row's key: its key columns' values as the log carries them.
+Key = tuple[Hashable, ...]
 
 #: A transaction's changes are held until its commit up to this many; a larger one's are applied as they come
 #: (its commit is then known to fall in the window from its Begin message), so memory does not grow with it.
@@ -37,10 +39,11 @@ BUFFERED_CHANGES = 10_000
 
 @dataclass(slots=True)
 class RowVersion:
-    """A key's latest version: its columns' text values. ``fill_from`` names the key whose stored lake row holds
-    the values of ``unchanged`` (TOAST values an update left alone that no earlier change of the round carried).
-    ``read_again``: the change's columns could not be placed (see :class:`RelationColumns`), ``values`` holds the
-    key only, and the key's row is read again from the hot table, as it is when the round reads it."""
+    """A key's latest version: its columns' values as the log carries them. ``fill_from`` names the key whose stored
+    lake row holds the values of ``unchanged`` (values an update left alone and did not carry, PostgreSQL's TOAST
+    values, that no earlier change of the round carried). ``read_again``: the change's columns could not be placed
+    (see :class:`RelationColumns`), ``values`` holds the key only, and the key's row is read again from the hot
+    table, as it is when the round reads it."""
 
     values: dict[str, Value]
     unchanged: tuple[str, ...] = ()
@@ -73,9 +76,10 @@ class ChangeSet:
     updated: int = 0
     deleted: int = 0
     #: The commit end of the last transaction applied or skipped (None: none).
-    last_end_lsn: int | None = None
+    last_end: int | None = None
     transactions: int = 0
-    #: Transactions skipped whole for their origin (eviction's): nothing to apply, but the lake's LSN may pass them.
+    #: Transactions skipped whole for their origin (eviction's): nothing to apply, but the lake's position may pass
+    #: them.
     skipped: int = 0
     #: False when the changes held more keys than were kept in memory and none were spilled, or when the window's
     #: end cut a transaction: ``rows`` is empty, the counts are complete.
@@ -98,21 +102,26 @@ class ChunkSpill(Protocol):
 
 @dataclass(frozen=True)
 class ChangeWindow:
-    """Which of one slot's changes a round applies, and by what: the transactions committed in
-    ``(start_lsn, end_lsn]`` (None: no end), none after the first one ending at or past ``stop_after_lsn``, none of
-    the ``skip_origins`` (eviction's own); rows keyed by ``key``; ``names`` places, for a Relation message, each of
-    its columns among the table's now (by default by its own names); ``read_again``, rows read again by key after
-    the changes."""
+    """Which of one log's changes a round applies, and by what: the transactions committed in ``(start, end]``
+    (None: no end), none after the first one ending at or past ``stop_after`` or holding the ``max_changes``-th
+    applied change, none of the ``skip_origins`` (eviction's own); rows keyed by ``key``; ``names`` places, for a
+    Relation message, each of its columns among the table's now (by default by its own names); ``read_again``, rows
+    read again by key after the changes."""
 
     key: Sequence[str]
-    start_lsn: int
-    end_lsn: int | None
+    start: int
+    end: int | None
     skip_origins: frozenset[str] = frozenset()
     table: str = "the table"
     names: Callable[[Relation], RelationColumns] | None = None
-    stop_after_lsn: int | None = None
+    stop_after: int | None = None
     #: Keys whose rows are read again whatever the stream says of them (after a rewrite it does not carry).
     read_again: tuple[Key, ...] = ()
+    max_changes: int | None = None
+    #: A position as the log's own (an LSN's ``X/Y``, a binlog's ``file:offset``), for messages.
+    describe: Callable[[int], str] = str
+    #: What makes every change carry the key, for the message of a change that does not.
+    key_carried_by: str = "the log must carry the key of every change"
 
 
 def apply_changes(
@@ -122,14 +131,14 @@ def apply_changes(
     keys_in_memory: int | None = None,
     spill: ChunkSpill | None = None,
 ) -> ChangeSet:
-    """Apply ``messages`` (one slot's, in order) in ``window`` to a :class:`ChangeSet`. With ``keys_in_memory``, once
+    """Apply ``messages`` (one log's, in order) in ``window`` to a :class:`ChangeSet`. With ``keys_in_memory``, once
     the rows hold more keys than that they are written to ``spill`` in chunks of that many (``ChangeSet.spilled``);
     without ``spill`` they are dropped (``rows_complete`` is then False): what was read is counted, and its rows are
     read again in chunks (:func:`changes_in_chunks`).
 
     Raises:
         TableTruncated: a transaction in the window truncated the table.
-        ChangeStreamUnavailable: a change does not carry the key columns (the table's replica identity lacks them).
+        ChangeStreamUnavailable: a change does not carry the key columns (``ChangeWindow.key_carried_by``).
     """
     chunked = Chunks(changes_in_chunks(messages, window, keys_per_chunk=keys_in_memory))
     chunks = 0
@@ -183,7 +192,7 @@ def changes_in_chunks(
 ) -> Generator[dict[Key, RowVersion | None], None, ChangeSet]:
     """Apply ``messages`` as :func:`apply_changes` does, yielding the rows in chunks of at most about
     ``keys_per_chunk`` keys (None: one chunk), in order: a key's version in a later chunk supersedes its versions in
-    earlier ones, and an update there whose unchanged TOAST values no change of its own chunk carried names the key
+    earlier ones, and an update there whose unchanged values no change of its own chunk carried names the key
     to take them from (``fill_from``), in the earlier chunks or the lake. A chunk may end inside a transaction.
     Returns the counts (a :class:`ChangeSet` without rows)."""
     reducer = _Reducer(window, keys_per_chunk)
@@ -196,6 +205,8 @@ def changes_in_chunks(
             ready.clear()
         if ends:
             break
+    else:
+        reducer.ended()
     for row_key in window.read_again:  # read as the table is now: later than any change read
         reducer.result.rows[row_key] = RowVersion(dict(zip(window.key, row_key, strict=True)), read_again=True)
         reducer.result.updated += 1
@@ -232,7 +243,7 @@ class _Reducer:
         elif isinstance(message, Begin):
             # The window's bounds are record boundaries (a commit's end, or an insert position read before the
             # flushed one): a transaction commits in it exactly when its commit record starts in it.
-            if self.window.end_lsn is not None and message.final_lsn >= self.window.end_lsn:
+            if self.window.end is not None and message.commit_at >= self.window.end:
                 return True
             self.pending, self.begin, self.origin, self.streaming = [], message, None, False
             self.counted = (self.result.inserted, self.result.updated, self.result.deleted)
@@ -244,28 +255,31 @@ class _Reducer:
             return self._commit(message)
         return False
 
+    def ended(self) -> None:
+        """The messages ended inside a large transaction already applied (a log read cut short): its changes are not
+        counted, and the rows are incomplete."""
+        if self.streaming:
+            self.result.inserted, self.result.updated, self.result.deleted = self.counted
+            self.result.rows_complete = False
+
     def _change(self, message: Change | Truncate) -> None:
         begin = self.begin
         if self.streaming:
-            self._apply(message, begin.final_lsn if begin is not None else 0)
+            self._apply(message, begin.commit_at if begin is not None else 0)
             return
         self.pending.append(message)
         if len(self.pending) < BUFFERED_CHANGES:
             return
-        if (
-            begin is not None
-            and begin.final_lsn >= self.window.start_lsn
-            and self.origin not in self.window.skip_origins
-        ):
+        if begin is not None and begin.commit_at >= self.window.start and self.origin not in self.window.skip_origins:
             self.streaming = True
             for change in self.pending:
-                self._apply(change, begin.final_lsn)
+                self._apply(change, begin.commit_at)
         self.pending = []  # applied; or a transaction the lake holds, or eviction's: nothing of it is applied
 
     def _commit(self, message: Commit) -> bool:
-        result, commit_end = self.result, message.end_lsn
+        result, commit_end = self.result, message.end
         window = self.window
-        if window.end_lsn is not None and commit_end > window.end_lsn:
+        if window.end is not None and commit_end > window.end:
             if self.streaming:
                 # An end that is not a record boundary (a plan's flushed position) fell inside this large
                 # transaction's commit record, and its changes are applied already: they are not counted, and
@@ -273,44 +287,46 @@ class _Reducer:
                 result.inserted, result.updated, result.deleted = self.counted
                 result.rows_complete = False
             return True
-        if commit_end <= window.start_lsn:
+        if commit_end <= window.start:
             return False
         if self.origin in window.skip_origins:
             result.skipped += 1
         else:
             if not self.streaming:
                 for change in self.pending:
-                    self._apply(change, message.commit_lsn)
+                    self._apply(change, message.commit_at)
             result.transactions += 1
         self.pending, self.streaming = [], False
-        result.last_end_lsn = commit_end
-        return window.stop_after_lsn is not None and commit_end >= window.stop_after_lsn
+        result.last_end = commit_end
+        if window.max_changes is not None and result.changes >= window.max_changes:
+            return True
+        return window.stop_after is not None and commit_end >= window.stop_after
 
-    def _apply(self, change: Change | Truncate, commit_lsn: int) -> None:
+    def _apply(self, change: Change | Truncate, commit_at: int) -> None:
         if isinstance(change, Truncate):
             raise TableTruncated(
-                f"{self.window.table} was truncated (transaction committed at {format_lsn(commit_lsn)}): the lake "
-                "still holds its rows, and a truncate says nothing about which of them to remove. Ways out: drop the "
+                f"{self.window.table} was truncated (transaction committed at {self.window.describe(commit_at)}): "
+                "the lake still holds its rows, and a truncate says nothing about which of them to remove. Ways out: "
+                "drop the "
                 "lake table and reset the table (the next round loads it again); or keep the lake's rows as history "
                 "and tier the table as it is now from its start: airflow tiering reset <table> --adopt-hot-table; or "
                 "restore the rows. Nothing after the truncate was tiered"
             )
-        _apply(self.result, change, self.relations[change.relation], self.window.key, self.window.table)
+        _apply(self.result, change, self.relations[change.relation], self.window)
         if self.keys_per_chunk is not None and len(self.result.rows) >= self.keys_per_chunk:
             self.ready.append(self.result.rows)
             self.result.rows = {}
 
 
-def _key_of(values: dict[str, Value], key: Sequence[str], table: str) -> Key:
-    found: list[str | None] = []
-    for column in key:
+def _key_of(values: dict[str, Value], window: ChangeWindow) -> Key:
+    found: list[Hashable] = []
+    for column in window.key:
         value = values.get(column)
-        if value is None or value is UNCHANGED_TOAST:
+        if value is None or value is UNCHANGED:
             raise ChangeStreamUnavailable(
-                f"{table}: a change does not carry key column {column!r}: the table's replica identity must hold "
-                "the merge key (ALTER TABLE ... REPLICA IDENTITY USING INDEX <the key's unique index>, or FULL)"
+                f"{window.table}: a change does not carry key column {column!r}: {window.key_carried_by}"
             )
-        found.append(str(value))
+        found.append(value)
     return tuple(found)
 
 
@@ -318,44 +334,42 @@ def _row(columns: RelationColumns, values: tuple[Value, ...] | None) -> dict[str
     if values is None:
         return None
     if columns.complete:  # the usual case, at C speed (a comprehension was a tenth of decoding)
-        return dict(zip(cast(tuple[str, ...], columns.names), values))  # pgoutput sends a value per column
+        return dict(zip(cast(tuple[str, ...], columns.names), values))  # a change carries a value per column
     return {name: value for name, value in zip(columns.names, values, strict=True) if name is not None}
 
 
-def _apply(result: ChangeSet, change: Change, columns: RelationColumns, key: Sequence[str], table: str) -> None:
+def _apply(result: ChangeSet, change: Change, columns: RelationColumns, window: ChangeWindow) -> None:
     new, old = _row(columns, change.new), _row(columns, change.old)
     if not columns.placed and change.op in ("I", "U") and new is not None:
-        _read_again(result, change, new, old, key, table)
+        _read_again(result, change, new, old, window)
     elif change.op == "I" and new is not None:
-        result.rows[_key_of(new, key, table)] = RowVersion(new)
+        result.rows[_key_of(new, window)] = RowVersion(new)
         result.inserted += 1
     elif change.op == "D" and old is not None:
-        result.rows[_key_of(old, key, table)] = None
+        result.rows[_key_of(old, window)] = None
         result.deleted += 1
     elif change.op == "U" and new is not None:
-        new_key = _key_of(new, key, table)
-        # The old key is sent only when the key changed (or under REPLICA IDENTITY FULL: the whole old row).
-        old_key = new_key if old is None else _key_of(old, key, table)
+        new_key = _key_of(new, window)
+        # The old key comes only when the key changed, or with the whole old row (REPLICA IDENTITY FULL, a binlog).
+        old_key = new_key if old is None else _key_of(old, window)
         before = result.rows.get(old_key) if old_key in result.rows else None
         if old_key != new_key:
             result.rows[old_key] = None
         unchanged = (
-            [column for column, value in new.items() if value is UNCHANGED_TOAST]
-            if UNCHANGED_TOAST in (change.new or ())
-            else []
+            [column for column, value in new.items() if value is UNCHANGED] if UNCHANGED in (change.new or ()) else []
         )
         fill_from: Key | None = None
         if unchanged and before is not None and before.read_again:  # what it left alone is read again too
-            result.rows[new_key] = RowVersion({c: new[c] for c in key}, read_again=True)
+            result.rows[new_key] = RowVersion({c: new[c] for c in window.key}, read_again=True)
             result.updated += 1
             return
         if unchanged and before is not None:  # an earlier change of the round carried them (or left them too)
             new.update({column: before.values.get(column) for column in unchanged})
-            unchanged = [column for column in unchanged if new[column] is UNCHANGED_TOAST]
+            unchanged = [column for column in unchanged if new[column] is UNCHANGED]
             fill_from = before.fill_from
-        elif unchanged and old is not None and change.old_is_row:  # REPLICA IDENTITY FULL: the old row has them
-            new.update({column: old.get(column) for column in unchanged if old.get(column) is not UNCHANGED_TOAST})
-            unchanged = [column for column in unchanged if new[column] is UNCHANGED_TOAST]
+        elif unchanged and old is not None and change.old_is_row:  # the whole old row has them
+            new.update({column: old.get(column) for column in unchanged if old.get(column) is not UNCHANGED})
+            unchanged = [column for column in unchanged if new[column] is UNCHANGED]
         if unchanged and fill_from is None:
             fill_from = old_key
         result.rows[new_key] = RowVersion(new, tuple(unchanged), fill_from)
@@ -363,21 +377,16 @@ def _apply(result: ChangeSet, change: Change, columns: RelationColumns, key: Seq
 
 
 def _read_again(
-    result: ChangeSet,
-    change: Change,
-    new: dict[str, Value],
-    old: dict[str, Value] | None,
-    key: Sequence[str],
-    table: str,
+    result: ChangeSet, change: Change, new: dict[str, Value], old: dict[str, Value] | None, window: ChangeWindow
 ) -> None:
     """An insert or update whose columns could not be placed: its key's row is read again by key (an update of the
     key deletes the old one)."""
-    new_key = _key_of(new, key, table)
+    new_key = _key_of(new, window)
     if change.op == "U" and old is not None:
-        old_key = _key_of(old, key, table)
+        old_key = _key_of(old, window)
         if old_key != new_key:
             result.rows[old_key] = None
-    result.rows[new_key] = RowVersion({c: new[c] for c in key}, read_again=True)
+    result.rows[new_key] = RowVersion({c: new[c] for c in window.key}, read_again=True)
     if change.op == "I":
         result.inserted += 1
     else:

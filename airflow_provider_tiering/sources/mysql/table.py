@@ -1,5 +1,6 @@
-"""MariaDB and MySQL hot store: splits streamed as Arrow by connectorx, small queries through PyMySQL, and a safe
-watermark from ``information_schema.INNODB_TRX``.
+"""A MariaDB or MySQL table, as every reader of it sees it: its connection (PyMySQL for the small queries, connectorx's
+Arrow stream for reads), its columns and their lake types, its identity, and its reads in one snapshot. Read by a
+cursor in ``cursor_source.py``, from its binlog in ``change_stream_source.py``.
 
 Reader, measured on TPC-H lineitem SF 1 (6,001,215 rows) from a local MariaDB 10.11: connectorx's Arrow stream
 830,000 rows/s at 103 MB peak, against PyMySQL (unbuffered cursor into Arrow) 74,000-104,000 rows/s, the
@@ -13,8 +14,6 @@ rounds. connectorx queues batches without bound when the writer is slower: a spl
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime
@@ -24,26 +23,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
-from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import ConnectionNotUsable, SourceError, UnsupportedColumnType
-from airflow_provider_tiering.core.offsets import Offsets, cursor_of
-from airflow_provider_tiering.core.planner import QUANTILE_FRACTIONS, CursorDistribution
-from airflow_provider_tiering.core.ports import LineageDataset, SafeWatermark, VerifyRows
+from airflow_provider_tiering.core.ports import LineageDataset
 from airflow_provider_tiering.core.shape import HotIdentity
-from airflow_provider_tiering.core.source_specs import SqlSourceSpec
-from airflow_provider_tiering.sources.sql import OpenTransaction, SqlSource, cursor_to_json
-from airflow_provider_tiering.sources.sql_table import Bindings, Rows, quote_identifier
+from airflow_provider_tiering.sources.sql_table import Bindings, Rows, SqlTable, TableNaming, quote_identifier
 
 #: Every session reads and compares times in UTC (TIMESTAMP columns are stored in UTC, shown in the session's zone).
 SESSION_TIME_ZONE = "SET time_zone = '+00:00'"
 #: The widest decimal connectorx reads exactly (it reads every decimal as decimal128(38, 10)).
 CONNECTORX_DECIMAL_SCALE = 10
 CONNECTORX_DECIMAL_DIGITS = 28
-#: Above this many rows in a range, quantiles come from a random sample instead of the whole cursor column.
-EXACT_QUANTILE_MAX_ROWS = 2_000_000
-SAMPLE_TARGET_ROWS = 200_000
 #: PyMySQL's error codes for a refused privilege (1227: "you need the PROCESS privilege"; 1142: a table).
-_ACCESS_DENIED = frozenset({1227, 1142, 1044})
+ACCESS_DENIED = frozenset({1227, 1142, 1044})
 
 #: Unsigned types become the next wider signed one: Iceberg's integers are signed.
 _INTEGER_TYPES: dict[tuple[str, bool], pa.DataType] = {
@@ -153,7 +144,7 @@ def _arrow_values(values: Sequence[Any], field: pa.Field[Any]) -> pa.Array[Any]:
     return pa.array(values, kind)
 
 
-def _batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+def rows_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
     columns = list(zip(*rows)) if rows else [() for _ in schema]
     try:
         return pa.RecordBatch.from_arrays([_arrow_values(c, f) for c, f in zip(columns, schema)], schema=schema)
@@ -161,11 +152,11 @@ def _batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch
         raise SourceError(f"cannot convert MariaDB values to {schema}: {exc}") from exc
 
 
-class MySqlSource(SqlSource):
-    """A MariaDB or MySQL table, reached with the fields of a ``mysql`` (or ``mariadb``) connection; the
-    connection's schema is the database unless the spec's ``db_schema`` names another."""
+class MySqlTable(SqlTable):
+    """A MariaDB or MySQL table, reached with the fields of a ``mysql`` (or ``mariadb``) connection; the connection's
+    schema is the database unless the spec's ``db_schema`` names another."""
 
-    def __init__(self, spec: SqlSourceSpec, connection: ConnectionInfo) -> None:
+    def __init__(self, spec: TableNaming, connection: ConnectionInfo) -> None:
         super().__init__(spec)
         database = spec.db_schema or connection.schema
         if not database:
@@ -176,14 +167,21 @@ class MySqlSource(SqlSource):
         self.connection = connection
         self.database = database
         self.display_name = f"mysql table {database}.{spec.table}"
-        self._cursor_sql_type: str | None = None
+        #: Each column's ``information_schema`` data type (filled with the schema).
+        self._data_types: dict[str, str] = {}
         self._primary_key: tuple[str, ...] | None = None
 
     def _begin_round(self) -> None:
         super()._begin_round()
-        self._cursor_sql_type = self._primary_key = None
+        self._data_types, self._primary_key = {}, None
+
+    def data_type(self, column: str) -> str | None:
+        """A column's data type as ``information_schema`` names it (``uuid``, ``inet6``, ``datetime``...)."""
+        self.schema()
+        return self._data_types.get(column)
 
     # -- connections ---------------------------------------------------------------------------
+
     def secrets(self) -> list[str]:
         return self.connection.secrets()
 
@@ -245,6 +243,7 @@ class MySqlSource(SqlSource):
                 raise SourceError(f"{self.display_name}: query failed: {exc}") from exc
 
     # -- schema --------------------------------------------------------------------------------
+
     def _load_schema(self) -> pa.Schema:
         rows = self._query(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, IS_NULLABLE "
@@ -256,8 +255,7 @@ class MySqlSource(SqlSource):
         fields = []
         wanted = self._columns_to_read()
         for name, data_type, column_type, precision, scale, nullable in rows:
-            if name == self.spec.cursor_column:
-                self._cursor_sql_type = str(data_type).lower()
+            self._data_types[str(name)] = str(data_type).lower()
             if wanted is not None and name not in wanted:
                 continue
             try:
@@ -299,129 +297,14 @@ class MySqlSource(SqlSource):
     def _as_text(self, expression: str) -> str:
         return f"CAST({expression} AS CHAR)"
 
-    def _cursor_literal(self, value: Any) -> str:
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise SourceError(f"{self.display_name}: offset {value!r} is not a valid cursor value")
-        if isinstance(value, int):
-            return str(value)
-        import pymysql.converters
-
-        literal = pymysql.converters.escape_string(value)  # MySQL's own escaping (backslashes included)
-        self.schema()
-        sql_type = "DATE" if self._cursor_sql_type == "date" else "DATETIME(6)"
-        return f"CAST('{literal}' AS {sql_type})"
-
-    def _cast_cursor(self, placeholder: str) -> str:
-        self.schema()
-        if self._cursor_sql_type in ("datetime", "timestamp"):
-            return f"CAST({placeholder} AS DATETIME(6))"
-        return placeholder
-
     def select_expression(self, field: pa.Field[Any]) -> str:
         name = self.quote(field.name)
         if pa.types.is_time(field.type):
             return f"CAST(TIME_TO_SEC({name}) * 1000000 AS SIGNED) AS {name}"
         return f"CAST({name} AS CHAR) AS {name}" if _read_as_text(field) else name
 
-    # -- safe watermark ------------------------------------------------------------------------
-    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
-        """Tier only up to a watermark that no open InnoDB transaction can still commit below (see
-        ``SqlSource._watermark_waiting_for_transactions``), and, for timestamp cursors, that is at least
-        ``settle_lag_seconds`` old (times an application assigns itself). Seeing other sessions' transactions in
-        ``information_schema.INNODB_TRX`` needs the PROCESS privilege: without it the round fails rather than risk
-        losing a row committed out of cursor order."""
-        import pymysql
-
-        self.check_cursor_not_null()
-        lower = cursor_of(committed)
-        bindings = self.bindings()
-        predicate = self.range_predicate(lower, None, bindings.bind_cursor)
-        lag = self.settle_lag()
-        if lag:
-            predicate += f" AND {self.cursor_ref} <= NOW(6) - INTERVAL {bindings.bind(float(lag))} SECOND"
-        with self._query_connection() as conn, conn.cursor() as cur:
-            try:
-                cur.execute(
-                    f"SELECT MAX({self.cursor_ref}), NOW(6) FROM {self.table_ref} WHERE {predicate}", bindings.values
-                )
-                high, observed_at = cur.fetchone()
-                if high is None:
-                    return SafeWatermark(end=None, observed=None)
-                # A transaction's NOW() is its start, so one that has not written yet may still insert a smaller
-                # time; an integer cursor's value is taken by the insert, which marks the transaction as writing.
-                writers_only = self._cursor_sql_type not in ("datetime", "timestamp", "date")
-                return self._watermark_waiting_for_transactions(
-                    high,
-                    committed,
-                    candidate,
-                    lambda: self._open_transactions(cur, observed_at, writers_only=writers_only),
-                    method="innodb_trx",
-                )
-            except pymysql.MySQLError as exc:
-                if exc.args and exc.args[0] in _ACCESS_DENIED:
-                    raise SourceError(
-                        f"{self.display_name}: the safe watermark needs to see every open transaction "
-                        f"(information_schema.INNODB_TRX), which this user may not: GRANT PROCESS ON *.* to it. "
-                        f"Without it a row committed below the cursor could be lost; nothing was tiered ({exc})"
-                    ) from exc
-                raise SourceError(f"{self.display_name}: reading the high watermark failed: {exc}") from exc
-
-    @staticmethod
-    def _open_transactions(cur: Any, started_before: datetime, *, writers_only: bool) -> list[OpenTransaction]:
-        """Other sessions' InnoDB transactions open since before the read (those that have modified rows only,
-        with ``writers_only``: a transaction that only read never holds the table back)."""
-        # trx_started has second precision: a transaction started in the same second counts (a wait, never a loss).
-        writing = " AND trx_rows_modified > 0" if writers_only else ""
-        cur.execute(
-            "SELECT trx_id, trx_mysql_thread_id, trx_started, "
-            "TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6)) / 1e6 FROM information_schema.INNODB_TRX "
-            f"WHERE trx_mysql_thread_id <> CONNECTION_ID() AND trx_is_read_only = 0 AND trx_started <= %s{writing}",
-            (started_before,),
-        )
-        return [
-            OpenTransaction((str(trx_id), int(thread)), int(thread), started.replace(tzinfo=UTC), float(age))
-            for trx_id, thread, started, age in cur.fetchall()
-        ]
-
-    # -- planning ------------------------------------------------------------------------------
-    def _distribution(self, lower: Any | None, upper: Any) -> CursorDistribution:
-        """Row count and cursor quantiles in ``(lower, upper]``: exact up to ``EXACT_QUANTILE_MAX_ROWS`` rows (the
-        cursor column streamed by connectorx, sorted in Arrow), from a random sample of about
-        ``SAMPLE_TARGET_ROWS`` beyond (measured on 6M rows: the sample 0.7 s, ROW_NUMBER() over the range 6.5 s)."""
-        import pymysql
-
-        bindings = self.bindings()
-        predicate = self.range_predicate(lower, upper, bindings.bind_cursor)
-        try:
-            with self._query_connection() as conn, conn.cursor() as cur:
-                cur.execute(f"SELECT COUNT(*) FROM {self.table_ref} WHERE {predicate}", bindings.values)
-                rows = int(cur.fetchone()[0])
-                if rows == 0:
-                    return CursorDistribution(lower, upper, 0)
-                if rows > EXACT_QUANTILE_MAX_ROWS:
-                    sampled = self.bindings()
-                    where = self.range_predicate(lower, upper, sampled.bind_cursor)
-                    fraction = sampled.bind(min(1.0, SAMPLE_TARGET_ROWS / rows))
-                    cur.execute(
-                        f"SELECT {self.cursor_ref} FROM {self.table_ref} WHERE {where} AND RAND() < {fraction}",
-                        sampled.values,
-                    )
-                    values = pa.array(sorted(row[0] for row in cur.fetchall()))
-        except pymysql.MySQLError as exc:
-            raise SourceError(f"{self.display_name}: planning the round failed: {exc}") from exc
-        if rows <= EXACT_QUANTILE_MAX_ROWS:
-            literal = self.range_predicate(lower, upper, self._cursor_literal)
-            sql = f"SELECT {self.cursor_ref} FROM {self.table_ref} WHERE {literal}"
-            column = pa.chunked_array([batch.column(0) for batch in self._stream(sql)])
-            values = pc.take(column, pc.sort_indices(column))
-        if len(values) == 0:
-            return CursorDistribution(lower, upper, rows)
-        last = len(values) - 1
-        positions = [min(last, max(0, math.ceil(f * len(values)) - 1)) for f in QUANTILE_FRACTIONS]
-        picked = pc.take(values, pa.array(positions)).to_pylist()
-        return CursorDistribution(lower, upper, rows, [cursor_to_json(v) for v in picked])
-
     # -- reading -------------------------------------------------------------------------------
+
     def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """connectorx's types (the caller casts each batch to ``schema``), TIME columns made times of day."""
         times = [f.name for f in schema if pa.types.is_time(f.type)]
@@ -467,7 +350,7 @@ class MySqlSource(SqlSource):
                 try:
                     cur.execute(sql, tuple(params))
                     while rows := cur.fetchmany(65_536):
-                        yield _batch(rows, schema)
+                        yield rows_batch(rows, schema)
                 except pymysql.MySQLError as exc:
                     raise SourceError(f"{self.display_name}: reading failed: {exc}") from exc
 
@@ -477,6 +360,7 @@ class MySqlSource(SqlSource):
             conn.close()
 
     # -- eviction ------------------------------------------------------------------------------
+
     def _age_before(self, column: str, field: pa.Field[Any], cutoff: datetime, bindings: Bindings) -> str:
         utc = cutoff.astimezone(UTC).replace(tzinfo=None)
         value: date | datetime = utc if pa.types.is_timestamp(field.type) else utc.date()
@@ -492,60 +376,6 @@ class MySqlSource(SqlSource):
             )
             self._primary_key = tuple(str(row[0]) for row in rows)
         return self._primary_key
-
-    def _eviction_key(self) -> tuple[str, ...]:
-        """What an evicted batch is deleted by (InnoDB has no usable row id): the primary key."""
-        key = self.primary_key()
-        if not key:
-            raise SourceError(
-                f"{self.display_name}: eviction deletes rows by primary key, and the table has none; "
-                "add one or turn eviction off (nothing was evicted)"
-            )
-        return key
-
-    def _row_id_sql(self) -> str:
-        return f"JSON_ARRAY({', '.join(self.quote(c) for c in self._eviction_key())}) AS __row_id"
-
-    def _evict_in_transaction(
-        self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
-    ) -> int:
-        import pymysql
-
-        key = self._eviction_key()
-        conn = self._evict_conn or self._connect()
-        try:
-            cur = conn.cursor()
-            try:
-                conn.begin()
-                cur.execute(f"{select_sql} FOR UPDATE", tuple(params))  # locked: what is verified is what is deleted
-                found = list(cur.fetchall())
-            except pymysql.MySQLError as exc:
-                conn.rollback()
-                raise SourceError(f"{self.display_name}: reading rows to evict failed: {exc}") from exc
-            rows = pa.Table.from_batches([_batch([r[1:] for r in found], schema)], schema=schema)
-            try:
-                verify(rows)
-                if found:
-                    keys = [tuple(json.loads(r[0])) for r in found]
-                    placeholders = ", ".join("(" + ", ".join(["%s"] * len(key)) + ")" for _ in keys)
-                    columns = ", ".join(self.quote(c) for c in key)
-                    cur.execute(
-                        f"DELETE FROM {self.table_ref} WHERE ({columns}) IN ({placeholders})",
-                        [value for row_key in keys for value in row_key],
-                    )
-                    if cur.rowcount != len(keys):
-                        raise SourceError(
-                            f"{self.display_name}: an evicted batch matched {cur.rowcount} rows by primary key, "
-                            f"not {len(keys)}; nothing of it was evicted"
-                        )
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.commit()
-            return rows.num_rows
-        finally:
-            if conn is not self._evict_conn:
-                conn.close()
 
     def _eviction_connection(self) -> Any:
         return self._connect()
