@@ -14,8 +14,11 @@ a tiering reader needs to see other sessions in
         reader_url = db.create_user("reader", "pw", ["SELECT ON tiering.*"])
 
 The settings trade durability for speed (``innodb_flush_log_at_trx_commit=0``,
-no doublewrite buffer, no binary log): never point it at data you want to
-keep. Server-side time zone is UTC, the character set utf8mb4, and
+no doublewrite buffer, no binary log unless ``binlog=True``): never point it at
+data you want to keep. With ``binlog=True`` the server writes a row binlog a
+change stream reads (``log_bin``, ``binlog_format=ROW``, ``binlog_row_image``
+and ``binlog_row_metadata`` FULL, server id 1), and the main user may read it
+(``REPLICATION SLAVE`` and ``BINLOG MONITOR``). Server-side time zone is UTC, the character set utf8mb4, and
 ``local_infile`` is on (``LOAD DATA LOCAL INFILE`` with PyMySQL's
 ``local_infile=True``).
 
@@ -73,6 +76,8 @@ DEFAULT_DATABASE = "tiering"
 #: Global privileges of the main user besides ALL on its database: PROCESS shows every
 #: session's transactions in information_schema.INNODB_TRX (without it, only the user's own).
 DEFAULT_GLOBAL_PRIVILEGES: tuple[str, ...] = ("PROCESS",)
+#: What a change stream's user needs besides: reading the binlog, and seeing where it ends.
+BINLOG_PRIVILEGES: tuple[str, ...] = ("REPLICATION SLAVE", "BINLOG MONITOR")
 # Our option file, the only one the server reads (--defaults-file), rewritten
 # on every start (the port may change between starts).
 SETTINGS_FILE = "tiering_test.cnf"
@@ -176,6 +181,7 @@ class MariaDBServer:
         buffer_pool_size: e.g. ``"1G"``; ``None`` uses ``default_buffer_pool_size()``.
         settings: extra or overriding server options, e.g. ``{"sql_mode": ""}``
             (``True`` writes a bare flag, ``None``/``False`` drops an option).
+        binlog: write a row binlog (see the module's description).
         start_timeout: seconds to wait for the server to accept connections, and to stop.
     """
 
@@ -193,12 +199,14 @@ class MariaDBServer:
         buffer_pool_size: str | None = None,
         settings: Mapping[str, object] | None = None,
         start_timeout: int = 60,
+        binlog: bool = False,
     ) -> None:
         self.datadir = Path(datadir).absolute()
         self._user = user
         self._password = password
         self._database = database
-        self._global_privileges = tuple(global_privileges)
+        self._global_privileges = tuple(global_privileges) + (BINLOG_PRIVILEGES if binlog else ())
+        self._binlog = binlog
         self._fixed_port = port
         self._port: int | None = port
         self._buffer_pool_size = buffer_pool_size or default_buffer_pool_size()
@@ -512,6 +520,15 @@ class MariaDBServer:
             "skip_performance_schema": True,
             "log_warnings": 1,
         }
+        if self._binlog:
+            values.update(
+                skip_log_bin=None,
+                log_bin=str(self.datadir / "binlog"),
+                server_id=1,
+                binlog_format="ROW",
+                binlog_row_image="FULL",
+                binlog_row_metadata="FULL",
+            )
         values.update(self._extra_settings)
         return values
 

@@ -1,10 +1,11 @@
 """Offsets, by kind: how far the lake holds a table's hot data. Then comparing them with a value a reader waits for.
 
 Offsets are JSON: the lake keeps them in each tiering snapshot's properties, the state document keeps a copy. A
-SQL table's are a cursor value, a change stream's a WAL position (LSN), a landing zone's a log of the files it
-tiered. The kernel passes them through without looking inside; each source takes its own kind out with
-:func:`cursor_offsets`, :func:`lsn_offsets` or :func:`file_offsets`, which refuse another kind's offsets (a table
-whose spec moved from a cursor to a change stream over a lake that holds cursor offsets) instead of misreading them.
+SQL table's are a cursor value, a change stream's a log position (PostgreSQL's WAL LSN; a binlog's file and offset),
+a landing zone's a log of the files it tiered. The kernel passes them through without looking inside; each source
+takes its own kind out with :func:`cursor_offsets`, :func:`lsn_offsets`, :func:`binlog_offsets` or
+:func:`file_offsets`, which refuse another kind's offsets (a table whose spec moved from a cursor to a change stream
+over a lake that holds cursor offsets) instead of misreading them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ class LsnOffsets(TypedDict):
 
 
 @final
+class BinlogOffsets(TypedDict):
+    """A MariaDB or MySQL change stream's: every transaction committed in the server's binlog up to ``binlog_pos`` of
+    ``binlog_file`` (the end of the last one applied) is in the lake. ``gtid``: the server's GTID position there
+    (MariaDB's ``BINLOG_GTID_POS``), where it has one, for operators; the file and offset are what rounds read from."""
+
+    binlog_file: str
+    binlog_pos: int
+    gtid: NotRequired[str | None]
+
+
+@final
 class FileOffsets(TypedDict):
     """A landing zone's: the ``files`` it tiered (``bytes`` in all) are listed in the log at ``log``, whose content
     hashes to ``sha256``."""
@@ -55,7 +67,7 @@ class FileOffsets(TypedDict):
 
 
 #: How far the lake has a table's hot data (see the module description).
-Offsets: TypeAlias = CursorOffsets | LsnOffsets | FileOffsets
+Offsets: TypeAlias = CursorOffsets | LsnOffsets | BinlogOffsets | FileOffsets
 
 
 @final
@@ -69,7 +81,7 @@ class PendingFiles(TypedDict):
 
 #: How far a round may read (``SafeWatermark.end``, handed back to ``Source.plan``): offsets, or a landing zone's
 #: count of pending files.
-SafeEnd: TypeAlias = CursorOffsets | LsnOffsets | FileOffsets | PendingFiles
+SafeEnd: TypeAlias = CursorOffsets | LsnOffsets | BinlogOffsets | FileOffsets | PendingFiles
 
 
 def _mismatch(offsets: SafeEnd, wanted: str) -> OffsetsKindMismatch:
@@ -108,6 +120,13 @@ def lsn_offsets(offsets: SafeEnd) -> LsnOffsets:
     if "lsn" in offsets:
         return offsets
     raise _mismatch(offsets, "a WAL position")
+
+
+def binlog_offsets(offsets: SafeEnd) -> BinlogOffsets:
+    """``offsets`` as a binlog change stream's (raises :class:`OffsetsKindMismatch` for another kind's)."""
+    if "binlog_file" in offsets:
+        return offsets
+    raise _mismatch(offsets, "a binlog position")
 
 
 def file_offsets(offsets: SafeEnd) -> FileOffsets:

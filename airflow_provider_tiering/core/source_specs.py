@@ -79,7 +79,42 @@ class DatabaseTableSpec(SourceSpecBase):
         return self.columns
 
 
-class SqlSourceSpec(DatabaseTableSpec):
+class DeclaresColumnChanges(DatabaseTableSpec):
+    """A table of a store that keeps no column ids (SQLite, MariaDB, MySQL; PostgreSQL has them): a column gone while
+    another is new could be a rename or a drop and an add, and is refused until the spec declares which."""
+
+    renamed_columns: dict[Identifier, Identifier] | None = Field(
+        default=None,
+        description="former name -> new name of hot columns renamed (SQLite, MariaDB, MySQL: they keep no column ids, "
+        "so a column gone while another is new is refused until declared); the lake renames the column, keeping its "
+        "values",
+    )
+    dropped_columns: tuple[Identifier, ...] | None = Field(
+        default=None,
+        description="former hot columns dropped for good, where a new column appeared at the same time (SQLite, "
+        "MariaDB, MySQL): the new column is then new, NULL for rows tiered before; the dropped one stays in the lake",
+    )
+
+    def declared_column_changes(self) -> DeclaredColumnChanges:
+        return DeclaredColumnChanges(dict(self.renamed_columns or {}), tuple(self.dropped_columns or ()))
+
+    @model_validator(mode="after")
+    def _column_changes_consistent(self) -> DeclaresColumnChanges:
+        renamed = self.renamed_columns or {}
+        same = [old for old, new in renamed.items() if old == new]
+        if same:
+            raise ValueError(f"renamed_columns: {same} renamed to themselves")
+        targets = list(renamed.values())
+        repeated = sorted({name for name in targets if targets.count(name) > 1})
+        if repeated:
+            raise ValueError(f"renamed_columns: several columns renamed to {repeated}")
+        both = sorted(set(renamed) & set(self.dropped_columns or ()))
+        if both:
+            raise ValueError(f"{both} declared both renamed (renamed_columns) and dropped (dropped_columns)")
+        return self
+
+
+class SqlSourceSpec(DeclaresColumnChanges):
     """A table in a SQL hot store (PostgreSQL, SQLite, MariaDB/MySQL: the connection's type says which), read
     incrementally by a cursor column."""
 
@@ -109,16 +144,6 @@ class SqlSourceSpec(DatabaseTableSpec):
         description="every split of a round reads one snapshot of the table (PostgreSQL: an exported snapshot; "
         "SQLite, MariaDB: the round is read as one split); turn off only for a table whose tiered rows never change",
     )
-    renamed_columns: dict[Identifier, Identifier] | None = Field(
-        default=None,
-        description="former name -> new name of hot columns renamed (SQLite, MariaDB: they keep no column ids, so a "
-        "column gone while another is new is refused until declared); the lake renames the column, keeping its values",
-    )
-    dropped_columns: tuple[Identifier, ...] | None = Field(
-        default=None,
-        description="former hot columns dropped for good, where a new column appeared at the same time (SQLite, "
-        "MariaDB): the new column is then new, NULL for rows tiered before; the dropped one stays in the lake",
-    )
     changed_rows_alert: int | None = Field(
         default=None,
         gt=0,
@@ -129,26 +154,8 @@ class SqlSourceSpec(DatabaseTableSpec):
     def cursor(self) -> str | None:
         return self.cursor_column
 
-    def declared_column_changes(self) -> DeclaredColumnChanges:
-        return DeclaredColumnChanges(dict(self.renamed_columns or {}), tuple(self.dropped_columns or ()))
-
     def changed_rows_bound(self) -> int | None:
         return self.changed_rows_alert
-
-    @model_validator(mode="after")
-    def _column_changes_consistent(self) -> SqlSourceSpec:
-        renamed = self.renamed_columns or {}
-        same = [old for old, new in renamed.items() if old == new]
-        if same:
-            raise ValueError(f"renamed_columns: {same} renamed to themselves")
-        targets = list(renamed.values())
-        repeated = sorted({name for name in targets if targets.count(name) > 1})
-        if repeated:
-            raise ValueError(f"renamed_columns: several columns renamed to {repeated}")
-        both = sorted(set(renamed) & set(self.dropped_columns or ()))
-        if both:
-            raise ValueError(f"{both} declared both renamed (renamed_columns) and dropped (dropped_columns)")
-        return self
 
     def describe(self) -> str:
         return f"table {self.db_schema + '.' if self.db_schema else ''}{self.table}"
@@ -160,17 +167,31 @@ class SqlSourceSpec(DatabaseTableSpec):
         return self
 
 
-class PostgresCdcSourceSpec(DatabaseTableSpec):
+class ChangeStreamSpec(DatabaseTableSpec):
+    """A table tiered from its database's change stream: every committed insert, update and delete reaches the lake in
+    commit order, merged by key. The first round loads the table from a snapshot whose log position is known, later
+    rounds apply the changes since the lake's position."""
+
+    supports_eviction: ClassVar[bool] = True
+    supports_merge: ClassVar[bool] = True
+    streams_changes: ClassVar[bool] = True
+
+    keys_in_memory: int = Field(
+        default=100_000,
+        ge=100,
+        description="changed keys a round holds in memory at once: a round with more (a large transaction) is typed "
+        "in chunks of this many as it is read, kept on local disk until written, and the merge keeps each key's "
+        "latest version from the files",
+    )
+
+
+class PostgresCdcSourceSpec(ChangeStreamSpec):
     """A PostgreSQL table tiered from its change stream (logical replication, ``pgoutput``): every committed
     insert, update and delete reaches the lake in commit order. The first round loads the table under the snapshot
     its replication slot was created with, later rounds apply the changes since the lake's LSN.
 
     Needs ``wal_level = logical`` on the server, a role with the REPLICATION attribute that owns the table (to
     create its publication), and a replica identity that holds the key (the primary key, the default)."""
-
-    supports_eviction: ClassVar[bool] = True
-    supports_merge: ClassVar[bool] = True
-    streams_changes: ClassVar[bool] = True
 
     kind: Literal["postgres_cdc"] = Field(description="a PostgreSQL table read through its change stream (CDC)")
     conn_id: str = Field(min_length=1, description="Airflow connection of the hot database (a postgres one)")
@@ -198,13 +219,6 @@ class PostgresCdcSourceSpec(DatabaseTableSpec):
         "always the first one, however large); the rest is the next round's. Unset: only max_rows_per_round bounds "
         "a round (in changes)",
     )
-    keys_in_memory: int = Field(
-        default=100_000,
-        ge=100,
-        description="changed keys a round holds in memory at once: a round with more (a large transaction) is typed "
-        "in chunks of this many as it is read, kept on local disk until written, and the merge keeps each key's "
-        "latest version from the files",
-    )
 
     def describe(self) -> str:
         return f"table {self.db_schema or 'public'}.{self.table} (change stream)"
@@ -221,6 +235,39 @@ class PostgresCdcSourceSpec(DatabaseTableSpec):
 
     def publication(self) -> str:
         return self.publication_name or self.slot()
+
+
+class MySqlCdcSourceSpec(ChangeStreamSpec, DeclaresColumnChanges):
+    """A MariaDB or MySQL table tiered from the server's row binlog (read as a replica reads it, through
+    ``mysql-replication``). The first round loads the table from consistent snapshots whose binlog positions are
+    known, later rounds apply the changes committed since the lake's binlog position.
+
+    Needs on the server ``log_bin``, ``binlog_format = ROW``, ``binlog_row_image = FULL`` and
+    ``binlog_row_metadata = FULL``; a user with ``REPLICATION SLAVE``, ``BINLOG MONITOR`` (MySQL: ``REPLICATION
+    CLIENT``) and SELECT on the table; and a primary key (or a unique key of NOT NULL columns) on the table."""
+
+    kind: Literal["mysql_cdc"] = Field(description="a MariaDB or MySQL table read through its row binlog (CDC)")
+    conn_id: str = Field(min_length=1, description="Airflow connection of the hot database (a mysql or mariadb one)")
+    table: Identifier = Field(description="the hot table")
+    db_schema: Identifier | None = Field(default=None, description="database of the table; the connection's when unset")
+    columns: tuple[Identifier, ...] | None = Field(default=None, description="columns to tier; all when unset")
+    server_id: int = Field(
+        default=0,
+        ge=0,
+        le=2**32 - 1,
+        description="the server id the binlog is read with. 0 (the default) reads as mysqlbinlog does: never "
+        "registered as a replica and never disconnecting one; another id must differ from the server's own and from "
+        "every replica's (checked on each round: a replica with the same id would be disconnected)",
+    )
+    eviction_marker_table: Identifier = Field(
+        default="tiering_evictions",
+        description="eviction's own table in the table's database: each eviction transaction writes its row there "
+        "first, so the binlog carries its deletes to the server's replicas while the stream skips them (created on "
+        "the first eviction; needs CREATE, or create it as docs/mutable-tables.md shows)",
+    )
+
+    def describe(self) -> str:
+        return f"table {self.db_schema + '.' if self.db_schema else ''}{self.table} (binlog)"
 
 
 #: Arrow type names a file source may declare (spelled as ``str(pyarrow type)``), all of which Iceberg can hold.
@@ -362,6 +409,7 @@ class FileSourceSpec(SourceSpecBase):
 SOURCE_SPEC_KINDS: dict[str, type[SourceSpecBase]] = {
     "sql": SqlSourceSpec,
     "postgres_cdc": PostgresCdcSourceSpec,
+    "mysql_cdc": MySqlCdcSourceSpec,
     "files": FileSourceSpec,
 }
 #: The kind of a source spec that names none (specs written before landing zones existed are SQL tables).

@@ -76,6 +76,14 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         extra="mysql",
         requires=("connectorx", "pymysql"),
     ),
+    SourceKind(
+        "mysql change stream",
+        "mysql_cdc",
+        frozenset({"mysql", "mariadb"}),
+        "airflow_provider_tiering.sources.mysql.change_stream_source:MySqlCdcSource",
+        extra="mysql",
+        requires=("connectorx", "pymysql", "pymysqlreplication"),
+    ),
     SourceKind("files", "files", frozenset(), "airflow_provider_tiering.sources.files.source:FileSource"),
 )
 

@@ -391,3 +391,42 @@ def _read_again(
         result.inserted += 1
     else:
         result.updated += 1
+
+
+def versions_before(messages: Iterable[Message], window: ChangeWindow) -> dict[Key, dict[str, Value] | None]:
+    """Each key's version just before its first change in ``window`` (the transactions committed in ``(start,
+    end]``): None when that change inserted it (it was absent), else the change's whole old row. What rolls a read of
+    the table taken at ``end`` back to ``start``: its rows of these keys are replaced by these versions (a first load
+    read in several snapshots, each standing at ``start``). Needs changes that carry whole old rows (a binlog with
+    ``binlog_row_image = FULL``).
+
+    Raises:
+        TableTruncated: a transaction in the window truncated the table.
+        ChangeStreamUnavailable: a change does not carry its whole old row, or its key.
+    """
+    found: dict[Key, dict[str, Value] | None] = {}
+    relations: dict[int, RelationColumns] = {}
+    inside = False
+    for message in messages:
+        if isinstance(message, Relation):
+            names = window.names
+            relations[message.oid] = RelationColumns(message.columns) if names is None else names(message)
+        elif isinstance(message, Begin):
+            if window.end is not None and message.commit_at >= window.end:
+                break
+            inside = message.commit_at >= window.start
+        elif isinstance(message, Truncate) and inside:
+            raise TableTruncated(f"{window.table} was truncated at {window.describe(window.start)} or after it")
+        elif isinstance(message, Change) and inside:
+            columns = relations[message.relation]
+            new, old = _row(columns, message.new), _row(columns, message.old)
+            if message.op == "I" and new is not None:
+                found.setdefault(_key_of(new, window), None)
+                continue
+            if old is None or not message.old_is_row:
+                raise ChangeStreamUnavailable(f"{window.table}: a change does not carry its whole old row")
+            old_key = _key_of(old, window)
+            found.setdefault(old_key, old)
+            if message.op == "U" and new is not None:
+                found.setdefault(_key_of(new, window), None)  # a key changed: the new key was absent before
+    return found

@@ -162,19 +162,6 @@ class MySqlSource(MySqlTable, SqlSource):
 
     # -- eviction ------------------------------------------------------------------------------
 
-    def _eviction_key(self) -> tuple[str, ...]:
-        """What an evicted batch is deleted by (InnoDB has no usable row id): the primary key."""
-        key = self.primary_key()
-        if not key:
-            raise SourceError(
-                f"{self.display_name}: eviction deletes rows by primary key, and the table has none; "
-                "add one or turn eviction off (nothing was evicted)"
-            )
-        return key
-
-    def _row_id_sql(self) -> str:
-        return f"JSON_ARRAY({', '.join(self.quote(c) for c in self._eviction_key())}) AS __row_id"
-
     def _evict_in_transaction(
         self, select_sql: str, params: Sequence[Any], schema: pa.Schema, verify: VerifyRows
     ) -> int:

@@ -305,10 +305,11 @@ class MySqlTable(SqlTable):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _execute_arrow(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """connectorx's types (the caller casts each batch to ``schema``), TIME columns made times of day."""
+    def _execute_arrow(self, sql: str, schema: pa.Schema, setup: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
+        """connectorx's types (the caller casts each batch to ``schema``), TIME columns made times of day; ``setup``:
+        statements the session runs first (see :meth:`_stream`)."""
         times = [f.name for f in schema if pa.types.is_time(f.type)]
-        for batch in self._stream(sql):
+        for batch in self._stream(sql, setup):
             for name in times:
                 try:
                     checked = time_of_day(batch.column(name), name)
@@ -317,13 +318,14 @@ class MySqlTable(SqlTable):
                 batch = batch.set_column(batch.schema.get_field_index(name), name, checked)
             yield batch
 
-    def _stream(self, sql: str) -> Iterator[pa.RecordBatch]:
-        """A query's result streamed as Arrow batches by connectorx, in a UTC session."""
+    def _stream(self, sql: str, setup: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
+        """A query's result streamed as Arrow batches by connectorx, in a UTC session that runs ``setup`` first (a
+        transaction it reads in)."""
         import connectorx
 
         try:
             reader = connectorx.read_sql(
-                self._url(), sql, return_type="arrow_stream", pre_execution_query=SESSION_TIME_ZONE
+                self._url(), sql, return_type="arrow_stream", pre_execution_query=[SESSION_TIME_ZONE, *setup]
             )
             yield from reader
         except BaseException as exc:
@@ -376,6 +378,19 @@ class MySqlTable(SqlTable):
             )
             self._primary_key = tuple(str(row[0]) for row in rows)
         return self._primary_key
+
+    def _eviction_key(self) -> tuple[str, ...]:
+        """What an evicted batch is deleted by (InnoDB has no usable row id): the primary key."""
+        key = self.primary_key()
+        if not key:
+            raise SourceError(
+                f"{self.display_name}: eviction deletes rows by primary key, and the table has none; "
+                "add one or turn eviction off (nothing was evicted)"
+            )
+        return key
+
+    def _row_id_sql(self) -> str:
+        return f"JSON_ARRAY({', '.join(self.quote(c) for c in self._eviction_key())}) AS __row_id"
 
     def _eviction_connection(self) -> Any:
         return self._connect()

@@ -1,0 +1,289 @@
+"""A MariaDB (or MySQL) table tiered from the server's row binlog; the stream's machinery is the kernel's
+(``sources/change_stream/``), this module the binlog's part of it.
+
+The offsets are the binlog position the lake has applied (``{"binlog_file": "binlog.000042", "binlog_pos": 1234,
+"gtid": "0-1-77"}``): every transaction whose group ends at or before it is in the lake. Each round reads the binlog
+from there to where it ended when the round began (``binlog.py``), whole transactions only, and commits the end of
+the last one it applied. The server keeps its binlog by its own rules, not for the lake (there is no slot): a round
+that finds the lake's file purged fails the table loudly, asking for a new load; an idle table's rounds move its
+position along now and then (``ChangePlan.advance``), so that purging files it no longer needs never fails it.
+
+The first load reads the table as it stood at one binlog position, in splits that each take a consistent snapshot
+of their own and roll it back to that position with the binlog (``first_load.py``). Changes are placed by the column
+names their table maps carry (``binlog_row_metadata = FULL``), a name the lake knew by another (a declared rename)
+mapped by the lake's former names; their values are decoded from the row images (``row_images.py``) and typed as the
+cursor source reads them (``binlog_values.py``). Eviction's transactions write the table's row in a marker table
+first (``streamed_table.py``): the stream skips them, the server's replicas apply them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, closing, contextmanager
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.documents import JsonObject
+from airflow_provider_tiering.core.errors import SourceError
+from airflow_provider_tiering.core.offsets import BinlogOffsets, Offsets, SafeEnd, binlog_offsets
+from airflow_provider_tiering.core.ports import KeyedEvictionSource, SafeWatermark
+from airflow_provider_tiering.core.source_specs import MySqlCdcSourceSpec
+from airflow_provider_tiering.sources.change_stream.messages import Message, Relation
+from airflow_provider_tiering.sources.change_stream.plans import ChangePlan, ChangeSplit
+from airflow_provider_tiering.sources.change_stream.reduce import Key, RelationColumns, RowVersion, versions_before
+from airflow_provider_tiering.sources.change_stream.source import ChangeStreamSource, closing_messages
+from airflow_provider_tiering.sources.change_stream.typed_changes import with_change_columns
+from airflow_provider_tiering.sources.mysql import first_load
+from airflow_provider_tiering.sources.mysql.binlog import EVICTION_ORIGIN, BinlogSettings, binlog_messages
+from airflow_provider_tiering.sources.mysql.binlog_positions import BinlogFiles, describe, log_bytes, pack, unpack
+from airflow_provider_tiering.sources.mysql.binlog_server import BinlogEnd, BinlogServer
+from airflow_provider_tiering.sources.mysql.binlog_values import as_stored, column_array
+from airflow_provider_tiering.sources.mysql.streamed_table import MySqlStreamedTable
+
+log = logging.getLogger(__name__)
+
+
+class MySqlCdcSource(ChangeStreamSource):
+    """A MariaDB or MySQL table read through its server's binlog (see the module's docstring)."""
+
+    key_carried_by = "the binlog must carry whole rows (binlog_row_image = FULL)"
+
+    def __init__(self, spec: MySqlCdcSourceSpec, connection: ConnectionInfo) -> None:
+        table = MySqlStreamedTable(spec, connection)
+        super().__init__(spec, connection, table, table.display_name)
+        self.spec = spec
+        self.table: MySqlStreamedTable = table
+        self.settings = BinlogSettings(
+            connection.host or "localhost", connection.port or 3306, connection.login, connection.password,
+            spec.server_id, table.database, spec.table, spec.eviction_marker_table, self.display_name,
+        )  # fmt: skip
+        self.server = BinlogServer(self.display_name, table.database, spec.table, spec.server_id)
+        #: How the server names its binlog files, and where the binlog ended and which files it held when last read.
+        self._files: BinlogFiles | None = None
+        self._end: BinlogEnd | None = None
+        #: The lake's position as this round knows it (for the status).
+        self._lake_at: int | None = None
+
+    def _begin_round(self) -> None:
+        super()._begin_round()
+        self._end, self._lake_at = None, None
+
+    # -- positions: a binlog file and offset -----------------------------------------------------------------
+    def _position(self, offsets: SafeEnd) -> int:
+        found = binlog_offsets(offsets)
+        self._files = self._files or BinlogFiles.of(found["binlog_file"])
+        return pack(found["binlog_file"], int(found["binlog_pos"]))
+
+    def _offsets(self, position: int) -> Offsets:
+        number, offset = unpack(position)
+        file = self._names().name(number)
+        with closing(self.table._connect()) as conn:
+            gtid = self.server.gtid_at(conn, file, offset)
+        found: BinlogOffsets = {"binlog_file": file, "binlog_pos": offset, "gtid": gtid}
+        return found
+
+    def _names(self) -> BinlogFiles:
+        if self._files is None:
+            raise SourceError(f"{self.display_name}: the binlog's file names are not known yet")
+        return self._files
+
+    def describe_position(self, position: int) -> str:
+        return f"binlog {describe(position, self._files)}"
+
+    def _log_bytes(self, start: int, end: int) -> int:
+        return log_bytes(start, end, self._end.sizes if self._end is not None else {})
+
+    # -- the binlog ------------------------------------------------------------------------------------------
+    def _log_session(self) -> AbstractContextManager[Any]:
+        return closing(self.table._connect())
+
+    def _messages(
+        self, session: Any, start: int, end: int | None, budget: int | None
+    ) -> AbstractContextManager[Iterator[Message]]:
+        return closing_messages(binlog_messages(self.settings, start, end, self._names()))
+
+    def _read_end(self, session: Any) -> BinlogEnd:
+        self._end = self.server.end(session)
+        self._files = self._end.files
+        return self._end
+
+    def _log_end(self, session: Any) -> int:
+        return self._read_end(session).position
+
+    def _stream_position(self, session: Any, committed: Offsets) -> int:
+        position = self._position(committed)
+        end = self._read_end(session)
+        self.server.held_from(end, position, describe(position, end.files))
+        self._lake_at = position
+        return position
+
+    def _skipped_origins(self) -> frozenset[str]:
+        return frozenset({EVICTION_ORIGIN})
+
+    def read_again(self, keys: pa.Table) -> bool:
+        return False  # rows differing after a rebuild are not read again by key: the table is loaded again instead
+
+    def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
+        """Every transaction in the binlog is committed: the round may read up to where it ends now. The server is
+        checked first (settings, privileges, key), and the lake's position must still be on it."""
+        with closing(self.table._connect()) as conn:
+            self.server.check(conn, self.table.table_ref, lambda: self.merge_key, self.table.unique_keys)
+            end = self._read_end(conn)
+            if committed is not None and self._stream_position(conn, committed) >= end.position:
+                return SafeWatermark(end=committed, observed=committed)
+        number, offset = unpack(end.position)
+        found: BinlogOffsets = {"binlog_file": end.files.name(number), "binlog_pos": offset}
+        return SafeWatermark(end=found, observed=found)
+
+    def _placement(self) -> Callable[[Relation], RelationColumns]:
+        """By name: a table map names the columns as they were when the change was made; a name the table no longer
+        has is one the lake knew by it (a declared rename), else a column dropped since (its values no longer count)
+        or one the stream cannot place (refused)."""
+        current: set[str] = set()
+
+        def names(relation: Relation) -> RelationColumns:
+            if not current:
+                current.update(self.table.identity().types)
+            return RelationColumns(self._current_names(relation, current))
+
+        return names
+
+    def typed(self, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int) -> Iterator[pa.RecordBatch]:
+        if not rows:
+            return
+        key = self.merge_key
+        at = {column: number for number, column in enumerate(key)}
+        defaults = {f.name: as_stored(self._history.defaults.get(f.name), f.type) for f in schema}
+        columns: list[list[object]] = [[] for _ in schema]
+        deleted: list[bool] = []
+        for row_key, version in rows.items():
+            if version is not None and version.read_again:
+                raise SourceError(f"{self.display_name}: a change's columns could not be placed")
+            deleted.append(version is None)
+            values = None if version is None else version.values
+            for field, column in zip(schema, columns, strict=True):
+                name = field.name
+                if values is None:
+                    column.append(row_key[at[name]] if name in at else None)
+                else:
+                    column.append(values[name] if name in values else defaults[name])
+        arrays = [
+            column_array(values, field, self.table.data_type(field.name), self.display_name)
+            for values, field in zip(columns, schema, strict=True)
+        ]
+        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        yield with_change_columns(pa.RecordBatch.from_arrays(arrays, schema=nullable), deleted, None, chunk)
+
+    # -- the first load --------------------------------------------------------------------------------------
+    def _plan_first_load(self) -> ChangePlan:
+        """A consistent snapshot's binlog position, where the load stands and the stream starts; the table's
+        estimated rows (what its splits are cut by)."""
+        with closing(self.table._connect()) as conn:
+            self.server.check(conn, self.table.table_ref, lambda: self.merge_key, self.table.unique_keys)
+            with conn.cursor() as cur:
+                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+                file, offset = self.server.snapshot_position(conn)
+                cur.execute("COMMIT")
+                cur.execute(
+                    "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (self.table.database, self.spec.table),
+                )
+                found = cur.fetchone()
+            self._read_end(conn)
+        estimate = int(found[0] or 0) if found else 0
+        position = pack(file, offset)
+        return ChangePlan(position, None, max(estimate, 1), load=first_load.SnapshotLoad(position))
+
+    def _cut_first_load(self, plan: ChangePlan, target_rows_per_split: int, parallelism: int) -> list[ChangeSplit]:
+        load = plan.load
+        if not isinstance(load, first_load.SnapshotLoad):
+            raise SourceError(f"{self.display_name}: a first load without its snapshot")
+        # With a server id of its own, one reader at a time: two with one id would disconnect each other.
+        count = 1 if self.spec.server_id else first_load.split_count(plan.changes, target_rows_per_split, parallelism)
+        column, bounds = first_load.key_bounds(self.table, self.merge_key, plan.changes, count)
+        return first_load.cut(first_load.SnapshotLoad(load.position, column, bounds), plan.end)
+
+    def _read_first_load(self, split: ChangeSplit, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        part = split.load
+        if not isinstance(part, first_load.KeyRange):
+            raise SourceError(f"{self.display_name}: a split of the first load without its key range")
+        for batch in first_load.read_range(self.table, part, schema, self._rolled_back(schema)):
+            yield with_change_columns(batch, deleted=None, fill=None)
+
+    def _first_load_keys(self, plan: ChangePlan, splits: Sequence[ChangeSplit]) -> pa.Table:
+        load = plan.load
+        if not isinstance(load, first_load.SnapshotLoad):
+            raise SourceError(f"{self.display_name}: a first load without its snapshot")
+        schema = self.schema()
+        key_schema = pa.schema([schema.field(c) for c in self.merge_key])
+        part = first_load.KeyRange(load.position)
+        batches = list(first_load.read_range(self.table, part, key_schema, self._rolled_back(key_schema)))
+        return pa.Table.from_batches(batches, schema=key_schema)
+
+    def _rolled_back(self, schema: pa.Schema) -> first_load.RollBack:
+        """How a split's rows are rolled back from its snapshot's position to the load's: each key its range holds
+        that the binlog changed in between, and the versions it had before (``reduce.versions_before``)."""
+
+        def roll_back(start: int, snapshot: int, part: first_load.KeyRange) -> tuple[pa.Table, pa.Table]:
+            key = self.merge_key
+            with self._messages(None, start, snapshot, None) as messages:
+                before = versions_before(messages, self._window(start, snapshot))
+            ranged = part.key_column
+            inside = {k: v for k, v in before.items() if ranged is None or part.holds(k[key.index(ranged)])}
+            log.info(
+                "%s: a split's snapshot stood at %s, past the load's %s: %d of its keys rolled back",
+                self.display_name, self.describe_position(snapshot), self.describe_position(start), len(inside),
+            )  # fmt: skip
+            key_schema = pa.schema([schema.field(c).with_nullable(True) for c in key])
+            gone = [b.select(key_schema.names) for b in self.typed(dict.fromkeys(inside), schema, 0)]
+            present = {k: RowVersion(v) for k, v in inside.items() if v is not None}
+            rows = [b.select(schema.names) for b in self.typed(dict(present), schema, 0)]
+            return (
+                pa.Table.from_batches(gone, schema=key_schema) if gone else key_schema.empty_table(),
+                pa.Table.from_batches(rows) if rows else schema.empty_table(),
+            )
+
+        return roll_back
+
+    # -- status, eviction ------------------------------------------------------------------------------------
+    def stream_status(self) -> JsonObject:
+        """The lake's binlog position, and the binlog it still needs (from there to the end, on the server), its
+        backlog (what a capped round left), and how long the server keeps its files."""
+        found: JsonObject = {"server_id": self.spec.server_id}
+        end, lake = self._end, self._lake_at
+        if end is not None:
+            number, offset = unpack(end.position)
+            oldest = min(end.sizes, default=None)
+            found.update(
+                binlog_end=f"{end.files.name(number)}:{offset}",
+                oldest_binlog_file=None if oldest is None else end.files.name(oldest),
+                binlog_files=len(end.sizes),
+            )
+            try:
+                with closing(self.table._connect()) as conn:
+                    found.update(self.server.expiry(conn))
+            except SourceError as exc:
+                log.warning("%s: reading the binlog's expiry failed: %s", self.display_name, exc)
+        if lake is not None:
+            found["position"] = describe(lake, end.files if end is not None else self._files)
+            if end is not None:
+                found["log_needed_bytes"] = log_bytes(lake, end.position, end.sizes)
+        if self._backlog_bytes is not None:
+            found["log_backlog_bytes"] = self._backlog_bytes
+        return found
+
+    def after_commit(self, committed: Offsets) -> int:
+        self._lake_at = self._position(committed)  # the server keeps its binlog by its own rules: nothing to move
+        return 0
+
+    def keyed_evictor(self) -> KeyedEvictionSource:
+        return self
+
+    @contextmanager
+    def evicting(self) -> Iterator[None]:
+        self.table.ensure_marker_table()
+        with self.table.evicting():
+            yield
