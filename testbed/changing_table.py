@@ -1,20 +1,25 @@
-"""A PostgreSQL table changed the way operational tables are, for the change-stream tests: inserts, updates (of
-the key too, and of one key several times), deletes, deletes then re-inserts of one key, and large values stored
-out of line (TOAST) left alone by later updates.
+"""A table changed the way operational tables are, for the change-stream tests: inserts, updates (of the key too,
+and of one key several times), deletes, deletes then re-inserts of one key, and large values (stored out of line in
+PostgreSQL, TOAST) left alone by later updates. ``ChangingTable`` is PostgreSQL's, ``ChangingMariaDBTable``
+MariaDB's (``tags`` a JSON text there, an array in PostgreSQL).
 
-Its sessions commit with ``synchronous_commit = on``: a change stream reads only flushed WAL. The expected lake is
-the table's rows; ``lake_by_key`` reads the lake back with pyiceberg only, and ``files_by_key`` reads the data
+PostgreSQL sessions commit with ``synchronous_commit = on``: a change stream reads only flushed WAL. The expected lake
+is the table's rows; ``lake_by_key`` reads the lake back with pyiceberg only, and ``files_by_key`` reads the data
 files the current snapshot lists with pyarrow's Parquet reader (neither uses code under test).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import string
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
+import pymysql
 from pyiceberg.catalog import load_catalog
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
@@ -23,21 +28,157 @@ from testbed.lake_check import _normal, digest, duckdb_lake_rows, live_file_rows
 COLUMNS = ("id", "name", "amount", "doc", "tags")
 
 
-class ChangingTable:
-    """``id``-keyed rows; ``doc`` is sometimes a value large enough to be stored out of line."""
+class _ChangingRows:
+    """``id``-keyed rows; ``doc`` is sometimes a value large enough to be stored out of line. A database's session
+    fills in how a statement runs, a transaction holds, and names are quoted."""
 
-    def __init__(self, dsn: str, table: str, *, seed: int = 5) -> None:
-        self.dsn = dsn
+    def __init__(self, table: str, *, seed: int = 5) -> None:
         self.table = table
         self.rng = random.Random(seed)
         self.next_id = 1
-        self.conn = self._connect()
         self.counts = {"insert": 0, "update": 0, "key_update": 0, "delete": 0, "reinsert": 0, "toast": 0}
+
+    # -- the database's session ----------------------------------------------------------------------------
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement; its row count."""
+        raise NotImplementedError
+
+    def _select(self, sql: str) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _atomic(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _rolled_back(self) -> BaseException:
+        """What a block of ``_atomic`` raises to roll its transaction back quietly."""
+        raise NotImplementedError
+
+    @property
+    def ref(self) -> str:
+        return f'"{self.table}"'
+
+    def _appended(self, column: str, text: str) -> str:
+        return f"{column} || '{text}'"
+
+    def _tags(self, key: int) -> Any:
+        return [f"t{key % 3}", "x"]
+
+    # -- changes ---------------------------------------------------------------------------------------------
+    def _big(self) -> str:
+        # Incompressible and above the 2 kB TOAST threshold: stored out of line, not inline-compressed.
+        return "".join(self.rng.choices(string.ascii_letters + string.digits, k=6000))
+
+    def insert(self, count: int) -> None:
+        with self._atomic():
+            for _ in range(count):
+                self._insert_one(self.next_id)
+                self.next_id += 1
+
+    def _insert_one(self, key: int) -> None:
+        doc = self._big() if self.rng.random() < 0.2 else f"doc {key}"
+        self._run(
+            f"INSERT INTO {self.ref} VALUES (%s, %s, %s, %s, %s)",
+            (key, f"row {key}", round(self.rng.uniform(0, 1000), 2), doc, self._tags(key)),
+        )
+        self.counts["insert"] += 1
+
+    def keys(self) -> list[int]:
+        return [k for (k,) in self._select(f"SELECT id FROM {self.ref} ORDER BY id")]
+
+    def random_changes(self, operations: int) -> None:
+        """``operations`` changes, a few per transaction, chosen at random."""
+        done = 0
+        while done < operations:
+            with self._atomic():
+                for _ in range(self.rng.randint(1, 4)):
+                    self._one_change()
+                    done += 1
+
+    def transaction(self, changes: int, *, hold: float = 0.0, rollback: bool = False) -> bool:
+        """One transaction of ``changes`` random changes, held open ``hold`` seconds, then committed (or rolled
+        back); ``counts`` take its changes only once it has committed. True when it committed; a broken session
+        raises (its transaction may or may not have committed, and is not counted)."""
+        before = dict(self.counts)
+        try:
+            with self._atomic():
+                for _ in range(changes):
+                    self._one_change()
+                if hold:
+                    time.sleep(hold)
+                if rollback:
+                    raise self._rolled_back()
+        except BaseException:
+            self.counts = before
+            raise
+        if rollback:
+            self.counts = before
+        return not rollback
+
+    def _one_change(self) -> None:
+        keys = self.keys()
+        choice = self.rng.random()
+        t = self.ref
+        if not keys or choice < 0.25:
+            self._insert_one(self.next_id)
+            self.next_id += 1
+            return
+        key = self.rng.choice(keys)
+        if choice < 0.50:  # an update of other columns; the stored-out-of-line doc is left alone
+            self._run(f"UPDATE {t} SET name = {self._appended('name', '+')}, amount = amount + 1 WHERE id = %s", (key,))
+            self.counts["update"] += 1
+        elif choice < 0.58:  # several updates of one key in one transaction
+            for _ in range(3):
+                self._run(f"UPDATE {t} SET amount = coalesce(amount, 0) + 0.5 WHERE id = %s", (key,))
+            self.counts["update"] += 3
+        elif choice < 0.66:
+            self._run(f"UPDATE {t} SET doc = %s WHERE id = %s", (self._big(), key))
+            self.counts["toast"] += 1
+        elif choice < 0.74:  # the key itself changes
+            self._run(
+                f"UPDATE {t} SET id = %s, name = {self._appended('name', '*')} WHERE id = %s", (self.next_id, key)
+            )
+            self.next_id += 1
+            self.counts["key_update"] += 1
+        elif choice < 0.87:
+            self._run(f"DELETE FROM {t} WHERE id = %s", (key,))
+            self.counts["delete"] += 1
+        else:  # deleted and inserted again under the same key
+            # Only if this delete removed it: when another writer changed the key first (deleted it, or deleted and
+            # inserted it again) the delete waits for that commit, then finds no row of its own snapshot to remove,
+            # and an insert would collide with the other writer's row.
+            if self._run(f"DELETE FROM {t} WHERE id = %s", (key,)):
+                self._insert_one(key)
+                self.counts["reinsert"] += 1
+
+    def hot_by_key(self) -> dict[Any, tuple[Any, ...]]:
+        rows = self._select(f"SELECT {', '.join(COLUMNS)} FROM {self.ref}")
+        return {row[0]: tuple(_normal_value(v) for v in row) for row in rows}
+
+
+class ChangingTable(_ChangingRows):
+    """A PostgreSQL table (``tags text[]``), changed on one autocommit psycopg session (``conn``)."""
+
+    def __init__(self, dsn: str, table: str, *, seed: int = 5) -> None:
+        super().__init__(table, seed=seed)
+        self.dsn = dsn
+        self.conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
         conn.execute("SET synchronous_commit = on")
         return conn
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(sql, params).rowcount  # type: ignore[arg-type]  # test SQL
+
+    def _select(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql).fetchall()  # type: ignore[arg-type]  # test SQL
+
+    def _atomic(self) -> AbstractContextManager[None]:
+        return self.conn.transaction()  # type: ignore[return-value]  # yields the transaction, unused
+
+    def _rolled_back(self) -> BaseException:
+        return psycopg.Rollback()
 
     def reconnect(self) -> None:
         """A new session (after a server restart dropped the old one)."""
@@ -51,99 +192,87 @@ class ChangingTable:
         return ConnectionInfo.from_uri(self.dsn)
 
     def create(self) -> None:
-        self.conn.execute(f'DROP TABLE IF EXISTS "{self.table}"')
-        self.conn.execute(
-            f'CREATE TABLE "{self.table}" (id bigint PRIMARY KEY, name text NOT NULL, amount numeric(12,2), '
-            "doc text, tags text[])"
+        self._run(f"DROP TABLE IF EXISTS {self.ref}")
+        self._run(
+            f"CREATE TABLE {self.ref} (id bigint PRIMARY KEY, name text NOT NULL, amount numeric(12,2), doc text, "
+            "tags text[])"
         )
 
-    def _big(self) -> str:
-        # Incompressible and above the 2 kB TOAST threshold: stored out of line, not inline-compressed.
-        return "".join(self.rng.choices(string.ascii_letters + string.digits, k=6000))
 
-    def insert(self, count: int) -> None:
-        with self.conn.transaction():
-            for _ in range(count):
-                self._insert_one(self.next_id)
-                self.next_id += 1
+class _Rollback(Exception):
+    """Rolls a MariaDB transaction of ``ChangingMariaDBTable._atomic`` back."""
 
-    def _insert_one(self, key: int) -> None:
-        doc = self._big() if self.rng.random() < 0.2 else f"doc {key}"
-        self.conn.execute(
-            f'INSERT INTO "{self.table}" VALUES (%s, %s, %s, %s, %s)',
-            (key, f"row {key}", round(self.rng.uniform(0, 1000), 2), doc, [f"t{key % 3}", "x"]),
-        )
-        self.counts["insert"] += 1
 
-    def keys(self) -> list[int]:
-        return [k for (k,) in self.conn.execute(f'SELECT id FROM "{self.table}" ORDER BY id').fetchall()]
+class ChangingMariaDBTable(_ChangingRows):
+    """A MariaDB table (``tags`` a JSON text), changed on one PyMySQL session (``conn``)."""
 
-    def random_changes(self, operations: int) -> None:
-        """``operations`` changes, a few per transaction, chosen at random."""
-        done = 0
-        while done < operations:
-            with self.conn.transaction():
-                for _ in range(self.rng.randint(1, 4)):
-                    self._one_change()
-                    done += 1
+    def __init__(self, url: str, table: str, *, seed: int = 5) -> None:
+        super().__init__(table, seed=seed)
+        self.url = url
+        self.conn = self._connect()
 
-    def transaction(self, changes: int, *, hold: float = 0.0, rollback: bool = False) -> bool:
-        """One transaction of ``changes`` random changes, held open ``hold`` seconds, then committed (or rolled
-        back); ``counts`` take its changes only once it has committed. True when it committed; a broken session
-        raises (its transaction may or may not have committed, and is not counted)."""
-        before = dict(self.counts)
+    def _connect(self) -> Any:
+        info = ConnectionInfo.from_uri(self.url)
+        return pymysql.connect(
+            host=info.host, port=info.port, user=info.login, password=info.password or "", database=info.schema,
+            charset="utf8mb4", autocommit=True, connect_timeout=5,
+        )  # fmt: skip
+
+    @property
+    def ref(self) -> str:
+        return f"`{self.table}`"
+
+    def _appended(self, column: str, text: str) -> str:
+        return f"CONCAT({column}, '{text}')"
+
+    def _tags(self, key: int) -> Any:
+        return json.dumps([f"t{key % 3}", "x"])
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        with self.conn.cursor() as cur:
+            return int(cur.execute(sql, tuple(params)))
+
+    def _select(self, sql: str) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql)
+            return list(cur.fetchall())
+
+    @contextmanager
+    def _atomic(self) -> Iterator[None]:
+        self.conn.begin()
         try:
-            with self.conn.transaction():
-                for _ in range(changes):
-                    self._one_change()
-                if hold:
-                    time.sleep(hold)
-                if rollback:
-                    raise psycopg.Rollback()
-        except BaseException:
-            self.counts = before
-            raise
-        if rollback:
-            self.counts = before
-        return not rollback
-
-    def _one_change(self) -> None:
-        keys = self.keys()
-        choice = self.rng.random()
-        t = f'"{self.table}"'
-        if not keys or choice < 0.25:
-            self._insert_one(self.next_id)
-            self.next_id += 1
+            yield
+        except _Rollback:
+            self.conn.rollback()
             return
-        key = self.rng.choice(keys)
-        if choice < 0.50:  # an update of other columns; the stored-out-of-line doc is left alone
-            self.conn.execute(f"UPDATE {t} SET name = name || '+', amount = amount + 1 WHERE id = %s", (key,))
-            self.counts["update"] += 1
-        elif choice < 0.58:  # several updates of one key in one transaction
-            for _ in range(3):
-                self.conn.execute(f"UPDATE {t} SET amount = coalesce(amount, 0) + 0.5 WHERE id = %s", (key,))
-            self.counts["update"] += 3
-        elif choice < 0.66:
-            self.conn.execute(f"UPDATE {t} SET doc = %s WHERE id = %s", (self._big(), key))
-            self.counts["toast"] += 1
-        elif choice < 0.74:  # the key itself changes
-            self.conn.execute(f"UPDATE {t} SET id = %s, name = name || '*' WHERE id = %s", (self.next_id, key))
-            self.next_id += 1
-            self.counts["key_update"] += 1
-        elif choice < 0.87:
-            self.conn.execute(f"DELETE FROM {t} WHERE id = %s", (key,))
-            self.counts["delete"] += 1
-        else:  # deleted and inserted again under the same key
-            # Only if this delete removed it: when another writer changed the key first (deleted it, or deleted and
-            # inserted it again) the delete waits for that commit, then finds no row of its own snapshot to remove,
-            # and an insert would collide with the other writer's row.
-            if self.conn.execute(f"DELETE FROM {t} WHERE id = %s", (key,)).rowcount:
-                self._insert_one(key)
-                self.counts["reinsert"] += 1
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
 
-    def hot_by_key(self) -> dict[Any, tuple[Any, ...]]:
-        rows = self.conn.execute(f'SELECT {", ".join(COLUMNS)} FROM "{self.table}"').fetchall()
-        return {row[0]: tuple(_normal_value(v) for v in row) for row in rows}
+    def _rolled_back(self) -> BaseException:
+        return _Rollback()
+
+    def reconnect(self) -> None:
+        """A new session (after a server restart dropped the old one)."""
+        self.close()
+        self.conn = self._connect()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except pymysql.MySQLError:  # a session the server already dropped
+            pass
+
+    def connection(self) -> ConnectionInfo:
+        return ConnectionInfo.from_uri(self.url)
+
+    def create(self) -> None:
+        self._run(f"DROP TABLE IF EXISTS {self.ref}")
+        self._run(
+            f"CREATE TABLE {self.ref} (id BIGINT PRIMARY KEY, name VARCHAR(200) NOT NULL, amount DECIMAL(12,2), "
+            "doc LONGTEXT, tags JSON)"
+        )
 
 
 def normal_row(row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -40,11 +40,12 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
 
 @pytest.fixture(scope="session")
 def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
-    """One throw-away MariaDB server for the whole test session (on 127.0.0.1; log in ``<datadir>/mariadbd.log``).
-    Fails, rather than skips, when MariaDB is not installed."""
+    """One throw-away MariaDB server for the whole test session (on 127.0.0.1; log in ``<datadir>/mariadbd.log``),
+    writing a row binlog its main user may read (change streams). Fails, rather than skips, when MariaDB is not
+    installed."""
     datadir = tmp_path_factory.mktemp("mariadb") / "data"
     try:
-        server = MariaDBServer(datadir)
+        server = MariaDBServer(datadir, binlog=True)
     except MariaDBNotInstalledError as exc:
         pytest.fail(str(exc), pytrace=False)
     with server:

@@ -220,8 +220,8 @@ class ChangeStreamSource(Source[ChangePlan, ChangeSplit]):
     #: What makes every change carry the key, for the message of a change that does not.
     key_carried_by = "the log must carry the key of every change"
 
-    def _key_value(self, value: object) -> Hashable:
-        """A key value read from the table as the log carries it (``read_again``)."""
+    def _key_value(self, value: object, kind: pa.DataType) -> Hashable:
+        """A key value of Arrow type ``kind`` read from the table, as the log carries it (``read_again``)."""
         return value
 
     # -- the first load --------------------------------------------------------------------------------------
@@ -305,9 +305,10 @@ class ChangeStreamSource(Source[ChangePlan, ChangeSplit]):
 
     def read_again(self, keys: pa.Table) -> bool:
         """The rows of ``keys`` are read again by key with the round's changes, after them (``ChangeWindow``)."""
-        names = keys.schema.names
+        kinds = [(f.name, f.type) for f in keys.schema]
         self._keys_read_again = tuple(
-            tuple(None if row[c] is None else self._key_value(row[c]) for c in names) for row in keys.to_pylist()
+            tuple(None if row[c] is None else self._key_value(row[c], kind) for c, kind in kinds)
+            for row in keys.to_pylist()
         )
         return True
 

@@ -70,7 +70,7 @@ class BinlogSettings:
             "host": self.host,
             "port": self.port,
             "user": self.user,
-            "passwd": self.password or "",
+            "password": self.password or "",
             "charset": "utf8mb4",
             "connect_timeout": self.connect_timeout,
             "read_timeout": self.read_timeout,

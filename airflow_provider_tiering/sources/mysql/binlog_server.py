@@ -4,7 +4,7 @@ the status a table's round reports. Every statement runs on a PyMySQL connection
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +42,9 @@ class BinlogServer:
     def _fail(self, what: str) -> ChangeStreamUnavailable:
         return ChangeStreamUnavailable(f"{self.display_name}: {what}. Nothing was tiered")
 
-    def check(self, conn: Any, table_ref: str, key: Callable[[], Sequence[str]], keys: Callable[[], Any]) -> None:
-        """Fail with what to change when the server, the user or the table cannot stream the table's changes.
-        ``key`` is the merge key, ``keys`` the table's unique keys (``MySqlStreamedTable.unique_keys``)."""
+    def check(self, conn: Any, table_ref: str) -> None:
+        """Fail with what to change when the server or the user cannot stream the table's changes: its settings, the
+        reader's server id, the user's privileges (replication, binlog monitoring, SELECT on the table)."""
         import pymysql
 
         with conn.cursor() as cur:
@@ -70,8 +70,12 @@ class BinlogServer:
                 cur.execute(f"SELECT 1 FROM {table_ref} LIMIT 0")
             except pymysql.MySQLError as exc:
                 raise self._fail(f"the user may not read the table ({exc}): GRANT SELECT ON {table_ref}") from exc
-        wanted = set(key())
-        if not any(set(columns) <= wanted and not_null for _, columns, not_null in keys()):
+
+    def check_key(self, table_ref: str, key: Sequence[str], keys: Sequence[tuple[str, tuple[str, ...], bool]]) -> None:
+        """Fail unless the table has a primary key, or a unique key of NOT NULL columns, within the merge key
+        ``key`` (``keys``: the table's unique keys, ``MySqlStreamedTable.unique_keys``)."""
+        wanted = set(key)
+        if not any(set(columns) <= wanted and not_null for _, columns, not_null in keys):
             raise self._fail(
                 f"the table has no primary key nor a unique key of NOT NULL columns within the merge key "
                 f"{sorted(wanted)}: the binlog's changes could not be told apart by key. Add one (ALTER TABLE "

@@ -12,6 +12,7 @@ import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -78,3 +79,24 @@ def column_array(values: Sequence[object], field: pa.Field[Any], data_type: str 
             f"{table}: a change's value of column {field.name!r} does not convert to {kind} ({exc}): the column's type "
             "changed under the round; the next round reads it again"
         ) from exc
+
+
+def sql_literal(value: object, kind: pa.DataType) -> str:
+    """A key value in the form ``row_images.py`` decodes it to, as a SQL literal of the column's type (keys read
+    again by key: inlined, as connectorx reads a query without parameters; text escaped by PyMySQL's own escaping)."""
+    import pymysql.converters
+
+    if value is None:
+        return "NULL"
+    if isinstance(value, int) and pa.types.is_date(kind):
+        return f"DATE '{_EPOCH_DAY + timedelta(days=value)}'"
+    if isinstance(value, int) and pa.types.is_timestamp(kind):
+        moment = _EPOCH + timedelta(microseconds=value)
+        if kind.tz is not None:  # a TIMESTAMP: the session's time zone is UTC
+            return f"TIMESTAMP '{moment.isoformat(sep=' ')}'"
+        return f"CAST('{moment.isoformat(sep=' ')}' AS DATETIME(6))"
+    if isinstance(value, bool) or isinstance(value, (int, Decimal, float)):
+        return str(value)
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    return f"'{pymysql.converters.escape_string(str(value))}'"

@@ -19,8 +19,9 @@ first (``streamed_table.py``): the stream skips them, the server's replicas appl
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.offsets import BinlogOffsets, Offsets, SafeEnd, binlog_offsets
 from airflow_provider_tiering.core.ports import KeyedEvictionSource, SafeWatermark
+from airflow_provider_tiering.core.shape import HotIdentity
 from airflow_provider_tiering.core.source_specs import MySqlCdcSourceSpec
 from airflow_provider_tiering.sources.change_stream.messages import Message, Relation
 from airflow_provider_tiering.sources.change_stream.plans import ChangePlan, ChangeSplit
@@ -40,10 +42,13 @@ from airflow_provider_tiering.sources.mysql import first_load
 from airflow_provider_tiering.sources.mysql.binlog import EVICTION_ORIGIN, BinlogSettings, binlog_messages
 from airflow_provider_tiering.sources.mysql.binlog_positions import BinlogFiles, describe, log_bytes, pack, unpack
 from airflow_provider_tiering.sources.mysql.binlog_server import BinlogEnd, BinlogServer
-from airflow_provider_tiering.sources.mysql.binlog_values import as_stored, column_array
+from airflow_provider_tiering.sources.mysql.binlog_values import as_stored, column_array, sql_literal
 from airflow_provider_tiering.sources.mysql.streamed_table import MySqlStreamedTable
 
 log = logging.getLogger(__name__)
+
+#: Keys per query when changed rows are read again by key.
+READ_AGAIN_BATCH = 1_000
 
 
 class MySqlCdcSource(ChangeStreamSource):
@@ -123,14 +128,59 @@ class MySqlCdcSource(ChangeStreamSource):
     def _skipped_origins(self) -> frozenset[str]:
         return frozenset({EVICTION_ORIGIN})
 
-    def read_again(self, keys: pa.Table) -> bool:
-        return False  # rows differing after a rebuild are not read again by key: the table is loaded again instead
+    # -- the table's identity: rebuilt without a change each ---------------------------------------------------
+    def identity(self) -> HotIdentity:
+        """The table's identity (``table.py``), with the binlog's end as its horizon: what the next rounds compare a
+        change of storage against. The server and the user are checked first (its settings, privileges), on every
+        round and every due table's probe."""
+        with closing(self.table._connect()) as conn:
+            self.server.check(conn, self.table.table_ref)  # first: a table the user may not see is no other table
+            end = self.server.end(conn)
+        return replace(self.table.identity(), horizon=describe(end.position, end.files))
+
+    def _key_value(self, value: object, kind: pa.DataType) -> Hashable:
+        return as_stored(value, kind)
+
+    def rows_rewritten(self, horizon: str, tiered: Offsets | None) -> bool | None:
+        """A table whose storage changed (a rebuild: OPTIMIZE, a type changed by ALTER TABLE) may hold values the
+        binlog carries no change of (a narrower VARCHAR or DATETIME cuts its values): MariaDB keeps no write time per
+        row to tell, so the rows are taken for rewritten, compared with the lake's, and those that differ read again
+        by key with the round's changes."""
+        return True
+
+    def _current_rows(self, keys: list[Key], schema: pa.Schema) -> tuple[pa.RecordBatch, set[Key]]:
+        """The table's current rows of ``keys`` (as the binlog decodes them), read as a bulk read reads them, and the
+        keys it no longer has. Read now, they may be newer than the round's end: the next round applies the changes
+        after it again, each a whole row or a delete, so the lake converges on the table."""
+        key = self.merge_key
+        fields = [schema.field(c) for c in key]
+        batches: list[pa.RecordBatch] = []
+        select = ", ".join(self.table.select_expression(f) for f in schema)
+        columns = ", ".join(self.table.quote(c) for c in key)
+        for begin in range(0, len(keys), READ_AGAIN_BATCH):
+            chunk = keys[begin : begin + READ_AGAIN_BATCH]
+            wanted = ", ".join(
+                "(" + ", ".join(sql_literal(v, f.type) for v, f in zip(row_key, fields, strict=True)) + ")"
+                for row_key in chunk
+            )
+            sql = f"SELECT {select} FROM {self.table.table_ref} WHERE ({columns}) IN ({wanted})"
+            batches.extend(self.table.conformed(self.table._execute_arrow(sql, schema), schema))
+        found = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+        held = {
+            tuple(as_stored(v, f.type) for v, f in zip(values, fields, strict=True))
+            for values in zip(*(found.column(c).to_pylist() for c in key), strict=True)
+        }
+        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        rows = found.cast(nullable).combine_chunks().to_batches()
+        log.info("%s: %d changed rows read again by key (%d gone)", self.display_name, len(keys), len(keys) - len(held))
+        return (rows[0] if rows else pa.RecordBatch.from_pylist([], schema=nullable)), set(keys) - held
 
     def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
-        """Every transaction in the binlog is committed: the round may read up to where it ends now. The server is
-        checked first (settings, privileges, key), and the lake's position must still be on it."""
+        """Every transaction in the binlog is committed: the round may read up to where it ends now. The table's key
+        is checked first (the server and the user were with its identity), and the lake's position must still be on
+        the server."""
+        self.server.check_key(self.table.table_ref, self.merge_key, self.table.unique_keys())
         with closing(self.table._connect()) as conn:
-            self.server.check(conn, self.table.table_ref, lambda: self.merge_key, self.table.unique_keys)
             end = self._read_end(conn)
             if committed is not None and self._stream_position(conn, committed) >= end.position:
                 return SafeWatermark(end=committed, observed=committed)
@@ -152,6 +202,11 @@ class MySqlCdcSource(ChangeStreamSource):
         return names
 
     def typed(self, rows: dict[Key, RowVersion | None], schema: pa.Schema, chunk: int) -> Iterator[pa.RecordBatch]:
+        again = [k for k, v in rows.items() if v is not None and v.read_again]
+        if again:
+            found, gone = self._current_rows(again, schema)
+            yield with_change_columns(found, None, None, chunk)
+            rows = {k: None if k in gone else v for k, v in rows.items() if k in gone or not (v and v.read_again)}
         if not rows:
             return
         key = self.merge_key
@@ -160,8 +215,6 @@ class MySqlCdcSource(ChangeStreamSource):
         columns: list[list[object]] = [[] for _ in schema]
         deleted: list[bool] = []
         for row_key, version in rows.items():
-            if version is not None and version.read_again:
-                raise SourceError(f"{self.display_name}: a change's columns could not be placed")
             deleted.append(version is None)
             values = None if version is None else version.values
             for field, column in zip(schema, columns, strict=True):
@@ -181,8 +234,8 @@ class MySqlCdcSource(ChangeStreamSource):
     def _plan_first_load(self) -> ChangePlan:
         """A consistent snapshot's binlog position, where the load stands and the stream starts; the table's
         estimated rows (what its splits are cut by)."""
+        self.server.check_key(self.table.table_ref, self.merge_key, self.table.unique_keys())
         with closing(self.table._connect()) as conn:
-            self.server.check(conn, self.table.table_ref, lambda: self.merge_key, self.table.unique_keys)
             with conn.cursor() as cur:
                 cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
                 file, offset = self.server.snapshot_position(conn)

@@ -148,7 +148,7 @@ class PostgresCdcSource(ChangeStreamSource):
         # The slot is never moved past the lake, so an idle table holds back up to this much WAL.
         return min(super()._idle_advance_bytes(), int(self.spec.max_retained_wal_mb * 1024 * 1024) // 4)
 
-    def _key_value(self, value: object) -> Hashable:
+    def _key_value(self, value: object, kind: pa.DataType) -> Hashable:
         return key_text(value)  # the stream carries a key as its text
 
     # -- the slot's changes --------------------------------------------------------------------
