@@ -5,7 +5,8 @@ MariaDB gives a transaction started ``WITH CONSISTENT SNAPSHOT`` the binlog posi
 (``binlog_snapshot_file`` and ``_position``), but no way to share that snapshot with another connection (PostgreSQL
 exports one). So the plan takes a snapshot only to learn a position P (the load's end offsets, where the stream
 starts), and each split, on Spark or in the task process, opens its own: connectorx runs ``START TRANSACTION WITH
-CONSISTENT SNAPSHOT`` before the split's query, and the query returns the snapshot's position P' >= P with the rows.
+CONSISTENT SNAPSHOT`` before the split's query, and the query returns the snapshot's position P' >= P with the rows
+(a range found empty takes a snapshot of its own on PyMySQL to learn one).
 The split then rolls its rows back from P' to P with the binlog: each key of its range that a transaction committed
 in (P, P'] changed takes its version from before its first such change (its whole old row; absent where that change
 inserted it: ``change_stream/reduce.py: versions_before``). Every split thus reads the table as it stood at P: no
@@ -29,11 +30,11 @@ from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.sources.change_stream.plans import ChangeSplit
 from airflow_provider_tiering.sources.conform import conform_batch
 from airflow_provider_tiering.sources.mysql.binlog_positions import pack
-from airflow_provider_tiering.sources.mysql.table import MySqlTable
+from airflow_provider_tiering.sources.mysql.table import MySqlTable, rows_batch
 
 #: Above this many rows, the key's quantiles come from a random sample of about this many.
 SAMPLE_ROWS = 200_000
-_FILE, _POSITION, _PRESENT = "__tiering_snapshot_file", "__tiering_snapshot_position", "__tiering_present"
+_FILE, _POSITION = "__tiering_snapshot_file", "__tiering_snapshot_position"
 #: What a split's session runs before its query: its own consistent snapshot, and that snapshot's binlog position.
 SNAPSHOT_SETUP = (
     "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
@@ -107,43 +108,73 @@ RollBack = Callable[[int, int, KeyRange], tuple[pa.Table, pa.Table]]
 
 def read_range(table: MySqlTable, part: KeyRange, schema: pa.Schema, roll_back: RollBack) -> Iterator[pa.RecordBatch]:
     """The rows of ``part`` as they stood at its position: read in a consistent snapshot of the split's own, then
-    rolled back from that snapshot's position with ``roll_back``. A snapshot's position comes in every row (a one-row
-    table of it, left-joined with the range's rows: an empty range still tells it)."""
-    key = part.key_column
-    where = []
-    if key is not None and part.low is not None:
-        where.append(f"{table.quote(key)} >= {int(part.low)}")
-    if key is not None and part.high is not None:
-        where.append(f"{table.quote(key)} < {int(part.high)}")
+    rolled back from that snapshot's position with ``roll_back``. The snapshot's position comes with every row; a
+    range its snapshot finds empty takes another snapshot, on PyMySQL, that tells it (and reads the rows that range
+    holds then, few when any)."""
+    where = _range(table, part)
     columns = ", ".join(table.select_expression(f) for f in schema)
     sql = (
-        f"SELECT s.f AS {_FILE}, s.p AS {_POSITION}, t.* FROM "
-        "(SELECT CAST(@__tiering_file AS CHAR) AS f, CAST(@__tiering_position AS UNSIGNED) AS p) s "
-        f"LEFT JOIN (SELECT 1 AS {_PRESENT}, {columns} FROM {table.table_ref} "
-        f"WHERE {' AND '.join(where) or '1 = 1'}) t ON 1 = 1"
+        f"SELECT CAST(@__tiering_file AS CHAR) AS {_FILE}, CAST(@__tiering_position AS UNSIGNED) AS {_POSITION}, "
+        f"{columns} FROM {table.table_ref} WHERE {where}"
     )
     batches = table._execute_arrow(sql, schema, SNAPSHOT_SETUP)
     first = next(batches, None)
     if first is None or first.num_rows == 0:
-        raise SourceError(f"{table.display_name}: the first load's snapshot told no binlog position")
-    file, position = first.column(_FILE)[0].as_py(), first.column(_POSITION)[0].as_py()
-    if file is None or position is None:
-        raise SourceError(
-            f"{table.display_name}: the server told no binlog position of the first load's snapshot (MariaDB's "
-            "binlog_snapshot_file and binlog_snapshot_position)"
-        )
-    at = pack(file.decode() if isinstance(file, bytes) else str(file), int(position))
+        at, first = _empty_range(table, where, schema)
+        batches = iter(())
+    else:
+        at = _position(table, first.column(_FILE)[0].as_py(), first.column(_POSITION)[0].as_py())
     if at < part.position:
         raise SourceError(f"{table.display_name}: a split's snapshot stands before the first load's position")
     gone, restored = roll_back(part.position, at, part) if at > part.position else (None, None)
     for batch in _chain(first, batches):
-        rows = conform_batch(batch.filter(pc.is_valid(batch.column(_PRESENT))).select(schema.names), schema)
+        rows = conform_batch(batch.select(schema.names), schema)
         if gone is not None and gone.num_rows and rows.num_rows:
             rows = rows.filter(pc.invert(_holds_keys(rows, gone)))
         if rows.num_rows:
             yield rows
     if restored is not None and restored.num_rows:
         yield from (conform_batch(b, schema) for b in restored.to_batches())
+
+
+def _range(table: MySqlTable, part: KeyRange) -> str:
+    bounds = []
+    if part.key_column is not None and part.low is not None:
+        bounds.append(f"{table.quote(part.key_column)} >= {int(part.low)}")
+    if part.key_column is not None and part.high is not None:
+        bounds.append(f"{table.quote(part.key_column)} < {int(part.high)}")
+    return " AND ".join(bounds) or "1 = 1"
+
+
+def _position(table: MySqlTable, file: object, position: object) -> int:
+    if file is None or position is None:
+        raise SourceError(
+            f"{table.display_name}: the server told no binlog position of the first load's snapshot (MariaDB's "
+            "binlog_snapshot_file and binlog_snapshot_position)"
+        )
+    return pack(file.decode() if isinstance(file, bytes) else str(file), int(str(position)))
+
+
+def _empty_range(table: MySqlTable, where: str, schema: pa.Schema) -> tuple[int, pa.RecordBatch]:
+    """A range a snapshot found empty: the position of a snapshot of its own, and the range's rows in it."""
+    import pymysql
+
+    conn = table._connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            found = {str(name).lower(): value for name, value in cur.fetchall()}
+            at = _position(table, found.get("binlog_snapshot_file"), found.get("binlog_snapshot_position"))
+            select = ", ".join(table.select_expression(f) for f in schema)
+            cur.execute(f"SELECT {select} FROM {table.table_ref} WHERE {where}")
+            rows = rows_batch(list(cur.fetchall()), schema)
+            cur.execute("COMMIT")
+    except pymysql.MySQLError as exc:
+        raise SourceError(f"{table.display_name}: reading the first load failed: {exc}") from exc
+    finally:
+        conn.close()
+    return at, rows
 
 
 def _holds_keys(rows: pa.RecordBatch, keys: pa.Table) -> pa.Array[Any]:

@@ -6,8 +6,8 @@ Reader, measured on TPC-H lineitem SF 1 (6,001,215 rows) from a local MariaDB 10
 830,000 rows/s at 103 MB peak, against PyMySQL (unbuffered cursor into Arrow) 74,000-104,000 rows/s, the
 ``mariadb`` connector 263,000 rows/s (it also returned a partial result without an error when its connection was
 killed) and mysql-connector 119,000 rows/s. connectorx's own conversions are exact except for decimals (all read as
-``decimal128(38, 10)``: a wider scale is rounded), so decimals that do not fit that are selected as text and cast
-here, exactly; TIMESTAMP values are read in UTC; every batch is cast to the table's types, which raises rather than
+``decimal128(38, 10)`` through a 28-digit decimal: a wider scale is rounded, more than 18 digits before the point fail),
+so decimals that do not fit that are selected as text and cast here, exactly; TIMESTAMP values are read in UTC; every batch is cast to the table's types, which raises rather than
 rounds. connectorx queues batches without bound when the writer is slower: a split's memory is bounded by its size
 (``target_rows_per_split``; about 180 MB for a million lineitem rows).
 """
@@ -30,9 +30,11 @@ from airflow_provider_tiering.sources.sql_table import Bindings, Rows, SqlTable,
 
 #: Every session reads and compares times in UTC (TIMESTAMP columns are stored in UTC, shown in the session's zone).
 SESSION_TIME_ZONE = "SET time_zone = '+00:00'"
-#: The widest decimal connectorx reads exactly (it reads every decimal as decimal128(38, 10)).
+#: The widest decimal connectorx reads exactly (it reads every decimal as decimal128(38, 10)): its scale...
 CONNECTORX_DECIMAL_SCALE = 10
-CONNECTORX_DECIMAL_DIGITS = 28
+#: ... and its digits before the point: 28 significant digits (rust_decimal's 96 bits) held at scale 10, so a value with
+#: more than 18 fails to read ("decimal scale is not equal to expected scale", measured on 10.11).
+CONNECTORX_DECIMAL_DIGITS = 18
 #: PyMySQL's error codes for a refused privilege (1227: "you need the PROCESS privilege"; 1142: a table).
 ACCESS_DENIED = frozenset({1227, 1142, 1044})
 
@@ -126,7 +128,7 @@ def time_of_day(microseconds: pa.Array[Any], column: str) -> pa.Array[Any]:
 
 
 def _read_as_text(field: pa.Field[Any]) -> bool:
-    """A decimal connectorx cannot read exactly (more scale, or more digits, than its decimal128(38, 10))."""
+    """A decimal connectorx cannot read (more scale than its 10, or more digits before the point than 18)."""
     kind = field.type
     return pa.types.is_decimal(kind) and (
         kind.scale > CONNECTORX_DECIMAL_SCALE or kind.precision - kind.scale > CONNECTORX_DECIMAL_DIGITS
