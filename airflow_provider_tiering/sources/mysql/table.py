@@ -2,14 +2,14 @@
 Arrow stream for reads), its columns and their lake types, its identity, and its reads in one snapshot. Read by a
 cursor in ``cursor_source.py``, from its binlog in ``change_stream_source.py``.
 
-Reader, measured on TPC-H lineitem SF 1 (6,001,215 rows) from a local MariaDB 10.11: connectorx's Arrow stream
-830,000 rows/s at 103 MB peak, against PyMySQL (unbuffered cursor into Arrow) 74,000-104,000 rows/s, the
-``mariadb`` connector 263,000 rows/s (it also returned a partial result without an error when its connection was
-killed) and mysql-connector 119,000 rows/s. connectorx's own conversions are exact except for decimals (all read as
-``decimal128(38, 10)`` through a 28-digit decimal: a wider scale is rounded, more than 18 digits before the point fail),
-so decimals that do not fit that are selected as text and cast here, exactly; TIMESTAMP values are read in UTC; every batch is cast to the table's types, which raises rather than
-rounds. connectorx queues batches without bound when the writer is slower: a split's memory is bounded by its size
-(``target_rows_per_split``; about 180 MB for a million lineitem rows).
+Reader, measured on TPC-H lineitem SF 1 (6,001,215 rows) from a local MariaDB 10.11: connectorx's Arrow stream 830,000
+rows/s at 103 MB peak, against PyMySQL (unbuffered cursor into Arrow) 74,000-104,000 rows/s, the ``mariadb`` connector
+263,000 rows/s (it also returned a partial result without an error when its connection was killed) and mysql-connector
+119,000 rows/s. connectorx's own conversions are exact except for decimals (all read as ``decimal128(38, 10)`` through a
+28-digit decimal: a wider scale is rounded, more than 18 digits before the point fail), so decimals that do not fit that
+are selected as text and cast here, exactly; TIMESTAMP values are read in UTC; every batch is cast to the table's types,
+which raises rather than rounds. connectorx queues batches without bound when the writer is slower: a split's memory is
+bounded by its size (``target_rows_per_split``; about 180 MB for a million lineitem rows).
 """
 
 from __future__ import annotations
