@@ -72,7 +72,7 @@ def measure(dsn: str, workdir: Path, rows: int, mode: str) -> dict[str, Any]:
             conn.execute("SET synchronous_commit = on")
             conn.execute(f"UPDATE {table} SET name = upper(name), amount = amount + 1")
         started = time.perf_counter()
-        report = rounds_in_child({"spec": spec_dict, "dsn": dsn, "catalog": catalog, "state_path": str(state)})
+        report = rounds_in_child({"spec": spec_dict, "uri": dsn, "catalog": catalog, "state_path": str(state)})
         seconds = time.perf_counter() - started
     finally:
         drop_change_stream(dsn, spec_dict)

@@ -1,8 +1,9 @@
 """Rounds of a change-stream table in a child process, with its peak memory: ``python -m testbed.change_rounds
-CONFIG_JSON`` runs rounds of ``config["spec"]`` (PostgreSQL ``config["dsn"]``, pyiceberg ``config["catalog"]``, state
-in ``config["state_path"]``) until one finds nothing to tier, and prints ``RESULT {...}``: each round's outcome and
-metrics, and the process's peak resident memory (VmHWM) before the first round, once the changes of the last round
-that wrote any were read and written (before its merge), and after the last round."""
+CONFIG_JSON`` runs rounds of ``config["spec"]`` (the hot database at ``config["uri"]``: a PostgreSQL DSN or a
+``mysql://`` URL; pyiceberg ``config["catalog"]``, state in ``config["state_path"]``) until one finds nothing to
+tier, and prints ``RESULT {...}``: each round's outcome and metrics, and the process's peak resident memory (VmHWM)
+before the first round, once the changes of the last round that wrote any were read and written (before its merge),
+and after the last round."""
 
 from __future__ import annotations
 
@@ -30,18 +31,17 @@ def peak_rss_bytes() -> int:
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
     from airflow_provider_tiering.build import build_writer
+    from airflow_provider_tiering.core.connections import ConnectionInfo
     from airflow_provider_tiering.core.round import run_round
     from airflow_provider_tiering.core.round_result import RoundOutcome
     from airflow_provider_tiering.core.spec import TableSpec
     from airflow_provider_tiering.core.state_store import JsonFileStateStore
     from airflow_provider_tiering.sources.registry import build_source
     from airflow_provider_tiering.spark.session import SparkSettings
-    from testbed.changing_table import ChangingTable
     from testbed.rounds import lake_of
 
     spec = TableSpec.parse(config["spec"])
-    connection = ChangingTable.__new__(ChangingTable)  # only its connection info: no session opened here
-    connection.dsn = config["dsn"]
+    connection = ConnectionInfo.from_uri(config["uri"])
     writer = build_writer(SparkSettings(master="local[1]"), local_single_split=True)
     store = JsonFileStateStore(Path(config["state_path"]))
     rounds: list[dict[str, Any]] = []
@@ -54,7 +54,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
     try:
         for _ in range(int(config.get("max_rounds", 20))):
-            source = build_source(spec.source, connection.connection())
+            source = build_source(spec.source, connection)
             result = run_round(spec, source, lake_of(spec, config["catalog"]), writer, store, observe=observe)
             state = store.load()
             rounds.append(
@@ -62,6 +62,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
                     "outcome": str(result.outcome),
                     "metrics": None if result.metrics is None else asdict(result.metrics),
                     "backlog_wal_bytes": (state.change_stream or {}).get("backlog_wal_bytes"),
+                    "log_backlog_bytes": (state.change_stream or {}).get("log_backlog_bytes"),
                     "peak_rss_bytes": peak_rss_bytes(),
                 }
             )

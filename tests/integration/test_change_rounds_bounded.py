@@ -92,7 +92,7 @@ def test_a_transaction_over_every_row_is_applied_in_chunks_with_the_task_memory_
             hot.conn.execute(f"INSERT INTO \"{name}\" SELECT g, 'after', 1, 'd', NULL FROM generate_series(%s, %s) g",
                              (rows + 1 + step * 5000, rows + (step + 1) * 5000))  # fmt: skip
         reports[mode] = rounds_in_child(
-            {"spec": spec_dict, "dsn": pg_server.dsn, "catalog": catalog_properties, "state_path": str(store_path)}
+            {"spec": spec_dict, "uri": pg_server.dsn, "catalog": catalog_properties, "state_path": str(store_path)}
         )
         assert_lake_equals_hot(hot, catalog_properties, ("it", name))
         hot.close()

@@ -59,7 +59,11 @@ def test_parquet_may_leave_columns_to_the_files():
         ({"csv_delimiter": ";;"}, "source.csv_delimiter", "at most 1 character"),
         ({"on_bad_record": "skip"}, "source.on_bad_record", "'fail' or 'side_table'"),
         ({"path": ""}, "source.path", "at least 1 character"),
-        ({"kind": "kafka"}, "source", "does not match any of the expected tags: 'sql', 'postgres_cdc', 'mysql_cdc', 'files'"),
+        (
+            {"kind": "kafka"},
+            "source",
+            "does not match any of the expected tags: 'sql', 'postgres_cdc', 'mysql_cdc', 'files'",
+        ),
     ],
 )
 def test_invalid_file_source_names_table_and_field(overrides, field, message):
