@@ -145,8 +145,8 @@ class MySqlStreamedTable(MySqlTable):
     def _delete_held(
         self, select: str, params: Sequence[Any], schema: pa.Schema, key: Sequence[str], held: HeldRows
     ) -> tuple[pa.Table, int]:
-        """In one transaction: the marker row first, then the rows of ``select`` locked against change, handed to
-        ``held`` (which rows the lake holds as they are), and exactly those deleted by key."""
+        """In one transaction: the rows of ``select`` locked against change, handed to ``held`` (which rows the lake
+        holds as they are), then the marker row and exactly those rows deleted by key."""
         import pymysql
 
         conn = self._evict_conn or self._connect()
@@ -154,12 +154,6 @@ class MySqlStreamedTable(MySqlTable):
             cur = conn.cursor()
             try:
                 conn.begin()
-                # First in the transaction: the stream knows it for eviction's before it meets any of its deletes.
-                cur.execute(
-                    f"INSERT INTO {self.marker_ref} (table_name, batches, last_evicted_at) VALUES (%s, 1, NOW(6)) "
-                    "ON DUPLICATE KEY UPDATE batches = batches + 1, last_evicted_at = NOW(6)",
-                    (self.spec.table,),
-                )
                 cur.execute(select, tuple(params))
                 found = list(cur.fetchall())
             except pymysql.MySQLError as exc:
@@ -170,6 +164,14 @@ class MySqlStreamedTable(MySqlTable):
             try:
                 chosen = [tuple(r[i] for i in at) for r, keep in zip(found, held(rows), strict=True) if keep]
                 if chosen:
+                    # The transaction's first change in the binlog (the locking read logs nothing): the stream knows
+                    # the transaction for eviction's before it meets any of its deletes. A batch that deletes
+                    # nothing writes nothing, so rounds with nothing to evict leave the binlog alone.
+                    cur.execute(
+                        f"INSERT INTO {self.marker_ref} (table_name, batches, last_evicted_at) VALUES (%s, 1, NOW(6)) "
+                        "ON DUPLICATE KEY UPDATE batches = batches + 1, last_evicted_at = NOW(6)",
+                        (self.spec.table,),
+                    )
                     placeholders = ", ".join("(" + ", ".join(["%s"] * len(key)) + ")" for _ in chosen)
                     columns = ", ".join(self.quote(c) for c in key)
                     cur.execute(
