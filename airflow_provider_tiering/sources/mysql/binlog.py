@@ -253,3 +253,29 @@ def _read_failed(settings: BinlogSettings, exc: Exception, start: int, files: Bi
             "never clashing). Nothing was tiered"
         )
     return SourceError(f"{settings.display_name}: reading the binlog from {where} failed: {exc}")
+
+
+def altering_statements(settings: BinlogSettings, start: int, files: BinlogFiles) -> list[str]:
+    """The ALTER TABLE statements of the table logged after ``start``, in order (what changed its columns without a
+    row event each: an instant ADD's default, a changed default)."""
+    import pymysql
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import QueryEvent
+
+    number, offset = unpack(start)
+    reader = BinLogStreamReader(
+        connection_settings=settings.connection(), server_id=settings.server_id, log_file=files.name(number),
+        log_pos=offset, resume_stream=True, blocking=False, only_events=[QueryEvent], enable_logging=False,
+    )  # fmt: skip
+    found: list[str] = []
+    try:
+        for event in reader:
+            schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
+            query = str(event.query)
+            if effect_on(query, schema, settings.database, settings.table) is Effect.ALTERED:
+                found.append(query)
+    except pymysql.MySQLError as exc:
+        raise _read_failed(settings, exc, start, files) from exc
+    finally:
+        reader.close()
+    return found

@@ -162,3 +162,9 @@ def _renames_the_table(tokens: list[_Token], start: int) -> bool:
         if tokens[at].keyword == "RENAME" and tokens[at + 1].keyword not in ("COLUMN", "INDEX", "KEY", "CONSTRAINT"):
             return True
     return False
+
+
+def names_column(statement: str, column: str) -> bool:
+    """Whether ``statement`` names ``column`` (as an identifier: quoted, or a word; names compare case-insensitively,
+    as MariaDB's column names do)."""
+    return any(token.text.lower() == column.lower() for token in _tokens(statement))

@@ -31,7 +31,7 @@ from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import SourceError
 from airflow_provider_tiering.core.offsets import BinlogOffsets, Offsets, SafeEnd, binlog_offsets
 from airflow_provider_tiering.core.ports import KeyedEvictionSource, SafeWatermark
-from airflow_provider_tiering.core.shape import HotIdentity
+from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity
 from airflow_provider_tiering.core.source_specs import MySqlCdcSourceSpec
 from airflow_provider_tiering.sources.change_stream.messages import Message, Relation
 from airflow_provider_tiering.sources.change_stream.plans import ChangePlan, ChangeSplit
@@ -39,9 +39,15 @@ from airflow_provider_tiering.sources.change_stream.reduce import Key, RelationC
 from airflow_provider_tiering.sources.change_stream.source import ChangeStreamSource, closing_messages
 from airflow_provider_tiering.sources.change_stream.typed_changes import with_change_columns
 from airflow_provider_tiering.sources.mysql import first_load
-from airflow_provider_tiering.sources.mysql.binlog import EVICTION_ORIGIN, BinlogSettings, binlog_messages
+from airflow_provider_tiering.sources.mysql.binlog import (
+    EVICTION_ORIGIN,
+    BinlogSettings,
+    altering_statements,
+    binlog_messages,
+)
 from airflow_provider_tiering.sources.mysql.binlog_positions import BinlogFiles, describe, log_bytes, pack, unpack
 from airflow_provider_tiering.sources.mysql.binlog_server import BinlogEnd, BinlogServer
+from airflow_provider_tiering.sources.mysql.binlog_statements import names_column
 from airflow_provider_tiering.sources.mysql.binlog_values import as_stored, column_array, sql_literal
 from airflow_provider_tiering.sources.mysql.streamed_table import MySqlStreamedTable
 
@@ -137,6 +143,26 @@ class MySqlCdcSource(ChangeStreamSource):
             self.server.check(conn, self.table.table_ref)  # first: a table the user may not see is no other table
             end = self.server.end(conn)
         return replace(self.table.identity(), horizon=describe(end.position, end.files))
+
+    def added_column_values(self, column: str, tiered: Offsets | None, rewritten: bool) -> AddedValues:
+        """What the rows the lake holds hold in a column added since: MariaDB's ADD COLUMN gives every row it finds
+        the column's default (instantly, or by a rebuild), so a constant default is their value, and the rows changed
+        later come with the stream. Where that cannot be relied on (the table was rebuilt since, its default is an
+        expression, a NOT NULL column has none, or another ALTER since names the column: a changed default), every
+        row is looked at instead (``table.py``)."""
+        default, nullable = self.table.column_default(column)
+        constant = default is None or default == "NULL" or default[:1] in ("'", "-") or default[:1].isdigit()
+        if rewritten or not constant or (default is None and not nullable) or tiered is None:
+            return self.table.added_column_values(column, None, rewritten)
+        with closing(self.table._connect()) as conn:
+            self._stream_position(conn, tiered)
+        statements = altering_statements(self.settings, self._position(tiered), self._names())
+        if sum(names_column(statement, column) for statement in statements) != 1:
+            return self.table.added_column_values(column, None, rewritten)
+        if default is None or default == "NULL":
+            return AddedValues(AddedValuesKind.NULL, how="added without a default")
+        value = self.table.default_value(column)
+        return AddedValues(AddedValuesKind.CONSTANT, value, how=f"added with the constant default {default}")
 
     def _key_value(self, value: object, kind: pa.DataType) -> Hashable:
         return as_stored(value, kind)

@@ -80,6 +80,31 @@ class MySqlStreamedTable(MySqlTable):
             batches = [conform_batch(b, schema) for b in run(f"SELECT {select} FROM {self.table_ref}", (), schema)]
         return pa.Table.from_batches(batches, schema=schema)
 
+    def column_default(self, column: str) -> tuple[str | None, bool]:
+        """A column's default as ``information_schema`` prints it (``7``, ``'text'``, ``NULL``, an expression such as
+        ``current_timestamp()``; None: none), and whether the column takes NULL."""
+        rows = self._query(
+            "SELECT COLUMN_DEFAULT, IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND COLUMN_NAME = %s",
+            (self.database, self.spec.table, column),
+        )
+        if not rows:
+            raise SourceError(f"{self.display_name}: column {column!r} not found")
+        default, nullable = rows[0]
+        return (None if default is None else str(default)), nullable == "YES"
+
+    def default_value(self, column: str) -> Any:
+        """A column's constant default, as the lake's type reads it (the server evaluates it: ``DEFAULT(column)``)."""
+        from airflow_provider_tiering.sources.sql_table import first_value
+
+        field = self.schema().field(column)
+        ref = self.quote(column)
+        evaluated = f"SELECT DEFAULT({ref}) AS {ref} FROM {self.table_ref} LIMIT 1"
+        select = f"SELECT {self.select_expression(field)} FROM ({evaluated}) d"
+        with self._snapshot() as run:
+            batches = list(run(select, (), pa.schema([field])))
+        return first_value(batches, field)
+
     def rows_rewritten(self, horizon: str, tiered: object) -> bool | None:
         return None  # MariaDB and MySQL keep no write time per row
 
