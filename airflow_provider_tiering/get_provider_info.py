@@ -87,5 +87,5 @@ def get_provider_info() -> dict[str, Any]:
             },
         },
         # No connection type: the Iceberg catalog is Airflow's Iceberg provider's ``iceberg`` connection (a
-        # dependency), read as its hook reads it (``hooks/tiering.py: catalog_config``).
+        # dependency), read as its hook reads it (``hooks/connections.py: catalog_config``).
     }

@@ -1,6 +1,6 @@
 """A connection's fields as a plain value, so sources are built the same way with or without Airflow.
 
-In Airflow, ``hooks/tiering.py`` turns an Airflow connection into a :class:`ConnectionInfo`; tests, benchmarks and
+In Airflow, ``hooks/connections.py`` turns an Airflow connection into a :class:`ConnectionInfo`; tests, benchmarks and
 scripts write one directly (or parse a URI). Sources read only these fields, and report the secrets among them so
 errors can be masked.
 """

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_provider_tiering.hooks.tiering import catalog_config
+from airflow_provider_tiering.hooks.connections import catalog_config
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

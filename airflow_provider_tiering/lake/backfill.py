@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from airflow_provider_tiering.core.ports import SplitWriter
@@ -24,8 +24,7 @@ from airflow_provider_tiering.lake.rewrite_files import partition_groups, rewrit
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
-
-    from airflow_provider_tiering.lake.iceberg import IcebergLake
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +39,18 @@ def _lacks(entry: DataFile, field_ids: Sequence[int]) -> bool:
     return not counts or any(field_id not in counts for field_id in field_ids)
 
 
-def backfill_defaults(lake: IcebergLake, writer: SplitWriter, *, target_file_bytes: int, table_name: str) -> int:
-    """Rewrite the live files that lack a column whose default is pending backfill; returns how many files it
-    rewrote (0: none lacked it, and the pending backfill is cleared).
+def backfill_defaults(
+    load_table: Callable[[], Table | None], writer: SplitWriter, *, name: str, target_file_bytes: int, table_name: str
+) -> int:
+    """Rewrite the live files of the table ``load_table`` loads fresh (``name``: the Iceberg table's) that lack a
+    column whose default is pending backfill; returns how many files it rewrote (0: none lacked it, and the pending
+    backfill is cleared).
 
     Raises:
         LakeError: the table has delete files (another engine's), which a rewrite would not apply.
         FencedError, CommitConflict: tiering commits kept replacing the files meanwhile (the next round tries again).
     """
-    table = lake.load_table()
+    table = load_table()
     if table is None:
         return 0
     pending = pending_backfill_ids(table.properties)
@@ -61,9 +63,10 @@ def backfill_defaults(lake: IcebergLake, writer: SplitWriter, *, target_file_byt
         return 0
     run = uuid.uuid4().hex[:16]
     _, written, _ = rewrite_files(
-        lake,
+        load_table,
         writer,
         partition_groups(files, target_file_bytes),
+        name=name,
         directory=f"{table.location().rstrip('/')}/data/{BACKFILL_DIR}/{run}",
         target_file_bytes=target_file_bytes,
         table_name=table_name,

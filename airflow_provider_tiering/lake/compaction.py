@@ -68,9 +68,10 @@ def compact(
     deletes_before = len(live_delete_files(table))
     try:
         snapshot_id, written, tries = rewrite_files(
-            lake,
+            lake.load_table,
             writer,
             groups,
+            name=lake.name,
             directory=directory,
             target_file_bytes=target_file_bytes,
             table_name=table_name,

@@ -142,7 +142,9 @@ class IcebergLake:
     def backfill(self, writer: SplitWriter, *, target_file_bytes: int, table_name: str) -> int:
         from airflow_provider_tiering.lake.backfill import backfill_defaults
 
-        rewritten = backfill_defaults(self, writer, target_file_bytes=target_file_bytes, table_name=table_name)
+        rewritten = backfill_defaults(
+            self.load_table, writer, name=self.name, target_file_bytes=target_file_bytes, table_name=table_name
+        )
         self._reload()
         return rewritten
 
@@ -239,7 +241,7 @@ class IcebergLake:
         return write_schema(self.table.schema())
 
     def partitioner(self) -> Partitioner:
-        return Partitioner(self.table.spec(), self.table.schema())
+        return Partitioner.of(self.table)
 
     def location(self) -> str:
         return self.table.location()

@@ -10,13 +10,16 @@ import base64
 import json
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_tiering.core.errors import LakeError
 from airflow_provider_tiering.core.partitions import PartitionField
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 #: Iceberg numbers partition fields from 1000.
 FIRST_PARTITION_FIELD_ID = 1000
@@ -90,6 +93,11 @@ class Partitioner:
         partitioned = bool(spec.fields)
         self.spec = spec if partitioned else None
         self.schema = schema if partitioned else None
+
+    @classmethod
+    def of(cls, table: Table) -> Partitioner:
+        """The partitioner of a loaded table's current spec and schema (what its files are written by)."""
+        return cls(table.spec(), table.schema())
 
     @property
     def is_partitioned(self) -> bool:

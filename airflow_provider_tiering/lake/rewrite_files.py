@@ -10,13 +10,17 @@ committed offsets before and after; if a tiering commit lands first it is commit
 (its files are still valid while every file it replaces is still live), a bounded number of times, or gives up and
 deletes what it wrote. A file's position deletes are applied as it is read, and the delete files that name no live
 file once the rewrite commits are removed in the same snapshot (``lake/row_delta.py``).
+
+It is handed what it needs of the lake table (how to load it fresh, and its name), not the lake facade
+(``lake/iceberg.py``) that calls it through the backfill: the schema, partitioning and storage its files follow are
+read off the pyiceberg table it loads.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +33,10 @@ from airflow_provider_tiering.lake.add_files import data_file
 from airflow_provider_tiering.lake.fenced_commit import committed_snapshot_id, fenced_commit, replace_data_files
 from airflow_provider_tiering.lake.fenced_transaction import fenced_transaction
 from airflow_provider_tiering.lake.live_files import live_data_files, live_delete_files, live_tasks
+from airflow_provider_tiering.lake.partitioner import Partitioner
 from airflow_provider_tiering.lake.position_deletes import DeletedPositions, trim_delete_files, write_position_deletes
 from airflow_provider_tiering.lake.row_delta import commit_row_delta
+from airflow_provider_tiering.lake.schema import write_schema
 from airflow_provider_tiering.lake.tiering_commits import (
     ATTEMPT_PROPERTY,
     END_PROPERTY,
@@ -46,8 +52,6 @@ from airflow_provider_tiering.lake.warehouse import LakeStorage, storage_propert
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
-
-    from airflow_provider_tiering.lake.iceberg import IcebergLake
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +115,11 @@ def partition_groups(files: Sequence[DataFile], target_bytes: int, *, min_files:
 
 
 def rewrite_files(
-    lake: IcebergLake,
+    load_table: Callable[[], Table | None],
     writer: SplitWriter,
     groups: Sequence[Sequence[DataFile]],
     *,
+    name: str,
     directory: str,
     target_file_bytes: int,
     table_name: str,
@@ -124,32 +129,34 @@ def rewrite_files(
     table_properties: Mapping[str, str] | None = None,
     deletes: DeletedPositions | None = None,
 ) -> tuple[int, int, int]:
-    """Rewrite each group of live files into files of ``target_file_bytes`` under ``directory`` (one task per group)
-    and commit them in their place; returns (snapshot id, files written, commit tries). ``table_properties`` are set
-    in the same commit. A failure leaves nothing behind: what was written is deleted. ``deletes``: the delete files
-    the caller read already (a compaction's, measuring its files), which the commit's trim reads again otherwise.
+    """Rewrite each group of live files of the table ``load_table`` loads fresh (``name``: the Iceberg table's) into
+    files of ``target_file_bytes`` under ``directory`` (one task per group) and commit them in their place; returns
+    (snapshot id, files written, commit tries). ``table_properties`` are set in the same commit. A failure leaves
+    nothing behind: what was written is deleted. ``deletes``: the delete files the caller read already (a
+    compaction's, measuring its files), which the commit's trim reads again otherwise.
 
     Raises:
         FencedError, CommitConflict: a rewritten file was replaced meanwhile, or the commit kept losing.
     """
-    table = lake.load_table()
+    table = load_table()
     if table is None:
-        raise LakeError(f"Iceberg table {lake.name} disappeared before its files were rewritten")
+        raise LakeError(f"Iceberg table {name} disappeared before its files were rewritten")
     deletes_of = {task.file.file_path: tuple(task.delete_files) for task in live_tasks(table)}
     splits = [
         RewriteSplit(i, tuple(group), tuple(deletes_of.get(f.file_path, ()) for f in group))
         for i, group in enumerate(groups)
     ]
-    schema = lake.write_schema()
-    storage = lake.lake_storage()
+    schema = write_schema(table.schema())
+    storage = LakeStorage.of(table.io.properties)
     rewritten = [f for group in groups for f in group]
     try:
-        target = WriteTarget(directory, schema, lake.partitioner(), target_file_bytes, dict(storage.properties))
+        target = WriteTarget(directory, schema, Partitioner.of(table), target_file_bytes, dict(storage.properties))
         written = writer.write(LakeFileReader(table), splits, schema, target)
         snapshot_id, tries, carried = commit_rewrite(
-            lake,
+            load_table,
             rewritten,
             written,
+            name=name,
             directory=directory,
             read_deletes={d.file_path for found in deletes_of.values() for d in found},
             table_name=table_name,
@@ -157,7 +164,7 @@ def rewrite_files(
             run=run,
             max_tries=max_tries,
             table_properties=table_properties,
-            deletes=deletes,
+            deletes=deletes or DeletedPositions(table.io),
         )
     except BaseException:
         delete_directory(directory, storage)
@@ -168,10 +175,11 @@ def rewrite_files(
 
 
 def commit_rewrite(
-    lake: IcebergLake,
+    load_table: Callable[[], Table | None],
     rewritten: Sequence[DataFile],
     written: Sequence[WrittenFile],
     *,
+    name: str,
     directory: str,
     read_deletes: set[str] | None = None,
     table_name: str,
@@ -179,17 +187,17 @@ def commit_rewrite(
     run: str,
     max_tries: int,
     table_properties: Mapping[str, str] | None = None,
-    deletes: DeletedPositions | None = None,
+    deletes: DeletedPositions,
 ) -> tuple[int, int, set[str]]:
-    """Commit the rewrite; a tiering commit landing first changes the offsets it must carry: commit again, unless
-    it replaced a rewritten file or added position deletes to one (the rewrite would bring their rows back):
-    ``read_deletes`` are the delete files the rewrite applied. The delete files naming a rewritten file go in the
-    same snapshot, what they delete of other files carried into delete files written under ``directory``; returns
-    (snapshot id, tries, the delete files committed). ``deletes``: delete files read already; each read once over
-    every try (they never change)."""
+    """Commit the rewrite onto the table ``load_table`` loads fresh for each try (``name``: the Iceberg table's); a
+    tiering commit landing first changes the offsets it must carry: commit again, unless it replaced a rewritten
+    file or added position deletes to one (the rewrite would bring their rows back): ``read_deletes`` are the delete
+    files the rewrite applied. The delete files naming a rewritten file go in the same snapshot, what they delete of
+    other files carried into delete files written under ``directory``; returns (snapshot id, tries, the delete files
+    committed). ``deletes``: where the delete files read so far delete; each read once over every try (they never
+    change)."""
     old_paths = {f.file_path for f in rewritten}
     applied = read_deletes or set()
-    read = deletes or DeletedPositions(lake.table.io)
 
     def commit_once(table: Table, try_number: int) -> int:
         commit = latest_tiering_commit(table)
@@ -205,7 +213,7 @@ def commit_rewrite(
             if not old_paths <= {f.file_path for f in live_data_files(refreshed)}:
                 raise FencedError(f"files the {operation} rewrote were replaced or removed meanwhile")
             added = [d for d in live_delete_files(refreshed) if d.file_path not in applied]
-            if any(read.by_file(d).keys() & old_paths for d in added):
+            if any(deletes.by_file(d).keys() & old_paths for d in added):
                 raise FencedError(f"rows of files the {operation} rewrote were deleted meanwhile (a merge round)")
 
         fence(table)
@@ -214,8 +222,9 @@ def commit_rewrite(
             properties.update(tiering_summary(table, commit))
         data_files = [data_file(table, f) for f in written]
         staying = {f.file_path: f for f in live_data_files(table) if f.file_path not in old_paths}
-        trim = trim_delete_files(table.io, live_delete_files(table), staying, read)
-        carried = write_position_deletes(table, trim.carried, f"{directory}/deletes-{try_number}", lake.lake_storage())
+        trim = trim_delete_files(table.io, live_delete_files(table), staying, deletes)
+        storage = LakeStorage.of(table.io.properties)  # this try's: a catalog may vend new credentials per load
+        carried = write_position_deletes(table, trim.carried, f"{directory}/deletes-{try_number}", storage)
         committed_deletes.clear()
         with fenced_transaction(table, fence) as tx:
             if table_properties:
@@ -228,11 +237,11 @@ def commit_rewrite(
             else:
                 replace_data_files(tx, table, rewritten, data_files, properties)
         committed_deletes.update(d.file_path for d in carried)
-        return committed_snapshot_id(lake.load_table(), name=lake.name, what=operation)
+        return committed_snapshot_id(load_table(), name=name, what=operation)
 
     committed_deletes: set[str] = set()
     snapshot_id, tries = fenced_commit(
-        lake.load_table, commit_once, name=lake.name, what=f"{operation} commit", max_tries=max_tries, back_off=False
+        load_table, commit_once, name=name, what=f"{operation} commit", max_tries=max_tries, back_off=False
     )
     return snapshot_id, tries, committed_deletes
 

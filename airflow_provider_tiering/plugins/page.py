@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_tiering.plugins.access import GetUserDep, can_read
-from airflow_provider_tiering.plugins.tiering_plugin import BUNDLE, PAGE_ROUTE, URL_PREFIX
+from airflow_provider_tiering.plugins.addresses import BUNDLE, PAGE_ROUTE, URL_PREFIX
 
 router = APIRouter(include_in_schema=False)
 

@@ -16,11 +16,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-URL_PREFIX = "/tiering"
-#: The page's route in Airflow's UI: ``/plugin/<PAGE_ROUTE>``.
-PAGE_ROUTE = "tiering"
-#: The page's bundle, built from ``plugins/www`` (``npm run build``) into ``plugins/www/dist``.
-BUNDLE = "tiering.js"
+from airflow_provider_tiering.plugins.addresses import BUNDLE, PAGE_ROUTE, URL_PREFIX
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_tiering.core.errors import SparkUnavailable
-from airflow_provider_tiering.spark import class_data_sharing, jvm_output
+from airflow_provider_tiering.spark import cds_archive, jvm_output
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class SparkSettings:
 
 
 #: This process's driver JVM records a class data sharing archive, published when its session stops.
-_recording: class_data_sharing.Archive | None = None
+_recording: cds_archive.Archive | None = None
 
 
 #: How long a standalone master may take to accept a TCP connection before it counts as unreachable.
@@ -135,7 +135,7 @@ def create_spark_session(settings: SparkSettings) -> Any:
         jvm_died = "JAVA_GATEWAY_EXITED" in str(exc)
         if archive.recording is None and not jvm_died:
             raise
-        class_data_sharing.abandon(archive)  # give up the recording, or drop the archive the JVM died on
+        cds_archive.abandon(archive)  # give up the recording, or drop the archive the JVM died on
         if not jvm_died:
             raise
         # The only JVM options we added are the archive's: a JVM that dies on them must not keep rounds from starting.
@@ -158,19 +158,19 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
     return conf
 
 
-def _prepare_class_data_sharing(conf: dict[str, str]) -> class_data_sharing.Archive | None:
+def _prepare_class_data_sharing(conf: dict[str, str]) -> cds_archive.Archive | None:
     from pyspark import SparkContext
 
     # pyspark keeps its JVM gateway in a private class attribute; no public way tells whether the JVM is up.
     if SparkContext._gateway is not None:  # this process's JVM is already up: its options are fixed
         return None
-    return class_data_sharing.prepare(conf)
+    return cds_archive.prepare(conf)
 
 
 def _get_or_create(
     builder: Any,
     conf: dict[str, str],
-    archive: class_data_sharing.Archive | None,
+    archive: cds_archive.Archive | None,
     driver_jvm: dict[str, str] | None,
     *,
     local: bool,
@@ -208,10 +208,10 @@ def stop_spark_session(spark: Any) -> None:
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None)
     if gateway is None or process is None or process.stdin is None:
-        class_data_sharing.abandon(archive)
+        cds_archive.abandon(archive)
         return
     gateway.close()
     process.stdin.close()  # Spark's Python gateway server exits on EOF of its stdin; the JVM writes the archive
     SparkContext._gateway = None
     SparkContext._jvm = None
-    class_data_sharing.publish(archive, process)
+    cds_archive.publish(archive, process)

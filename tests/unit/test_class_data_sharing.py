@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_tiering.spark import class_data_sharing as cds
+from airflow_provider_tiering.spark import cds_archive as cds
 
 JAVA_OPTS = "spark.driver.extraJavaOptions"
 

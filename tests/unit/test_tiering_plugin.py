@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from airflow_provider_tiering.plugins.tiering_plugin import BUNDLE, URL_PREFIX, LazyTieringApp, TieringPlugin
+from airflow_provider_tiering.plugins.addresses import BUNDLE, URL_PREFIX
+from airflow_provider_tiering.plugins.tiering_plugin import LazyTieringApp, TieringPlugin
 
 WWW = Path(__file__).resolve().parents[2] / "airflow_provider_tiering" / "plugins" / "www"
 
