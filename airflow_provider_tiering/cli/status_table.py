@@ -200,20 +200,28 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
             )
         )
     stream = record.get("change_stream")
-    if stream:
+    if stream and stream.get("slot"):  # PostgreSQL's: a slot and the WAL it holds back
         held, bound = stream.get("retained_wal_bytes"), stream.get("max_retained_wal_bytes")
         state = "" if stream.get("exists", True) else " (missing)"
         found.append(("replication slot", f"{stream.get('slot')}{state} at {stream.get('confirmed_flush_lsn') or '-'}"))
         if held is not None:
             over = " — over the bound" if bound is not None and held > bound else ""
             found.append(("retained WAL", f"{size(held)} (bound {size(bound) if bound else '-'}){over}"))
-        if stream.get("backlog_wal_bytes"):  # the last round was capped: what it left for the next ones
-            found.append(
-                (
-                    "backlog",
-                    f"~{count(record.get('backlog_rows'))} changes in {size(stream['backlog_wal_bytes'])} of WAL",
-                )
-            )
+    elif stream:  # a binlog's: the lake's position in it, and how much of it the table still needs
+        found.append(("binlog position", f"{stream.get('position') or '-'} (the server's ends at "
+                                         f"{stream.get('binlog_end') or '-'})"))  # fmt: skip
+        needed, files = stream.get("log_needed_bytes"), stream.get("binlog_files")
+        kept = stream.get("binlog_expire_logs_seconds")
+        found.append((
+            "binlog needed",
+            f"{size(needed) if needed is not None else '-'} from the lake's position; the server holds {files or '-'} "
+            f"files from {stream.get('oldest_binlog_file') or '-'}, kept "
+            f"{duration(kept) if kept else 'until purged by hand'}",
+        ))  # fmt: skip
+    left = None if not stream else stream.get("log_backlog_bytes") or stream.get("backlog_wal_bytes")
+    if stream and left:  # the last round was capped: what it left for the next ones (older records: the WAL's key)
+        log_kind = "WAL" if stream.get("slot") else "binlog"
+        found.append(("backlog", f"~{count(record.get('backlog_rows'))} changes in {size(left)} of {log_kind}"))
     return found
 
 

@@ -45,6 +45,9 @@ class StatusRow:
     backlog_rows: int | None
     backlog_wal_bytes: int | None
     retained_wal_bytes: int | None
+    log_position: str | None
+    log_backlog_bytes: int | None
+    log_needed_bytes: int | None
     recent_error: str | None
     recent_error_time: datetime | None
     as_of: datetime
@@ -94,6 +97,9 @@ def status_row(
         backlog_rows=None if last_round is None else last_round.backlog_rows,
         backlog_wal_bytes=_int_or_none(stream.get("backlog_wal_bytes")),
         retained_wal_bytes=_int_or_none(stream.get("retained_wal_bytes")),
+        log_position=None if stream.get("position") is None else str(stream["position"]),
+        log_backlog_bytes=_int_or_none(stream.get("log_backlog_bytes")),
+        log_needed_bytes=_int_or_none(stream.get("log_needed_bytes")),
         recent_error=state.last_error,
         recent_error_time=state.last_error_time,
         as_of=now,

@@ -88,9 +88,12 @@ class TableStatusRecord(BaseModel):
     )
     change_stream: dict[str, Any] | None = Field(
         default=None,
-        description="A change-stream table's replication slot as its last round saw it: slot, position, "
-        "retained_wal_bytes, max_retained_wal_bytes, backlog_wal_bytes (the WAL a capped round left for the next "
-        "ones; its changes, estimated, are backlog_rows)",
+        description="A change-stream table's log as its last round saw it. Every stream: position (the lake's, as "
+        "the database writes it), log_needed_bytes (the log the server keeps that the table still needs: a slot's "
+        "retained WAL, or the binlog from the lake's position to its end), log_backlog_bytes (what a capped round left "
+        "for the next ones; its changes, estimated, are backlog_rows). PostgreSQL: slot, confirmed_flush_lsn, "
+        "retained_wal_bytes, max_retained_wal_bytes, backlog_wal_bytes. MariaDB/MySQL: binlog_end, "
+        "oldest_binlog_file, binlog_files, binlog_expire_logs_seconds, server_id",
     )
     in_place_changes: dict[str, Any] | None = Field(
         default=None,

@@ -118,11 +118,15 @@ class PostgresCdcSource(ChangeStreamSource):
         self.replication.check_server(conn, lambda: self.schema().names, lambda: self.merge_key)
 
     def stream_status(self) -> JsonObject:
+        """The slot as the server shows it, and what every stream's status tells (``position``, ``log_needed_bytes``:
+        the WAL the slot holds back, ``log_backlog_bytes``)."""
         found = self.replication.status().to_json()
         found["publication"] = self.replication.publication
         found["max_retained_wal_bytes"] = int(self.spec.max_retained_wal_mb * 1024 * 1024)
+        found["position"] = found.get("confirmed_flush_lsn")
+        found["log_needed_bytes"] = found.get("retained_wal_bytes")
         if self._backlog_bytes is not None:  # a round that failed before planning does not know it
-            found["backlog_wal_bytes"] = self._backlog_bytes
+            found["backlog_wal_bytes"] = found["log_backlog_bytes"] = self._backlog_bytes
         return found
 
     # -- positions: the WAL's LSN ----------------------------------------------------------------

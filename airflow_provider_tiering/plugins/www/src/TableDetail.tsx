@@ -107,7 +107,17 @@ function modeFacts(t: TieredTable): Fact[] {
     ]);
   }
   const s = t.change_stream;
-  if (s) {
+  if (s && !s.slot) {
+    found.push(["Binlog position", `${s.position || DASH} (the server's ends at ${s.binlog_end || DASH})`]);
+    found.push([
+      "Binlog needed",
+      <span id="binlog-needed">
+        {`${s.log_needed_bytes === null || s.log_needed_bytes === undefined ? DASH : fmtBytes(s.log_needed_bytes)} ` +
+          `from the lake's position; the server holds ${s.binlog_files ?? DASH} files from ${s.oldest_binlog_file || DASH}`}
+      </span>,
+    ]);
+  }
+  if (s && s.slot) {
     found.push(["Replication slot", `${s.slot}${s.exists === false ? " (missing)" : ""} at ${s.confirmed_flush_lsn || DASH}`]);
     if (s.retained_wal_bytes !== null && s.retained_wal_bytes !== undefined) {
       const over = Boolean(s.max_retained_wal_bytes && s.retained_wal_bytes > s.max_retained_wal_bytes);

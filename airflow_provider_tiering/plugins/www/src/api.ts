@@ -26,11 +26,20 @@ export interface Maintenance {
 }
 
 export interface ChangeStream {
-  slot: string;
+  /** Every stream's: the lake's position in the log, the log the table still needs, what a capped round left. */
+  position?: string | null;
+  log_needed_bytes?: number | null;
+  log_backlog_bytes?: number | null;
+  /** PostgreSQL's slot. */
+  slot?: string | null;
   exists?: boolean | null;
   confirmed_flush_lsn?: string | null;
   retained_wal_bytes?: number | null;
   max_retained_wal_bytes?: number | null;
+  /** A MariaDB or MySQL binlog's. */
+  binlog_end?: string | null;
+  oldest_binlog_file?: string | null;
+  binlog_files?: number | null;
 }
 
 export interface InPlaceChanges {
