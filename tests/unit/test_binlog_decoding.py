@@ -90,6 +90,40 @@ def test_strings_enums_sets_and_bits_decode_as_a_select_prints_them() -> None:
         RowImages([column(t.JSON, length_size=4)], "t")
 
 
+def test_a_row_decodes_alike_with_and_without_nulls_between_its_values() -> None:
+    # Neighbouring numbers (read together when no column is NULL), a decimal, a date, strings of each length width.
+    cols = [
+        column(t.LONGLONG, "a"), column(t.LONG, "b", unsigned=True), column(t.DOUBLE, "c"),
+        column(t.NEWDECIMAL, "d", precision=15, decimals=2), column(t.DATE, "e"),
+        column(t.VARCHAR, "f", max_length=1200, character_set_name="utf8"), column(t.TINY, "g"),
+        column(t.STRING, "h", max_length=3, character_set_name="binary"), column(t.SHORT, "i"),
+        column(t.BLOB, "j", length_size=2, character_set_name="utf8"),
+    ]  # fmt: skip
+    text = "ü" * 300
+    values = [
+        struct.pack("<q", -5), struct.pack("<I", 2**32 - 1), struct.pack("<d", 0.25),
+        bytes.fromhex("7FFFFFFFFFFE9C"),  # -1.99: digits 0000 000000001 99, their bits inverted
+        ((2024 << 9) | (2 << 5) | 29).to_bytes(3, "little"), struct.pack("<H", len(text.encode())) + text.encode(),
+        b"\xff", b"\x01z", struct.pack("<h", 300), struct.pack("<H", 2) + b"ok",
+    ]  # fmt: skip
+    whole = (-5, 2**32 - 1, 0.25, Decimal("-1.99"), 19782, text, -1, b"z\x00\x00", 300, "ok")
+    present = b"\xff\x03"
+    images = RowImages(cols, "t")
+    assert images.rows(image(cols, *values), present) == [whole]
+    for holes in ([0], [1, 2], [3, 5], [4, 9], [6, 7, 8], list(range(10))):
+        row = [None if n in holes else v for n, v in enumerate(values)]
+        expected = tuple(None if n in holes else v for n, v in enumerate(whole))
+        # Two images back to back: the first's end is where the second starts.
+        assert images.rows(image(cols, *row) + image(cols, *values), present) == [expected, whole]
+        # Old images of a round: its key's columns only, every other one passed over.
+        keyed = RowImages(cols, "t", old_key=("a", "i"))
+        key_only = tuple(v if n in (0, 8) else None for n, v in enumerate(expected))
+        pair = image(cols, *row) + image(cols, *values)
+        assert keyed.rows(pair, present, present) == [(key_only, whole)]
+        assert keyed.rows(pair, present, old=True) == [key_only, (-5, *[None] * 7, 300, None)]
+        assert not keyed.old_is_row and RowImages(cols, "t", old_key=("a", "gone")).old_is_row
+
+
 def test_an_update_decodes_both_images_and_a_partial_image_is_refused() -> None:
     cols = [column(t.LONG, "id"), column(t.VARCHAR, "v", max_length=10, character_set_name="utf8")]
     body = image(cols, b"\x01\x00\x00\x00", b"\x01a") + image(cols, b"\x01\x00\x00\x00", None)

@@ -61,9 +61,12 @@ class RelationColumns:
     placed: bool = True
     #: Every column still counts (none dropped): a change's values zip with ``names`` as they are.
     complete: bool = field(init=False, default=False)
+    #: Each counted column's place among a change's values.
+    at: dict[str, int] = field(init=False, default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "complete", None not in self.names)  # once per Relation, not once per change
+    def __post_init__(self) -> None:  # once per Relation, not once per change
+        object.__setattr__(self, "complete", None not in self.names)
+        object.__setattr__(self, "at", {name: n for n, name in enumerate(self.names) if name is not None})
 
 
 @dataclass
@@ -330,6 +333,21 @@ def _key_of(values: dict[str, Value], window: ChangeWindow) -> Key:
     return tuple(found)
 
 
+def _old_key_of(change: Change, columns: RelationColumns, window: ChangeWindow) -> Key:
+    """The old key of a change that carries it (a delete, an update with its old key or row), taken from its values
+    without making a row of them (a binlog's update carries its whole old row, only its key is needed)."""
+    old, at = cast(tuple[Value, ...], change.old), columns.at
+    found: list[Hashable] = []
+    for column in window.key:
+        value = old[at[column]] if column in at else None
+        if value is None or value is UNCHANGED:
+            raise ChangeStreamUnavailable(
+                f"{window.table}: a change does not carry key column {column!r}: {window.key_carried_by}"
+            )
+        found.append(value)
+    return tuple(found)
+
+
 def _row(columns: RelationColumns, values: tuple[Value, ...] | None) -> dict[str, Value] | None:
     if values is None:
         return None
@@ -339,19 +357,19 @@ def _row(columns: RelationColumns, values: tuple[Value, ...] | None) -> dict[str
 
 
 def _apply(result: ChangeSet, change: Change, columns: RelationColumns, window: ChangeWindow) -> None:
-    new, old = _row(columns, change.new), _row(columns, change.old)
+    new = _row(columns, change.new)
     if not columns.placed and change.op in ("I", "U") and new is not None:
-        _read_again(result, change, new, old, window)
+        _read_again(result, change, new, _row(columns, change.old), window)
     elif change.op == "I" and new is not None:
         result.rows[_key_of(new, window)] = RowVersion(new)
         result.inserted += 1
-    elif change.op == "D" and old is not None:
-        result.rows[_key_of(old, window)] = None
+    elif change.op == "D" and change.old is not None:
+        result.rows[_old_key_of(change, columns, window)] = None
         result.deleted += 1
     elif change.op == "U" and new is not None:
         new_key = _key_of(new, window)
         # The old key comes only when the key changed, or with the whole old row (REPLICA IDENTITY FULL, a binlog).
-        old_key = new_key if old is None else _key_of(old, window)
+        old_key = new_key if change.old is None else _old_key_of(change, columns, window)
         before = result.rows.get(old_key) if old_key in result.rows else None
         if old_key != new_key:
             result.rows[old_key] = None
@@ -367,7 +385,8 @@ def _apply(result: ChangeSet, change: Change, columns: RelationColumns, window: 
             new.update({column: before.values.get(column) for column in unchanged})
             unchanged = [column for column in unchanged if new[column] is UNCHANGED]
             fill_from = before.fill_from
-        elif unchanged and old is not None and change.old_is_row:  # the whole old row has them
+        elif unchanged and change.old is not None and change.old_is_row:  # the whole old row has them
+            old = cast(dict[str, Value], _row(columns, change.old))
             new.update({column: old.get(column) for column in unchanged if old.get(column) is not UNCHANGED})
             unchanged = [column for column in unchanged if new[column] is UNCHANGED]
         if unchanged and fill_from is None:

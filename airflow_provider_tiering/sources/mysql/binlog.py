@@ -78,10 +78,11 @@ class BinlogSettings:
 
 
 def binlog_messages(
-    settings: BinlogSettings, start: int, end: int | None, files: BinlogFiles
+    settings: BinlogSettings, start: int, end: int | None, files: BinlogFiles, old_key: tuple[str, ...] | None = None
 ) -> Generator[Message, None, None]:
     """The table's messages from ``start`` (a transaction boundary: the lake's position, or a snapshot's) up to the
     binlog's end, or until the caller stops at a Begin at or past ``end``; the read is closed when the generator is.
+    An update's or a delete's old row comes whole, or, with ``old_key``, these columns of it only (the others None).
 
     Raises:
         ChangeStreamUnavailable: the server no longer holds ``start`` (purged), or refuses the read (a privilege, a
@@ -93,6 +94,8 @@ def binlog_messages(
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    from airflow_provider_tiering.sources.mysql.connections import connect
 
     number, offset = unpack(start)
     reader = BinLogStreamReader(
@@ -114,15 +117,21 @@ def binlog_messages(
             DeleteRowsEvent,
         ],
         enable_logging=False,
+        pymysql_wrapper=connect,
+        # A table map is parsed once per table id, not before each rows event (most of the library's time in a
+        # stream of small transactions); a file, or a statement, that may give an id another table is forgotten.
+        freeze_schema=True,
     )
-    table = _TableEvents(settings)
+    table = _TableEvents(settings, old_key)
     reached = start
+    file, in_file = None, 0
     try:
         for event in reader:
-            file = str(reader.log_file)
-            event_end = int(event.packet.log_pos)
-            at = pack(file, event_end - int(event.packet.event_size))
-            reached = pack(file, event_end)
+            if reader.log_file != file:  # a restart reuses table ids, and may leave no rotate event behind
+                file, in_file = reader.log_file, pack(str(reader.log_file), 0)
+                table.forget(reader)
+            packet = event.packet
+            at, reached = in_file | (packet.log_pos - packet.event_size), in_file | packet.log_pos
             if isinstance(event, (MariadbGtidEvent, GtidEvent)):
                 yield table.begin(
                     at, standalone=isinstance(event, MariadbGtidEvent) and bool(event.flags & _STANDALONE)
@@ -130,7 +139,7 @@ def binlog_messages(
             elif isinstance(event, XidEvent):
                 yield table.commit(reached)
             elif isinstance(event, QueryEvent):
-                yield from table.statement(event, at, reached, files)
+                yield from table.statement(event, at, reached, files, reader)
             elif event.schema == settings.database:
                 yield from table.rows(event)
     except pymysql.MySQLError as exc:
@@ -147,12 +156,13 @@ def binlog_messages(
 class _TableEvents:
     """One read's state: the transaction it is in, and the table maps of the table it has described."""
 
-    def __init__(self, settings: BinlogSettings) -> None:
+    def __init__(self, settings: BinlogSettings, old_key: tuple[str, ...] | None) -> None:
         self.settings = settings
+        self.old_key = old_key
         self.begun: Begin | None = None
         self.standalone = False
-        #: table id -> (the names its images were described with, their decoder).
-        self.described: dict[int, tuple[tuple[str, ...], RowImages]] = {}
+        #: table id -> (the table map's columns its images were described by, their names, their decoder).
+        self.described: dict[int, tuple[list[Any], tuple[str, ...], RowImages]] = {}
 
     def begin(self, at: int, *, standalone: bool) -> Begin:
         self.begun, self.standalone = Begin(at), standalone
@@ -163,7 +173,14 @@ class _TableEvents:
         self.begun, self.standalone = None, False
         return Commit(begun.commit_at if begun is not None else end, end)
 
-    def statement(self, event: Any, at: int, end: int, files: BinlogFiles) -> Generator[Message, None, None]:
+    def forget(self, reader: Any) -> None:
+        """Forget the tables described so far: their ids may name other tables, or other columns, from here on."""
+        reader.table_map.clear()  # the reader's parsed table maps, by id (read before each event it parses)
+        self.described.clear()
+
+    def statement(
+        self, event: Any, at: int, end: int, files: BinlogFiles, reader: Any
+    ) -> Generator[Message, None, None]:
         query = str(event.query).strip()
         keyword = query[:6].upper()
         if keyword == "BEGIN" or query.upper() == "BEGIN":
@@ -173,6 +190,7 @@ class _TableEvents:
         if query.upper() == "COMMIT":  # a non-transactional table's statement group
             yield self.commit(end)
             return
+        self.forget(reader)  # a statement (DDL) may change any table's columns under the same id
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
         effect = effect_on(query, schema, self.settings.database, self.settings.table)
         if self.begun is None:  # a statement outside a group (an older server): one of its own
@@ -202,29 +220,32 @@ class _TableEvents:
 
         settings = self.settings
         described = self.described.get(event.table_id)
-        names = tuple(str(c.name) for c in event.columns)
-        if described is None or described[0] != names:
-            described = (names, RowImages(event.columns, settings.display_name))
+        if described is None or described[0] is not event.columns:  # its table map was parsed anew
+            names = tuple(str(c.name) for c in event.columns)
+            old_key = self.old_key if event.table == settings.table else None
+            described = (event.columns, names, RowImages(event.columns, settings.display_name, old_key))
             self.described[event.table_id] = described
             if event.table == settings.table:
                 yield Relation(event.table_id, names, tuple(int(c.type) for c in event.columns))
-        images = described[1]
+        names, images = described[1], described[2]
         body = event.packet.read(event.event_size - event.packet.read_bytes)
         update = isinstance(event, UpdateRowsEvent)
-        rows = images.rows(body, event.columns_present_bitmap, event.columns_present_bitmap2 if update else None)
+        deleted = isinstance(event, DeleteRowsEvent)
+        present = event.columns_present_bitmap
+        rows = images.rows(body, present, event.columns_present_bitmap2 if update else None, old=deleted)
         if event.table == settings.marker_table:  # eviction marks its transactions by writing the table's row
             at = names.index("table_name") if "table_name" in names else None
-            written = [after for _, after in rows] if update else [] if isinstance(event, DeleteRowsEvent) else rows
+            written = [after for _, after in rows] if update else [] if deleted else rows
             if at is not None and any(row[at] == settings.table for row in written):
                 yield Origin(EVICTION_ORIGIN)
             return
-        relation = event.table_id
+        relation, whole = event.table_id, images.old_is_row
         if update:
             for before, after in rows:
-                yield Change("U", relation, new=after, old=before, old_is_row=True)
-        elif isinstance(event, DeleteRowsEvent):
+                yield Change("U", relation, new=after, old=before, old_is_row=whole)
+        elif deleted:
             for row in rows:
-                yield Change("D", relation, old=row, old_is_row=True)
+                yield Change("D", relation, old=row, old_is_row=whole)
         else:
             for row in rows:
                 yield Change("I", relation, new=row)
@@ -262,10 +283,13 @@ def altering_statements(settings: BinlogSettings, start: int, files: BinlogFiles
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import QueryEvent
 
+    from airflow_provider_tiering.sources.mysql.connections import connect
+
     number, offset = unpack(start)
     reader = BinLogStreamReader(
         connection_settings=settings.connection(), server_id=settings.server_id, log_file=files.name(number),
         log_pos=offset, resume_stream=True, blocking=False, only_events=[QueryEvent], enable_logging=False,
+        pymysql_wrapper=connect,
     )  # fmt: skip
     found: list[str] = []
     try:

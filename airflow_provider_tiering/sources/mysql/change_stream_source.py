@@ -19,6 +19,7 @@ first (``streamed_table.py``): the stream skips them, the server's replicas appl
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import replace
@@ -33,7 +34,7 @@ from airflow_provider_tiering.core.offsets import BinlogOffsets, Offsets, SafeEn
 from airflow_provider_tiering.core.ports import KeyedEvictionSource, SafeWatermark
 from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity
 from airflow_provider_tiering.core.source_specs import MySqlCdcSourceSpec
-from airflow_provider_tiering.sources.change_stream.messages import Message, Relation
+from airflow_provider_tiering.sources.change_stream.messages import Message, Relation, Value
 from airflow_provider_tiering.sources.change_stream.plans import ChangePlan, ChangeSplit
 from airflow_provider_tiering.sources.change_stream.reduce import Key, RelationColumns, RowVersion, versions_before
 from airflow_provider_tiering.sources.change_stream.source import ChangeStreamSource, closing_messages
@@ -114,7 +115,8 @@ class MySqlCdcSource(ChangeStreamSource):
     def _messages(
         self, session: Any, start: int, end: int | None, budget: int | None
     ) -> AbstractContextManager[Iterator[Message]]:
-        return closing_messages(binlog_messages(self.settings, start, end, self._names()))
+        # A round needs an update's or a delete's old key only (the binlog carries its whole old row).
+        return closing_messages(binlog_messages(self.settings, start, end, self._names(), old_key=self.merge_key))
 
     def _read_end(self, session: Any) -> BinlogEnd:
         self._end = self.server.end(session)
@@ -235,26 +237,45 @@ class MySqlCdcSource(ChangeStreamSource):
             rows = {k: None if k in gone else v for k, v in rows.items() if k in gone or not (v and v.read_again)}
         if not rows:
             return
-        key = self.merge_key
-        at = {column: number for number, column in enumerate(key)}
-        defaults = {f.name: as_stored(self._history.defaults.get(f.name), f.type) for f in schema}
-        columns: list[list[object]] = [[] for _ in schema]
-        deleted: list[bool] = []
-        for row_key, version in rows.items():
-            deleted.append(version is None)
-            values = None if version is None else version.values
-            for field, column in zip(schema, columns, strict=True):
-                name = field.name
-                if values is None:
-                    column.append(row_key[at[name]] if name in at else None)
-                else:
-                    column.append(values[name] if name in values else defaults[name])
+        versions = [None if version is None else version.values for version in rows.values()]
+        deleted = [values is None for values in versions]
+        columns = self._columns(list(rows), versions, schema)
         arrays = [
-            column_array(values, field, self.table.data_type(field.name), self.display_name)
-            for values, field in zip(columns, schema, strict=True)
+            column_array(column, field, self.table.data_type(field.name), self.display_name)
+            for column, field in zip(columns, schema, strict=True)
         ]
         nullable = pa.schema([f.with_nullable(True) for f in schema])
         yield with_change_columns(pa.RecordBatch.from_arrays(arrays, schema=nullable), deleted, None, chunk)
+
+    def _columns(
+        self, keys: list[Key], versions: list[dict[str, Value] | None], schema: pa.Schema
+    ) -> list[Sequence[object]]:
+        """The values of each of ``schema``'s columns, a key's row after another: a deleted key's (None) holds its key
+        only, a column added since a change was made holds its default."""
+        names = schema.names
+        at = {column: number for number, column in enumerate(self.merge_key)}
+        if len(names) > 1:
+            # Every row at once, taken by one C call each and turned into columns by zip: a loop per value was a
+            # third of typing. A row without a column (added since) raises KeyError: then a column at a time.
+            take = operator.itemgetter(*names)
+            places = [(at[name], number) for number, name in enumerate(names) if name in at]
+            try:
+                return list(
+                    zip(*(take(values) if values is not None else _key_row(key, places, len(names))
+                          for key, values in zip(keys, versions, strict=True)))
+                )  # fmt: skip
+            except KeyError:
+                pass
+        columns: list[Sequence[object]] = []
+        for field in schema:
+            name = field.name
+            if name in at:
+                number = at[name]
+                columns.append([key[number] for key in keys])
+            else:
+                default = as_stored(self._history.defaults.get(name), field.type)
+                columns.append([None if values is None else values.get(name, default) for values in versions])
+        return columns
 
     # -- the first load --------------------------------------------------------------------------------------
     def _plan_first_load(self) -> ChangePlan:
@@ -308,7 +329,7 @@ class MySqlCdcSource(ChangeStreamSource):
 
         def roll_back(start: int, snapshot: int, part: first_load.KeyRange) -> tuple[pa.Table, pa.Table]:
             key = self.merge_key
-            with self._messages(None, start, snapshot, None) as messages:
+            with closing_messages(binlog_messages(self.settings, start, snapshot, self._names())) as messages:
                 before = versions_before(messages, self._window(start, snapshot))
             ranged = part.key_column
             inside = {k: v for k, v in before.items() if ranged is None or part.holds(k[key.index(ranged)])}
@@ -366,3 +387,11 @@ class MySqlCdcSource(ChangeStreamSource):
         self.table.ensure_marker_table()
         with self.table.evicting():
             yield
+
+
+def _key_row(key: Key, places: list[tuple[int, int]], width: int) -> tuple[object, ...]:
+    """A deleted key's row: its key's values in their columns, None in the others."""
+    row: list[object] = [None] * width
+    for in_key, in_row in places:
+        row[in_row] = key[in_key]
+    return tuple(row)

@@ -1,4 +1,4 @@
-"""The row images of a binlog's rows events, decoded here into the values a round types (ADR 0019).
+"""The row images of a binlog's rows events, decoded here into the values a round types (ADR 0020).
 
 A Write, Update or Delete rows event carries, after its header, one image per row (two for an update: before, then
 after), each a bitmap of NULL columns and then every present column's value in the server's binary form. Its table
@@ -24,9 +24,10 @@ from __future__ import annotations
 import codecs
 import struct
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal
-from typing import Any, Protocol
+from decimal import Context, Decimal, Inexact, Rounded
+from typing import Any, Protocol, cast
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, UnsupportedColumnType
 
@@ -88,15 +89,21 @@ class ColumnMap(Protocol):
 class RowImages:
     """Decodes the row images of one table map's columns (see the module's description)."""
 
-    def __init__(self, columns: Sequence[Any], table: str) -> None:
+    def __init__(self, columns: Sequence[Any], table: str, old_key: Sequence[str] | None = None) -> None:
+        """``old_key``: the columns an old image (an update's before image, a delete's) is decoded for, the others
+        skipped and None (a round needs an old row's key only); None, or a column the table map lacks: every one."""
         self.table = table
         self.names = tuple(str(c.name) for c in columns)
-        self._readers: tuple[Reader, ...] = tuple(_reader(c, table) for c in columns)
+        self._image = _compiled_image(columns, table)
+        only = None if old_key is None or not set(old_key) <= set(self.names) else set(old_key)
+        #: Old images come whole.
+        self.old_is_row = only is None
+        self._old_image = self._image if only is None else _compiled_image(columns, table, only)
 
-    def rows(self, body: bytes, present: bytes, present_after: bytes | None = None) -> list[Any]:
+    def rows(self, body: bytes, present: bytes, present_after: bytes | None = None, *, old: bool = False) -> list[Any]:
         """Every row image of a rows event's body, as tuples of values in the table map's column order: one tuple per
-        row, or a pair ``(before, after)`` per row of an update (``present_after``: its after images' bitmap of
-        present columns).
+        row (``old``: old images, a delete's), or a pair ``(before, after)`` per row of an update (``present_after``:
+        its after images' bitmap of present columns).
 
         Raises:
             ChangeStreamUnavailable: an image lacks a column (logged with ``binlog_row_image`` other than FULL).
@@ -105,23 +112,24 @@ class RowImages:
         self._check_full(present)
         if present_after is not None:
             self._check_full(present_after)
-        image = self._image
+        image, old_image = self._image, self._old_image
         found: list[Any] = []
         append = found.append
         position, end = 0, len(body)
         if present_after is None:
+            single = old_image if old else image
             while position < end:
-                row, position = image(body, position)
+                row, position = single(body, position)
                 append(row)
             return found
         while position < end:
-            before, position = image(body, position)
+            before, position = old_image(body, position)
             after, position = image(body, position)
             append((before, after))
         return found
 
     def _check_full(self, present: bytes) -> None:
-        count = len(self._readers)
+        count = len(self.names)
         if int.from_bytes(present, "little") & ((1 << count) - 1) != (1 << count) - 1:
             raise ChangeStreamUnavailable(
                 f"{self.table}: a change in the binlog lacks columns (it was logged with binlog_row_image other than "
@@ -130,20 +138,182 @@ class RowImages:
                 "tiered"
             )
 
-    def _image(self, data: bytes, position: int) -> tuple[tuple[object, ...], int]:
-        readers = self._readers
-        nulls_length = (len(readers) + 7) >> 3
-        nulls = int.from_bytes(data[position : position + nulls_length], "little")
-        position += nulls_length
-        values: list[object] = []
-        append = values.append
-        for number, read in enumerate(readers):
-            if nulls >> number & 1:
-                append(None)
-            else:
-                value, position = read(data, position)
-                append(value)
-        return tuple(values), position
+
+def _compiled_image(
+    columns: Sequence[Any], table: str, only: set[str] | None = None
+) -> Callable[[bytes, int], tuple[Any, int]]:
+    """One image's decoder for these columns, ``(data, position) -> (values, position after it)``, compiled from
+    Python source made for them: the columns' reads inlined in one function (integers beside each other in one
+    ``struct`` read, strings sliced and decoded in place, dates looked up in a cache), a column of any other type
+    through its reader; with ``only``, the other columns skipped (None). Why compiled (as ``dataclasses`` and
+    ``namedtuple`` compile theirs): a call per value was most of a change's decoding, and an update carries every
+    column twice."""
+    count = len(columns)
+    bitmap = (count + 7) >> 3
+    names: dict[str, object] = {"DAYS": _DayCache()}
+    steps = [
+        _step(number, column, table, names) if only is None or column.name in only else _skip(number, column, table)
+        for number, column in enumerate(columns)
+    ]
+    values = "".join(f"v{n}, " for n in range(count))
+    lines = ["def image(data, p):"]
+    lines.append(
+        "    nulls = data[p]" if bitmap == 1 else f"    nulls = int.from_bytes(data[p:p + {bitmap}], 'little')"
+    )
+    lines.append(f"    p += {bitmap}")
+    lines.append("    if not nulls:")
+    lines.extend(f"        {line}" for line in _without_nulls(steps, names))
+    lines.append(f"        return ({values}), p")
+    for number, step in enumerate(steps):
+        lines.append(f"    if nulls >> {number} & 1:")
+        lines.append(f"        v{number} = None")
+        lines.append("    else:")
+        lines.extend(f"        {line}" for line in step.lines)
+    lines.append(f"    return ({values}), p")
+    exec(compile("\n".join(lines), f"<row images of {count} columns>", "exec"), names)  # our source
+    return cast(Callable[[bytes, int], tuple[Any, int]], names["image"])
+
+
+#: A string's length, read from its prefix of 1 or 2 bytes.
+_LENGTHS = {1: "data[p]", 2: "(data[p] | data[p + 1] << 8)"}
+
+
+def _length_width(column: Any) -> int:
+    """The bytes of a CHAR's or VARCHAR's length prefix: 2 when its longest value is over 255 bytes."""
+    return 1 if int(column.max_length) <= 255 else 2
+
+
+@dataclass(frozen=True)
+class _Step:
+    """How one column's value is read in a compiled image: ``lines`` read it into ``v<number>`` and move ``p`` past
+    it; ``fixed``, a ``struct`` format character when the value is a fixed-width number (read beside its neighbours
+    when no column is NULL)."""
+
+    number: int
+    lines: tuple[str, ...]
+    fixed: str | None = None
+    size: int = 0
+
+
+def _step(number: int, column: Any, table: str, names: dict[str, object]) -> _Step:
+    """How a column's value is read: numbers, strings, decimals and dates inlined, any other type by its reader.
+
+    Raises:
+        UnsupportedColumnType: a type this module does not decode.
+    """
+    kind, unsigned, v = column.type, bool(column.unsigned), f"v{number}"
+    form = _INTEGERS.get((kind, unsigned)) or {FLOAT: _FLOAT, DOUBLE: _DOUBLE}.get(kind)
+    if form is not None:
+        names[f"F{number}"] = form.unpack_from
+        return _Step(number, (f"{v}, = F{number}(data, p)", f"p += {form.size}"), form.format[-1], form.size)
+    if kind in (VARCHAR, VAR_STRING, STRING, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB):
+        if kind in (VARCHAR, VAR_STRING, STRING):
+            width, fixed = _length_width(column), int(column.max_length) if kind == STRING else 0
+        else:
+            width, fixed = int(column.length_size), 0
+        size = _LENGTHS.get(width) or f"int.from_bytes(data[p:p + {width}], 'little')"
+        encoding = column.character_set_name
+        if encoding in (None, "binary") or not _known_encoding(encoding):
+            value = f"data[p + {width}:p + {width} + n]" + (f".ljust({fixed}, b'\\x00')" if fixed else "")
+        else:
+            errors = "mysql_latin1" if encoding == "cp1252" else "strict"
+            value = f"data[p + {width}:p + {width} + n].decode({encoding!r}, {errors!r})"
+        return _Step(number, (f"n = {size}", f"{v} = {value}", f"p += {width} + n"))
+    if kind == NEWDECIMAL:
+        decimal = _DecimalForm.of(int(column.precision), int(column.decimals))
+        names[f"M{number}"], names[f"E{number}"] = decimal.context.multiply, decimal.exponent
+        every, length = (1 << 8 * decimal.length) - 1, decimal.length
+        return _Step(
+            number,
+            (
+                f"n = int.from_bytes(data[p:p + {length}], 'big')",
+                f"if n & {decimal.sign}: n ^= {decimal.sign}; {v} = M{number}({decimal.unscaled('n')}, E{number})",
+                f"else: n ^= {every ^ decimal.sign}; {v} = M{number}(-({decimal.unscaled('n')}), E{number})",
+                f"p += {length}",
+            ),
+        )
+    names[f"R{number}"] = _reader(column, table)
+    if kind in (DATE, NEWDATE):  # its reader tells a missing date's days, or refuses a zero date
+        return _Step(
+            number,
+            (
+                "n = data[p] | data[p + 1] << 8 | data[p + 2] << 16",
+                f"{v} = DAYS.get(n)",
+                f"if {v} is None: {v} = DAYS.add(n, R{number}(data, p)[0])",
+                "p += 3",
+            ),
+        )
+    return _Step(number, (f"{v}, p = R{number}(data, p)",))
+
+
+def _skip(number: int, column: Any, table: str) -> _Step:
+    """How a column's value is passed over, left None: its length, or its bytes told by its length's prefix.
+
+    Raises:
+        UnsupportedColumnType: a type this module does not decode.
+    """
+    kind = column.type
+    if kind in (VARCHAR, VAR_STRING, STRING, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB):
+        width = int(column.length_size) if kind not in (VARCHAR, VAR_STRING, STRING) else _length_width(column)
+        size = _LENGTHS.get(width) or f"int.from_bytes(data[p:p + {width}], 'little')"
+        return _Step(number, (f"v{number} = None", f"p += {width} + {size}"))
+    form = _INTEGERS.get((kind, bool(column.unsigned))) or {FLOAT: _FLOAT, DOUBLE: _DOUBLE}.get(kind)
+    if form is not None:
+        return _Step(number, (f"v{number} = None", f"p += {form.size}"))
+    return _Step(number, (f"v{number} = None", f"p += {_fixed_size(column, table)}"))
+
+
+def _fixed_size(column: Any, table: str) -> int:
+    """The bytes of a value of a fixed-width type other than a number's."""
+    kind = column.type
+    if kind == NEWDECIMAL:
+        return _DecimalForm.of(int(column.precision), int(column.decimals)).length
+    _reader(column, table)  # refuses a type this module does not decode
+    fraction = (int(getattr(column, "fsp", 0) or 0) + 1) // 2
+    sizes = {INT24: 3, YEAR: 1, DATE: 3, NEWDATE: 3, DATETIME2: 5 + fraction, TIMESTAMP2: 4 + fraction}
+    sizes |= {TIME2: 3 + fraction}
+    if kind == BIT:
+        return int(column.bytes)
+    if kind in (ENUM, SET):
+        return int(column.size)
+    return sizes[kind]
+
+
+def _without_nulls(steps: list[_Step], names: dict[str, object]) -> list[str]:
+    """The steps of an image with no NULL, neighbouring fixed-width numbers read by one ``struct``."""
+    lines: list[str] = []
+    run: list[_Step] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            lines.extend(run[0].lines)
+        elif run:
+            form = struct.Struct("<" + "".join(str(step.fixed) for step in run))
+            names[f"S{run[0].number}"] = form.unpack_from
+            lines.append(f"{''.join(f'v{step.number}, ' for step in run)}= S{run[0].number}(data, p)")
+            lines.append(f"p += {form.size}")
+        run.clear()
+
+    for step in steps:
+        if step.fixed is not None:
+            run.append(step)
+            continue
+        flush()
+        lines.extend(step.lines)
+    flush()
+    return lines
+
+
+class _DayCache(dict[int, int]):
+    """A DATE's packed value -> its days since 1970 (dates repeat: a table's rows hold few of them); bounded."""
+
+    limit = 1 << 16
+
+    def add(self, packed: int, days: object) -> object:
+        if len(self) >= self.limit:
+            self.clear()
+        self[packed] = cast(int, days)
+        return days
 
 
 def _unsupported(table: str, column: Any, why: str) -> UnsupportedColumnType:
@@ -154,21 +324,12 @@ def _unsupported(table: str, column: Any, why: str) -> UnsupportedColumnType:
 
 
 def _reader(column: Any, table: str) -> Reader:
-    """The value reader of one column of a table map."""
+    """The value reader of a column of a type :func:`_step` does not inline."""
     kind = column.type
-    unsigned = bool(column.unsigned)
-    if (kind, unsigned) in _INTEGERS:
-        return _fixed(_INTEGERS[(kind, unsigned)])
     if kind == INT24:
-        return _int24(unsigned)
-    if kind == FLOAT:
-        return _fixed(_FLOAT)
-    if kind == DOUBLE:
-        return _fixed(_DOUBLE)
+        return _int24(bool(column.unsigned))
     if kind == YEAR:
         return _year
-    if kind == NEWDECIMAL:
-        return _decimal(int(column.precision), int(column.decimals))
     if kind in (DATE, NEWDATE):
         return _date(table, str(column.name))
     if kind == DATETIME2:
@@ -183,26 +344,11 @@ def _reader(column: Any, table: str) -> Reader:
         return _enum(int(column.size), list(column.enum_values or [""]))
     if kind == SET:
         return _set(int(column.size), list(column.set_values or []))
-    if kind in (VARCHAR, VAR_STRING, STRING):
-        length = int(column.max_length)
-        fixed = length if kind == STRING else None
-        return _string(1 if length <= 255 else 2, column.character_set_name, fixed)
-    if kind in (BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB):
-        return _string(int(column.length_size), column.character_set_name, None)
     if kind in (TIMESTAMP, DATETIME, TIME):
         raise _unsupported(table, column, "a temporal type of before MySQL 5.6 (ALTER TABLE ... FORCE converts it)")
     if kind == JSON:
         raise _unsupported(table, column, "MySQL's binary JSON (MariaDB's JSON is text and is decoded)")
     raise _unsupported(table, column, f"binlog column type {kind}")
-
-
-def _fixed(form: struct.Struct) -> Reader:
-    unpack, size = form.unpack_from, form.size
-
-    def read(data: bytes, position: int) -> tuple[object, int]:
-        return unpack(data, position)[0], position + size
-
-    return read
 
 
 def _int24(unsigned: bool) -> Reader:
@@ -217,40 +363,48 @@ def _year(data: bytes, position: int) -> tuple[object, int]:
     return (1900 + value if value else 0), position + 1
 
 
-def _decimal(precision: int, scale: int) -> Reader:
-    """MySQL's binary DECIMAL: groups of nine digits in four bytes, big-endian, the leftover digits in fewer; the sign
-    in the first bit (set: not negative), the whole value's bits inverted when negative."""
-    integral = precision - scale
-    whole_groups, whole_rest = divmod(integral, 9)
-    fraction_groups, fraction_rest = divmod(scale, 9)
-    sizes = (
-        ([_DIG2BYTES[whole_rest]] if whole_rest else [])
-        + [4] * whole_groups
-        + [4] * fraction_groups
-        + ([_DIG2BYTES[fraction_rest]] if fraction_rest else [])
-    )
-    widths = (
-        ([10**whole_rest] if whole_rest else [])
-        + [10**9] * (whole_groups + fraction_groups)
-        + ([10**fraction_rest] if fraction_rest else [])
-    )
-    length = sum(sizes)
-    parts = tuple(zip(sizes, widths, strict=True))
+@dataclass(frozen=True)
+class _DecimalForm:
+    """MySQL's binary DECIMAL of a precision and scale: groups of nine digits in four bytes, big-endian, the leftover
+    digits in fewer; the sign in the first bit (set: not negative), the whole value's bits inverted when negative."""
 
-    def read(data: bytes, position: int) -> tuple[object, int]:
-        raw = bytearray(data[position : position + length])
-        negative = not raw[0] & 0x80
-        raw[0] ^= 0x80
-        if negative:
-            raw = bytearray(b ^ 0xFF for b in raw)
-        unscaled, at = 0, 0
-        for size, width in parts:
-            unscaled = unscaled * width + int.from_bytes(raw[at : at + size], "big")
-            at += size
-        # From text: exact at any precision (arithmetic would round to the context's 28 digits).
-        return Decimal(f"{'-' if negative else ''}{unscaled}E-{scale}"), position + length
+    length: int
+    sign: int
+    #: Each group of digits, from the last: (its bit mask, its bits' offset from the lowest, what a unit of it is worth
+    #: in the unscaled value).
+    groups: tuple[tuple[int, int, int], ...]
+    exponent: Decimal
+    #: Exact: holds the column's every digit, and traps any rounding.
+    context: Context
 
-    return read
+    @classmethod
+    def of(cls, precision: int, scale: int) -> _DecimalForm:
+        whole_groups, whole_rest = divmod(precision - scale, 9)
+        fraction_groups, fraction_rest = divmod(scale, 9)
+        sizes = (
+            ([_DIG2BYTES[whole_rest]] if whole_rest else [])
+            + [4] * (whole_groups + fraction_groups)
+            + ([_DIG2BYTES[fraction_rest]] if fraction_rest else [])
+        )
+        widths = (
+            ([10**whole_rest] if whole_rest else [])
+            + [10**9] * (whole_groups + fraction_groups)
+            + ([10**fraction_rest] if fraction_rest else [])
+        )
+        groups, offset, worth = [], 0, 1
+        for size, width in reversed(list(zip(sizes, widths, strict=True))):
+            groups.append(((1 << 8 * size) - 1, offset, worth))
+            offset, worth = offset + 8 * size, worth * width
+        length = sum(sizes)
+        context = Context(prec=max(precision, 1), traps=[Inexact, Rounded])
+        return cls(length, 1 << (8 * length - 1), tuple(groups), Decimal(f"1E-{scale}"), context)
+
+    def unscaled(self, name: str) -> str:
+        """A Python expression of the unscaled value held by ``name``, its sign bit cleared."""
+        return " + ".join(
+            f"({name} >> {offset} & {mask}) * {unit}" if offset else f"({name} & {mask}) * {unit}"
+            for mask, offset, unit in self.groups
+        )
 
 
 def _zero_date(table: str, column: str, what: str) -> UnsupportedColumnType:
@@ -360,43 +514,6 @@ def _set(size: int, values: list[str]) -> Reader:
         return ",".join(v for bit, v in enumerate(values) if mask >> bit & 1), position + size
 
     return read
-
-
-def _string(length_bytes: int, encoding: str | None, fixed: int | None) -> Reader:
-    """A length-prefixed string: text decoded with its charset's Python encoding, binary kept as bytes (a fixed-length
-    BINARY padded with the zero bytes the binlog leaves out)."""
-    binary = encoding in (None, "binary") or not _known_encoding(encoding)
-    errors = "mysql_latin1" if encoding == "cp1252" else "strict"
-    if length_bytes == 1:
-
-        def read(data: bytes, position: int) -> tuple[object, int]:
-            size = data[position]
-            start = position + 1
-            raw = data[start : start + size]
-            if binary:
-                return (raw.ljust(fixed, b"\x00") if fixed else raw), start + size
-            return raw.decode(encoding, errors), start + size  # type: ignore[arg-type]  # not binary: a name
-
-        return read
-    if length_bytes == 2:
-
-        def read2(data: bytes, position: int) -> tuple[object, int]:
-            (size,) = _UINT16.unpack_from(data, position)
-            start = position + 2
-            raw = data[start : start + size]
-            if binary:
-                return (raw.ljust(fixed, b"\x00") if fixed else raw), start + size
-            return raw.decode(encoding, errors), start + size  # type: ignore[arg-type]  # not binary: a name
-
-        return read2
-
-    def read_n(data: bytes, position: int) -> tuple[object, int]:
-        size = int.from_bytes(data[position : position + length_bytes], "little")
-        start = position + length_bytes
-        raw = data[start : start + size]
-        return (raw if binary else raw.decode(encoding, errors)), start + size  # type: ignore[arg-type]
-
-    return read_n
 
 
 def _known_encoding(name: str | None) -> bool:

@@ -208,9 +208,11 @@ class MySqlTable(SqlTable):
     def _connect(self) -> Any:
         import pymysql
 
+        from airflow_provider_tiering.sources.mysql.connections import connect
+
         extra = self.connection.extra
         try:
-            return pymysql.connect(
+            return connect(
                 host=self.connection.host or "localhost",
                 port=self.connection.port or 3306,
                 user=self.connection.login,
