@@ -9,7 +9,7 @@ alike), each is read without being consumed (``peek``) into the same per-key res
 
 * ``pgoutput``  ``pg_logical_slot_peek_binary_changes(..., 'proto_version', '1', 'publication_names', ...)``
                 decoded by the product's own code, ``sources/pgoutput.decode`` and
-                ``sources/change_stream.apply_changes`` (what a round of a ``postgres_cdc`` table runs);
+                ``sources/change_stream/reduce.py: apply_changes`` (what a round of a ``postgres_cdc`` table runs);
 * ``wal2json``  ``pg_logical_slot_peek_changes(..., 'format-version', '2', 'add-tables', ...,
                 'include-types', '0')`` (one JSON document per row change, without the type names nobody
                 reads here), parsed with the standard library's ``json`` (numbers kept as their text, as pgoutput
@@ -180,8 +180,8 @@ def _values(columns: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def read_wal2json(conn: Any, start_lsn: int = 0) -> tuple[Rows, int]:
-    """wal2json format-version 2 parsed and applied by the same rules as ``change_stream.apply_changes``: changes
-    are held per transaction and applied at its commit, when the commit ends after ``start_lsn``."""
+    """wal2json format-version 2 parsed and applied by the same rules as ``change_stream/reduce.py: apply_changes``:
+    changes are held per transaction and applied at its commit, when the commit ends after ``start_lsn``."""
     rows: Rows = {}
     pending: list[dict[str, Any]] = []
     changes = 0

@@ -62,12 +62,21 @@ time to read the whole table with pyiceberg (``scan().to_arrow()``, median of 3)
     python -m benchmarks.bench_merge --sf 10 --variants merge,merge-cow,cdc,full-load,pyiceberg-upsert \
         --dlt-scenarios '' --small-rounds 0                             # the merge-on-read figures
     python -m benchmarks.bench_merge --sf 0.01 --small-rounds 3 --dlt-scenarios ''   # smoke run
+
+``--hot mariadb`` runs the same scenarios on a throw-away MariaDB server with its binlog on
+(``benchmarks/mariadb_orders.py``), deletes being ``DELETE`` in both tables: ``merge`` is the cursor's merge with its
+keys reconciled every round (``merge.reconcile_keys_every_seconds: 0``, which is how a MariaDB table finds hard
+deletes and key changes today: every key read), ``cdc`` the round of the binlog's change stream (``mysql_cdc``), and
+``full-load`` the reload; nothing else runs there (no read comparison nor small rounds)::
+
+    python -m benchmarks.bench_merge --hot mariadb --sf 10 --scenarios 0.1%,1%,10%
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -142,6 +151,26 @@ def cdc_spec() -> dict[str, Any]:
     return {
         "name": CDC_TABLE,
         "source": {"kind": "postgres_cdc", "conn_id": "bench", "table": CDC_TABLE},
+        "lake": {"namespace": NAMESPACE, "table": CDC_TABLE},
+        "target_rows_per_split": SPLIT_ROWS,
+    }
+
+
+def mariadb_merge_spec(lake_table: str) -> dict[str, Any]:
+    """The MariaDB merge table's: by its cursor, every key reconciled every round (its deletes are hard)."""
+    return {
+        "name": lake_table,
+        "source": {"conn_id": "bench", "table": MERGE_TABLE, "cursor_column": CURSOR},
+        "lake": {"namespace": NAMESPACE, "table": lake_table},
+        "merge": {"reconcile_keys_every_seconds": 0},
+        "target_rows_per_split": SPLIT_ROWS,
+    }
+
+
+def mariadb_cdc_spec() -> dict[str, Any]:
+    return {
+        "name": CDC_TABLE,
+        "source": {"kind": "mysql_cdc", "conn_id": "bench", "table": CDC_TABLE},
         "lake": {"namespace": NAMESPACE, "table": CDC_TABLE},
         "target_rows_per_split": SPLIT_ROWS,
     }
@@ -557,6 +586,88 @@ def read_comparison(
     return results
 
 
+def mariadb_run(args: argparse.Namespace, scenarios: list[str]) -> int:
+    """The scenarios on MariaDB: the merge with its keys reconciled every round, the binlog's change stream and a
+    reload, alternating, each scenario's lakes checked against the hot tables (see the module's description)."""
+    import shutil
+    import tempfile
+
+    from benchmarks.mariadb_orders import MariaDBOrders, mariadb_scratch
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tiering-bench-merge-maria-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    document: dict[str, Any] = {"sf": args.sf, "hot": "mariadb"}
+    try:
+        with mariadb_scratch(workdir) as server:
+            hot = MariaDBOrders(server, MERGE_TABLE, CDC_TABLE, KEY, CURSOR)
+            began = time.perf_counter()
+            document["table_rows"] = hot.prepare(args.sf, workdir)
+            print(f"{MERGE_TABLE}, {CDC_TABLE}: {document['table_rows']:,} rows each "
+                  f"({time.perf_counter() - began:.1f}s)", flush=True)  # fmt: skip
+            catalog = catalog_properties(workdir)
+            states = workdir / "state"
+            states.mkdir(exist_ok=True)
+            first = {
+                "merge": tier(mariadb_merge_spec(MERGE_TABLE), hot.uri, catalog, states / "m.json"),
+                "cdc": tier(mariadb_cdc_spec(), hot.uri, catalog, states / "c.json"),
+            }
+            for name, r in first.items():
+                print(f"  first round {name:<6} {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} in "
+                      f"{r['added_files']} files", flush=True)  # fmt: skip
+            document["first_rounds"] = first
+            results: dict[str, dict[str, dict[str, Any]]] = {}
+            checks: dict[str, Any] = {}
+
+            def checked(table: str, lake_table: str) -> dict[str, Any]:
+                found, lake = hot.summary(table), lake_summary(catalog, lake_table)
+                same = all(found[k] == lake[k] for k in ("rows", "keys", "version_sum"))
+                if not same or abs(float(found["price_sum"]) - float(lake["price_sum"])) >= 0.01:
+                    raise AssertionError(f"lake table {lake_table} differs from {table}: hot {found}, lake {lake}")
+                return {"hot": found, "lake": lake}
+
+            for number, scenario in enumerate(scenarios):
+                updated_bp, deleted_bp, recent = SCENARIOS[scenario]
+                made = hot.make_changes(updated_bp, deleted_bp, seed=number + 1, recent=RECENT if recent else None)
+                print(f"scenario {scenario}: {made}", flush=True)
+                order = ["merge", "cdc", "full-load"]
+                if number % 2:
+                    order.reverse()
+                found: dict[str, dict[str, Any]] = {}
+                for name in order:
+                    if name == "merge":
+                        found[name] = tier(mariadb_merge_spec(MERGE_TABLE), hot.uri, catalog, states / "m.json")
+                        checks[f"{scenario}/merge"] = checked(MERGE_TABLE, MERGE_TABLE)
+                    elif name == "cdc":
+                        found[name] = tier(mariadb_cdc_spec(), hot.uri, catalog, states / "c.json")
+                        checks[f"{scenario}/cdc"] = checked(CDC_TABLE, CDC_TABLE)
+                    else:
+                        lake_table = f"orders_full_{number}"
+                        spec = mariadb_merge_spec(lake_table)
+                        found[name] = tier(spec, hot.uri, catalog, states / f"full{number}.json")
+                        checks[f"{scenario}/full-load"] = checked(MERGE_TABLE, lake_table)
+                    r = found[name]
+                    print(f"  {name:<11} {r['seconds']:7.2f}s  {_fmt_bytes(r['added_bytes'])} added, "
+                          f"+{r['added_files']}/-{r['removed_files']} files", flush=True)  # fmt: skip
+                changed = made[f"{MERGE_TABLE}_updated"] + made[f"{MERGE_TABLE}_deleted"]
+                for r in found.values():
+                    if changed:
+                        r["us_per_changed_row"] = r["seconds"] / changed * 1e6
+                        r["cpu_us_per_changed_row"] = r["cpu_seconds"] / changed * 1e6
+                results[scenario] = found
+                document.setdefault("changes", {})[scenario] = made
+            document["scenarios"] = results
+            document["checks"] = checks
+            document["load_average"] = list(os.getloadavg())
+            print_table(results)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(document, indent=2, default=str))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor of orders (1 = 1.5M rows)")
@@ -575,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-rounds", type=int, default=50)
     parser.add_argument("--small-inserts", type=int, default=1000)
     parser.add_argument("--small-updates", type=int, default=300)
+    parser.add_argument("--hot", choices=("postgres", "mariadb"), default="postgres", help="the hot store")
     parser.add_argument("--dsn", help="PostgreSQL DSN (wal_level = logical); default: a throw-away server")
     parser.add_argument("--workdir", help="scratch directory (default: a temp dir)")
     parser.add_argument("--bench-python", type=Path, default=BENCH_PYTHON)
@@ -590,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
         upsert_scenarios = []
     if "dlt" not in variants:
         dlt_scenarios = []
+    if args.hot == "mariadb":
+        return mariadb_run(args, scenarios)
     if dlt_scenarios and not args.bench_python.exists():
         raise SystemExit(f"{args.bench_python} is missing: run scripts/setup_bench_venv.sh, or --dlt-scenarios ''")
 

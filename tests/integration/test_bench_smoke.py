@@ -160,3 +160,40 @@ def test_round_cpu_benchmark_files_a_rounds_cpu_by_process_at_small_size(pg_serv
     assert tiered["task process"] > copy["task process"] * 0.2 and tiered["PostgreSQL"] > 0, tiered
     assert all(v["machine_cpu"] >= v["processes_cpu"] * 0.5 > 0 for v in summary.values()), summary
     assert "rows/machine CPU-s" in capsys.readouterr().out
+
+
+def test_merge_benchmark_on_mariadb_checks_each_lake_against_its_table_at_small_size(tmp_path, capsys):
+    from benchmarks.bench_merge import main as merge_main
+
+    output = tmp_path / "merge.json"
+    argv = ["--hot", "mariadb", "--sf", "0.01", "--scenarios", "1%", "--workdir", str(tmp_path / "w")]
+    assert merge_main([*argv, "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert set(report["scenarios"]["1%"]) == {"merge", "cdc", "full-load"}
+    assert set(report["checks"]) == {"1%/merge", "1%/cdc", "1%/full-load"}  # each lake = its table, checked
+    assert report["changes"]["1%"]["orders_c_updated"] > 0 and report["load_average"]
+    assert "cdc" in capsys.readouterr().out
+
+
+def test_cdc_lag_benchmark_on_mariadb_keeps_the_lake_equal_under_a_writer_process_at_small_size(tmp_path, capsys):
+    from benchmarks.bench_cdc_lag import main as lag_main
+
+    output = tmp_path / "lag.json"
+    argv = ["--hot", "mariadb", "--sf", "0.01", "--seconds", "6", "--writers", "1", "--workdir", str(tmp_path / "w")]
+    assert lag_main([*argv, "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert report["hot"] == "mariadb" and report["writer_changes"] > 0 and report["final_check"]["rows"] > 0
+    assert report["rounds_cpu_seconds"] > 0 and report["lag_seconds_p95"] is not None, report
+    assert "changes per CPU-second" in capsys.readouterr().out
+
+
+def test_binlog_decoding_benchmark_compares_both_decoders_at_small_size(tmp_path, capsys):
+    from benchmarks.bench_binlog_decoding import main as decoding_main
+
+    output = tmp_path / "decoding.json"
+    argv = ["--sf", "0.01", "--percent", "10", "--repeat", "1", "--workdir", str(tmp_path / "w")]
+    assert decoding_main([*argv, "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert report["changes"] == 1500 and set(report["cpu_us_per_change"]) == {"round", "whole", "library", "events"}
+    assert 0 < report["reader_share_of_round_cpu"] < 1, report
+    assert "µs of CPU per change" in capsys.readouterr().out
