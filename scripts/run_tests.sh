@@ -19,9 +19,11 @@ chmod 755 "$TMP"
 # attempts in the first half).
 SIDE_FIRST=(tests/integration/test_spark_standalone.py)
 SIDE_REST=(tests/integration/test_split_attempts.py tests/integration/test_shape_changes.py)
-# A minute of migrations under a writer, with rounds killed at random, and the change rounds in bounded memory: they
-# ride with the third stream, which has time (the first three streams measured 21-22 minutes with them, that one 10).
-SIDE_WAITING=(tests/integration/test_change_stream_migrations.py tests/integration/test_change_rounds_bounded.py)
+# A minute of migrations under a writer, with rounds killed at random, and the change rounds in bounded memory (both
+# streams'): they ride with the third stream, which has time (the first three streams measured 21-22 minutes with
+# PostgreSQL's, that one 10).
+SIDE_WAITING=(tests/integration/test_change_stream_migrations.py tests/integration/test_change_rounds_bounded.py
+  tests/integration/test_binlog_shape.py tests/integration/test_binlog_loads.py)
 E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_cli.py tests/e2e/test_demo.py)
 # Mostly idle (a table's freshness interval waited out, the harness's own DAG run, re-created tables' and merge-on-read
 # tables' DAG runs): on their own, they cost the other streams little CPU and the run their wall time, which in a

@@ -2,9 +2,9 @@
 cursor column.
 
 Splits are ``(lower, upper]`` cursor ranges (``core/planner.py``). A dialect (``postgres/cursor_source.py``,
-``sqlite.py``, ``mysql.py``) supplies, beside the table's hooks, its cursor literals, distribution, safe watermark,
-and a round's consistent read. Values are bound as parameters, except in the statement that reads a split, where a
-dialect may inline the cursor bounds as typed literals (the bounds are offsets this package wrote, never user
+``sqlite.py``, ``mysql/cursor_source.py``) supplies, beside the table's hooks, its cursor literals, distribution, safe
+watermark, and a round's consistent read. Values are bound as parameters, except in the statement that reads a split,
+where a dialect may inline the cursor bounds as typed literals (the bounds are offsets this package wrote, never user
 input): PostgreSQL streams a query as binary COPY only without parameters.
 """
 

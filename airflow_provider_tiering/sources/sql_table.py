@@ -1,9 +1,9 @@
 """A table of a SQL database as the package reads it, without a cursor: connections, quoting and bound values, the
 tiered columns, the table's identity and shape checks, a consistent read of every row, and the deletes eviction
-makes. The cursor-read source (``sql.py``) and the table behind a change stream (``postgres/streamed_table.py``)
-both build on it; a dialect (``postgres/table.py``, ``sqlite.py``, ``mysql.py``) supplies its connections,
-placeholders, type mapping, row ids and consistent read. Identifiers are validated by the spec and quoted here;
-values are bound as parameters.
+makes. The cursor-read source (``sql.py``) and the table behind a change stream (``postgres/streamed_table.py``,
+``mysql/streamed_table.py``) build on it; a dialect (``postgres/table.py``, ``sqlite.py``, ``mysql/table.py``)
+supplies its connections, placeholders, type mapping, row ids and consistent read. Identifiers are validated by the
+spec and quoted here; values are bound as parameters.
 """
 
 from __future__ import annotations

@@ -112,3 +112,45 @@ def test_the_ports_name_no_any_but_the_source_of_whichever_kind() -> None:
             if annotation is not None and re.search(r"\bAny\b", ast.unparse(annotation)):
                 used.append(f"line {annotation.lineno}: {ast.unparse(annotation)}")
     assert not used, used
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_at_load(path: Path, name: str) -> set[str]:
+    """The package's modules a module imports when it is loaded: its module-level imports, not those inside a
+    function or under ``if TYPE_CHECKING``."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m.startswith("airflow_provider_tiering")}
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    """No import circles: a module never needs, while it loads, a module that needs it (each file's imports point
+    one way, so each part can be read, tested and moved on its own)."""
+    modules = {_module_name(p): p for p in python_files()}
+    graph = {name: _imported_at_load(path, name) & set(modules) - {name} for name, path in modules.items()}
+    circles = []
+    for start in sorted(graph):  # a depth-first walk back to the start finds the circle it is on
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, trail = stack.pop()
+            for following in sorted(graph[node]):
+                if following == start:
+                    circles.append(" -> ".join([*trail, start]))
+                elif following not in seen:
+                    seen.add(following)
+                    stack.append((following, [*trail, following]))
+    assert not circles, circles[:5]

@@ -1,7 +1,7 @@
 """A change stream's Relation messages placed among the table's columns by attribute number
 (``sources/postgres/relation_columns.py``): every sequence of column changes between two rounds that leaves one
 reading places the changes' values; one that leaves two reads the touched rows again by key; and the reducer reads
-such rows again instead of guessing (``sources/change_stream.py``)."""
+such rows again instead of guessing (``sources/change_stream/reduce.py``)."""
 
 from __future__ import annotations
 
