@@ -239,7 +239,7 @@ class PostgresCdcSourceSpec(ChangeStreamSpec):
 
 class MySqlCdcSourceSpec(ChangeStreamSpec, DeclaresColumnChanges):
     """A MariaDB or MySQL table tiered from the server's row binlog (read as a replica reads it, through
-    ``mysql-replication``). The first round loads the table from consistent snapshots whose binlog positions are
+    PyMySQL). The first round loads the table from consistent snapshots whose binlog positions are
     known, later rounds apply the changes committed since the lake's binlog position.
 
     Needs on the server ``log_bin``, ``binlog_format = ROW``, ``binlog_row_image = FULL`` and

@@ -82,7 +82,7 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         frozenset({"mysql", "mariadb"}),
         "airflow_provider_tiering.sources.mysql.change_stream_source:MySqlCdcSource",
         extra="mysql",
-        requires=("connectorx", "pymysql", "pymysqlreplication"),
+        requires=("connectorx", "pymysql"),
     ),
     SourceKind("files", "files", frozenset(), "airflow_provider_tiering.sources.files.source:FileSource"),
 )

@@ -1,14 +1,14 @@
 """A MariaDB or MySQL table's changes read from the server's row binlog, as the change-stream kernel's messages.
 
-The binlog is read as a replica reads it, through ``mysql-replication`` (``BinLogStreamReader``): from a file and an
-offset the lake holds (``resume_stream``; the library ignores a file and offset in its MariaDB GTID mode, so it reads
-in file mode, which MariaDB serves too), non-blocking (the server ends the read at the binlog's end), as server id 0
-by default (as ``mysqlbinlog`` reads: never registered as a replica, and never disconnecting one that has the same
-id). Its events become messages: a GTID event (or MySQL's ``BEGIN``) begins a transaction at its group's start, an
-XID event (or a ``COMMIT`` of a non-transactional table, or the end of a DDL's group) commits it, each table map of
-the table a Relation (its columns' names from ``binlog_row_metadata = FULL``), each row of its rows events a Change
-(row images decoded by ``row_images.py``). A write of the table's row to eviction's marker table marks the
-transaction as eviction's (an Origin message): the stream skips it whole, while the server's replicas apply it.
+The binlog is dumped as a replica reads it (``binlog_events.py``): from a file and an offset the lake holds,
+non-blocking (the server ends the read at the binlog's end), as server id 0 by default (as ``mysqlbinlog`` reads:
+never registered as a replica, and never disconnecting one that has the same id). Its events become messages: a GTID
+event (or MySQL's ``BEGIN``) begins a transaction at its group's start, an XID event (or a ``COMMIT`` of a
+non-transactional table, or the end of a DDL's group) commits it, each table map of the table a Relation (its
+columns' names from ``binlog_row_metadata = FULL``), each row of its rows events a Change (row images decoded by
+``row_images.py``). A table map is parsed once for the same bytes, a table's rows decoded by one compiled decoder per
+table map. A write of the table's row to eviction's marker table marks the transaction as eviction's (an Origin
+message): the stream skips it whole, while the server's replicas apply it.
 
 A statement logged as text that changes the table's rows without a row event each (``binlog_statements.py``) stops
 the read: a TRUNCATE becomes a Truncate message (the kernel refuses it), a DROP, RENAME TABLE or CREATE OR REPLACE
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ from airflow_provider_tiering.sources.change_stream.messages import (
     Relation,
     Truncate,
 )
+from airflow_provider_tiering.sources.mysql import binlog_events as events
 from airflow_provider_tiering.sources.mysql.binlog_positions import BinlogFiles, describe, pack, unpack
 from airflow_provider_tiering.sources.mysql.binlog_statements import Effect, effect_on
 from airflow_provider_tiering.sources.mysql.row_images import RowImages
@@ -41,8 +43,6 @@ log = logging.getLogger(__name__)
 
 #: The origin eviction's transactions carry in the stream: skipped whole.
 EVICTION_ORIGIN = "airflow_provider_tiering_eviction"
-#: MariaDB's GTID event flag of a group that is one statement without a transaction (DDL): its query ends it.
-_STANDALONE = 1
 #: Error codes the server answers a binlog read with: a position it does not hold (purged, or not a position), a
 #: missing privilege, another reader with the same server id.
 _NOT_HELD, _DENIED, _SAME_SERVER_ID = 1236, 1227, 4052
@@ -91,61 +91,30 @@ def binlog_messages(
         SourceError: the read failed otherwise, or ended before ``end``.
     """
     import pymysql
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from airflow_provider_tiering.sources.mysql.connections import connect
-
-    number, offset = unpack(start)
-    reader = BinLogStreamReader(
-        connection_settings=settings.connection(),
-        server_id=settings.server_id,
-        log_file=files.name(number),
-        log_pos=offset,
-        resume_stream=True,
-        blocking=False,
-        only_schemas=[settings.database],
-        only_tables=[settings.table, settings.marker_table],
-        only_events=[
-            MariadbGtidEvent,
-            GtidEvent,
-            QueryEvent,
-            XidEvent,
-            WriteRowsEvent,
-            UpdateRowsEvent,
-            DeleteRowsEvent,
-        ],
-        enable_logging=False,
-        pymysql_wrapper=connect,
-        # A table map is parsed once per table id, not before each rows event (most of the library's time in a
-        # stream of small transactions); a file, or a statement, that may give an id another table is forgotten.
-        freeze_schema=True,
-    )
     table = _TableEvents(settings, old_key)
     reached = start
-    file, in_file = None, 0
     try:
-        for event in reader:
-            if reader.log_file != file:  # a restart reuses table ids, and may leave no rotate event behind
-                file, in_file = reader.log_file, pack(str(reader.log_file), 0)
-                table.forget(reader)
-            packet = event.packet
-            at, reached = in_file | (packet.log_pos - packet.event_size), in_file | packet.log_pos
-            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
-                yield table.begin(
-                    at, standalone=isinstance(event, MariadbGtidEvent) and bool(event.flags & _STANDALONE)
-                )
-            elif isinstance(event, XidEvent):
-                yield table.commit(reached)
-            elif isinstance(event, QueryEvent):
-                yield from table.statement(event, at, reached, files, reader)
-            elif event.schema == settings.database:
-                yield from table.rows(event)
+        with closing(_dump(settings, start, files)) as dump:
+            table.encodings, table.mariadb = dump.encodings, dump.mariadb
+            for kind, file, at_offset, end_offset, data in dump:
+                if file != table.file:
+                    table.file, table.in_file = file, pack(file, 0)
+                at, reached = table.in_file | at_offset, table.in_file | end_offset
+                if kind in events.ROWS:
+                    yield from table.rows(kind, data)
+                elif kind == events.TABLE_MAP:
+                    yield from table.table_map(data)
+                elif kind == events.MARIADB_GTID:
+                    yield table.begin(at, standalone=events.gtid_standalone(data))
+                elif kind == events.MYSQL_GTID:
+                    yield table.begin(at, standalone=False)
+                elif kind == events.XID:
+                    yield table.commit(reached)
+                elif kind == events.QUERY:
+                    yield from table.statement(data, at, reached, files)
     except pymysql.MySQLError as exc:
         raise _read_failed(settings, exc, start, files) from exc
-    finally:
-        reader.close()
     if end is not None and reached < end:
         raise SourceError(
             f"{settings.display_name}: the binlog read ended at {describe(reached, files)}, before "
@@ -154,15 +123,22 @@ def binlog_messages(
 
 
 class _TableEvents:
-    """One read's state: the transaction it is in, and the table maps of the table it has described."""
+    """One read's state: the file it is in, the transaction it is in, and the tables its table maps described."""
 
     def __init__(self, settings: BinlogSettings, old_key: tuple[str, ...] | None) -> None:
         self.settings = settings
         self.old_key = old_key
+        self.file: str | None = None
+        self.in_file = 0
+        self.encodings: dict[int, str] = {}
+        self.mariadb = True
         self.begun: Begin | None = None
         self.standalone = False
-        #: table id -> (the table map's columns its images were described by, their names, their decoder).
-        self.described: dict[int, tuple[list[Any], tuple[str, ...], RowImages]] = {}
+        #: table id -> the table's name, its columns' names and its images' decoder: the table's or the marker
+        #: table's (absent: another table's, whose rows are passed over).
+        self.described: dict[int, tuple[str, tuple[str, ...], RowImages]] = {}
+        #: A table map's bytes -> what they described (a table map comes before each rows event, most alike).
+        self._seen: dict[bytes, tuple[str, tuple[str, ...], RowImages] | None] = {}
 
     def begin(self, at: int, *, standalone: bool) -> Begin:
         self.begun, self.standalone = Begin(at), standalone
@@ -173,15 +149,37 @@ class _TableEvents:
         self.begun, self.standalone = None, False
         return Commit(begun.commit_at if begun is not None else end, end)
 
-    def forget(self, reader: Any) -> None:
-        """Forget the tables described so far: their ids may name other tables, or other columns, from here on."""
-        reader.table_map.clear()  # the reader's parsed table maps, by id (read before each event it parses)
-        self.described.clear()
+    def table_map(self, data: bytes) -> Generator[Message, None, None]:
+        """A table map: the table's (a Relation when it describes the table anew) or the marker table's kept by its
+        id; any other table's id forgotten."""
+        key = events.body(data)
+        number = events.table_id(data)
+        if key in self._seen:
+            described = self._seen[key]
+        else:
+            described = self._describe(events.table_map(data, self.encodings, self.mariadb))
+            if len(self._seen) > 1000:  # a long read over many table definitions: keep the recent ones
+                self._seen.clear()
+            self._seen[key] = described
+        if described is None:
+            self.described.pop(number, None)
+            return
+        if self.described.get(number) is not described and described[0] == self.settings.table:
+            names, images = described[1], described[2]
+            yield Relation(number, names, images.type_ids)
+        self.described[number] = described
 
-    def statement(
-        self, event: Any, at: int, end: int, files: BinlogFiles, reader: Any
-    ) -> Generator[Message, None, None]:
-        query = str(event.query).strip()
+    def _describe(self, mapped: events.TableMap) -> tuple[str, tuple[str, ...], RowImages] | None:
+        settings = self.settings
+        if mapped.schema != settings.database or mapped.table not in (settings.table, settings.marker_table):
+            return None
+        old_key = self.old_key if mapped.table == settings.table else None
+        images = RowImages(mapped.columns, settings.display_name, old_key)
+        return mapped.table, images.names, images
+
+    def statement(self, data: bytes, at: int, end: int, files: BinlogFiles) -> Generator[Message, None, None]:
+        schema, query = events.query(data)
+        query = query.strip()
         keyword = query[:6].upper()
         if keyword == "BEGIN" or query.upper() == "BEGIN":
             if self.begun is None:  # MySQL without GTIDs: the transaction starts here
@@ -190,8 +188,6 @@ class _TableEvents:
         if query.upper() == "COMMIT":  # a non-transactional table's statement group
             yield self.commit(end)
             return
-        self.forget(reader)  # a statement (DDL) may change any table's columns under the same id
-        schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
         effect = effect_on(query, schema, self.settings.database, self.settings.table)
         if self.begun is None:  # a statement outside a group (an older server): one of its own
             yield self.begin(at, standalone=True)
@@ -215,31 +211,23 @@ class _TableEvents:
         if self.standalone:
             yield self.commit(end)
 
-    def rows(self, event: Any) -> Generator[Message, None, None]:
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
-
+    def rows(self, kind: int, data: bytes) -> Generator[Message, None, None]:
+        relation = events.table_id(data)
+        described = self.described.get(relation)
+        if described is None:  # another table's
+            return
+        table, names, images = described
+        found = events.rows(data, kind)
+        update, deleted = kind in events.UPDATES, kind in events.DELETES
+        rows = images.rows(found.body, found.present, found.present_after, old=deleted)
         settings = self.settings
-        described = self.described.get(event.table_id)
-        if described is None or described[0] is not event.columns:  # its table map was parsed anew
-            names = tuple(str(c.name) for c in event.columns)
-            old_key = self.old_key if event.table == settings.table else None
-            described = (event.columns, names, RowImages(event.columns, settings.display_name, old_key))
-            self.described[event.table_id] = described
-            if event.table == settings.table:
-                yield Relation(event.table_id, names, tuple(int(c.type) for c in event.columns))
-        names, images = described[1], described[2]
-        body = event.packet.read(event.event_size - event.packet.read_bytes)
-        update = isinstance(event, UpdateRowsEvent)
-        deleted = isinstance(event, DeleteRowsEvent)
-        present = event.columns_present_bitmap
-        rows = images.rows(body, present, event.columns_present_bitmap2 if update else None, old=deleted)
-        if event.table == settings.marker_table:  # eviction marks its transactions by writing the table's row
+        if table == settings.marker_table:  # eviction marks its transactions by writing the table's row
             at = names.index("table_name") if "table_name" in names else None
             written = [after for _, after in rows] if update else [] if deleted else rows
             if at is not None and any(row[at] == settings.table for row in written):
                 yield Origin(EVICTION_ORIGIN)
             return
-        relation, whole = event.table_id, images.old_is_row
+        whole = images.old_is_row
         if update:
             for before, after in rows:
                 yield Change("U", relation, new=after, old=before, old_is_row=whole)
@@ -249,6 +237,18 @@ class _TableEvents:
         else:
             for row in rows:
                 yield Change("I", relation, new=row)
+
+
+def _dump(settings: BinlogSettings, start: int, files: BinlogFiles) -> events.BinlogDump:
+    from airflow_provider_tiering.sources.mysql.connections import connect
+
+    number, offset = unpack(start)
+    connection = connect(**settings.connection())
+    try:
+        return events.BinlogDump(connection, settings.server_id, files.name(number), offset, settings.display_name)
+    except BaseException:
+        connection.close()
+        raise
 
 
 def _read_failed(settings: BinlogSettings, exc: Exception, start: int, files: BinlogFiles) -> SourceError:
@@ -280,26 +280,15 @@ def altering_statements(settings: BinlogSettings, start: int, files: BinlogFiles
     """The ALTER TABLE statements of the table logged after ``start``, in order (what changed its columns without a
     row event each: an instant ADD's default, a changed default)."""
     import pymysql
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import QueryEvent
 
-    from airflow_provider_tiering.sources.mysql.connections import connect
-
-    number, offset = unpack(start)
-    reader = BinLogStreamReader(
-        connection_settings=settings.connection(), server_id=settings.server_id, log_file=files.name(number),
-        log_pos=offset, resume_stream=True, blocking=False, only_events=[QueryEvent], enable_logging=False,
-        pymysql_wrapper=connect,
-    )  # fmt: skip
     found: list[str] = []
     try:
-        for event in reader:
-            schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
-            query = str(event.query)
-            if effect_on(query, schema, settings.database, settings.table) is Effect.ALTERED:
-                found.append(query)
+        with closing(_dump(settings, start, files)) as dump:
+            for kind, _, _, _, data in dump:
+                if kind == events.QUERY:
+                    schema, query = events.query(data)
+                    if effect_on(query, schema, settings.database, settings.table) is Effect.ALTERED:
+                        found.append(query)
     except pymysql.MySQLError as exc:
         raise _read_failed(settings, exc, start, files) from exc
-    finally:
-        reader.close()
     return found

@@ -17,7 +17,7 @@ REQUIRED_SETTINGS = {
     "binlog_format": ("ROW", "binlog_format = ROW"),
     "binlog_row_image": ("FULL", "binlog_row_image = FULL (every column of a changed row in the binlog)"),
     "binlog_row_metadata": ("FULL", "binlog_row_metadata = FULL (the columns' names in the binlog)"),
-    "binlog_checksum": ("CRC32", "binlog_checksum = CRC32 (the binlog reader reads table maps with their checksum)"),
+    "binlog_checksum": ("CRC32", "binlog_checksum = CRC32 (every event read is checked against its checksum)"),
 }
 
 
@@ -62,6 +62,10 @@ class BinlogServer:
                 for (name, (wanted, how)), value in zip(REQUIRED_SETTINGS.items(), found, strict=False)
                 if str(value).upper() != wanted
             ]
+            cur.execute(
+                "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin_compress', 'binlog_transaction_compression')"
+            )  # a compressed event's rows cannot be read (MariaDB's, MySQL's: where the server has the setting)
+            wrong += [f"{name} = OFF (it is ON)" for name, value in cur.fetchall() if str(value).upper() == "ON"]
             if wrong:
                 raise self._fail(f"the server's binlog cannot carry the table's changes: set {'; '.join(wrong)}")
             self._check_server_id(cur, int(found[len(REQUIRED_SETTINGS)]))

@@ -2,12 +2,12 @@
 
 A Write, Update or Delete rows event carries, after its header, one image per row (two for an update: before, then
 after), each a bitmap of NULL columns and then every present column's value in the server's binary form. Its table
-map (``mysql-replication``'s ``TableMapEvent``, with ``binlog_row_metadata = FULL``) says each column's type, its
-metadata (length bytes, precision and scale, fractional digits), signedness, charset, and ENUM and SET values. The
-library reads the protocol, the events and the table maps; the images are decoded here because its own decoding
-costs 44 µs of CPU per updated row of TPC-H ``orders`` (pure-Python, per value) and gives some values otherwise than a
-``SELECT``: a negative TIME with a fraction is wrong, YEAR 0 reads as 1900, zero dates as None (or 1970 for a
-TIMESTAMP), fixed-length binary strings lose their trailing zero bytes, BIT reads as a string of digits.
+map (``binlog_events.py: TableMap``, with ``binlog_row_metadata = FULL``) says each column's type, its metadata
+(length bytes, precision and scale, fractional digits), signedness, character set, and ENUM and SET values.
+``mysql-replication`` decodes images too, but at 44 µs of CPU per updated row of TPC-H ``orders`` (pure Python, a
+call per value) and gives some values otherwise than a ``SELECT``: a negative TIME with a fraction is wrong, YEAR 0
+reads as 1900, zero dates as None (or 1970 for a TIMESTAMP), fixed-length binary strings lose their trailing zero
+bytes, BIT reads as a string of digits.
 
 Values come out as the lake types take them from Python with the fewest objects made: integers, floats, ``Decimal``,
 ``str`` (text decoded with the column's charset, as MySQL converts it: latin1 is cp1252, with its five undefined bytes
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from decimal import Context, Decimal, Inexact, Rounded
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, UnsupportedColumnType
 
@@ -78,14 +78,6 @@ def _mysql_latin1(error: UnicodeError) -> tuple[str, int]:
 codecs.register_error("mysql_latin1", _mysql_latin1)
 
 
-class ColumnMap(Protocol):
-    """A column as a table map describes it (``pymysqlreplication.column.Column``'s attributes)."""
-
-    type: int
-    name: str | None
-    unsigned: bool
-
-
 class RowImages:
     """Decodes the row images of one table map's columns (see the module's description)."""
 
@@ -94,6 +86,7 @@ class RowImages:
         skipped and None (a round needs an old row's key only); None, or a column the table map lacks: every one."""
         self.table = table
         self.names = tuple(str(c.name) for c in columns)
+        self.type_ids = tuple(int(c.type) for c in columns)
         self._image = _compiled_image(columns, table)
         only = None if old_key is None or not set(old_key) <= set(self.names) else set(old_key)
         #: Old images come whole.
@@ -213,7 +206,9 @@ def _step(number: int, column: Any, table: str, names: dict[str, object]) -> _St
             width, fixed = int(column.length_size), 0
         size = _LENGTHS.get(width) or f"int.from_bytes(data[p:p + {width}], 'little')"
         encoding = column.character_set_name
-        if encoding in (None, "binary") or not _known_encoding(encoding):
+        if encoding not in (None, "binary") and not _known_encoding(encoding):
+            raise _unsupported(table, column, f"text in {encoding}, which Python has no codec for")
+        if encoding in (None, "binary"):
             value = f"data[p + {width}:p + {width} + n]" + (f".ljust({fixed}, b'\\x00')" if fixed else "")
         else:
             errors = "mysql_latin1" if encoding == "cp1252" else "strict"
