@@ -40,9 +40,10 @@ def hot_and_drivers(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[
 
         yield PostgresHot(request.getfixturevalue("pg_server").dsn), {"psycopg": psycopg, "adbc": adbc}
     else:
-        import pymysql
+        # PyMySQL's connections, made through the module that gives them one TLS context.
+        from airflow_provider_tiering.sources.mysql import connections
 
-        yield MariaDBHot(request.getfixturevalue("mariadb_server").url), {"pymysql": pymysql}
+        yield MariaDBHot(request.getfixturevalue("mariadb_server").url), {"pymysql": connections}
 
 
 def test_a_round_plans_on_one_connection(
