@@ -11,6 +11,37 @@ from typing import Any
 
 from airflow_provider_tiering import __version__
 
+#: The provider's options in Airflow's configuration, section ``[tiering]``.
+_CONFIG: dict[str, Any] = {
+    "tiering": {
+        "description": "The tiering provider's settings that are not a table's (a table's are in its spec).",
+        "options": {
+            "status_namespace": {
+                "description": (
+                    "Namespace of the status table every catalog of tiered tables gets: "
+                    "<namespace>.lake_tiering_status, one row per tiered table, refreshed at the end of every "
+                    "tiering DAG run and on a reset or trigger; and <namespace>.lake_tiering_history, one row "
+                    "per round. Empty: neither table."
+                ),
+                "version_added": "0.1.0",
+                "type": "string",
+                "example": "sys",
+                "default": "sys",
+            },
+            "history_retention_days": {
+                "description": (
+                    "Days a round's row is kept in <namespace>.lake_tiering_history, the history table beside "
+                    "the status table (one row per round, appended by the table's task). 0: kept for ever."
+                ),
+                "version_added": "0.1.0",
+                "type": "float",
+                "example": "90",
+                "default": "30",
+            },
+        },
+    },
+}
+
 
 def get_provider_info() -> dict[str, Any]:
     return {
@@ -68,24 +99,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "cli": ["airflow_provider_tiering.cli.definition.get_tiering_cli_commands"],
-        "config": {
-            "tiering": {
-                "description": "The tiering provider's settings that are not a table's (a table's are in its spec).",
-                "options": {
-                    "status_namespace": {
-                        "description": (
-                            "Namespace of the status table every catalog of tiered tables gets: "
-                            "<namespace>.lake_tiering_status, one row per tiered table, refreshed at the end of every "
-                            "tiering DAG run and on a reset or trigger. Empty: no status table."
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": "sys",
-                        "default": "sys",
-                    },
-                },
-            },
-        },
+        "config": _CONFIG,
         # No connection type: the Iceberg catalog is Airflow's Iceberg provider's ``iceberg`` connection (a
         # dependency), read as its hook reads it (``hooks/connections.py: catalog_config``).
     }

@@ -152,6 +152,8 @@ class TableState:
     #: An append table's rows updated and deleted in place behind the lake's back (PostgreSQL's counters): since the
     #: last round, in all since they were first watched, and the counters last seen.
     in_place_changes: dict[str, Any] | None = None
+    #: Rounds' rows the history table could not be appended to yet (``core/round_history.py``), oldest first.
+    history_backlog: list[dict[str, Any]] = field(default_factory=list)
 
     def keys_reconciliation_due(self, every_seconds: float | None, now: datetime) -> bool:
         """Whether this round of a merge table reads every hot key to find hard deletes and changed keys."""

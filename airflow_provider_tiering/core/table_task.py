@@ -26,6 +26,7 @@ from airflow_provider_tiering.core.round_failure import (
     record_failure_before_round,
     record_interrupted_round,
 )
+from airflow_provider_tiering.core.round_history import HistorySink, history_row, record_history
 from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.staleness import retained_wal_alert, staleness_alert
@@ -93,6 +94,14 @@ class RoundBuilder(Protocol[BuiltT_co]):
     def secrets(self) -> list[str]: ...
 
 
+@dataclass(frozen=True)
+class _Started:
+    """A round about to run: the table's state before it, and when."""
+
+    state: TableState | None
+    at: datetime
+
+
 class _Ended(Exception):
     """Ends the task early with ``outcome`` (caught by :meth:`TableTask.run`)."""
 
@@ -120,17 +129,36 @@ class TableTask(Generic[BuiltT]):
     interrupted_by: tuple[type[BaseException], ...] = ()
     interruption: Callable[[], Exception] | None = None
     clock: Callable[[], datetime] = field(default=utcnow)
+    #: Where a round's row of the history table goes (None: nowhere), and the DAG run it ran in.
+    history: HistorySink | None = None
+    dag_id: str | None = None
+    run_id: str | None = None
 
     def run(self, tiered: Callable[[BuiltT, RoundResult], None] = lambda parts, result: None) -> TaskOutcome:
         """Decide, maybe run a round, and say how the task ends; ``tiered`` is told of a round that tiered rows
         (with its parts: lineage is read from them). Raises the round's error, or an error before the round, once
-        recorded as the table's failed round."""
+        recorded as the table's failed round. A round that ran, ended or failed, leaves its row in the history."""
+        started: list[_Started] = []
+        outcome: TaskOutcome | None = None
         try:
-            return self._run(tiered)
-        except _Ended as ended:
-            return ended.outcome
+            try:
+                outcome = self._run(tiered, started)
+            except _Ended as ended:
+                outcome = ended.outcome
+            return outcome
+        finally:
+            if started and self.history is not None:
+                self._record_history(started[0], outcome)
 
-    def _run(self, tiered: Callable[[BuiltT, RoundResult], None]) -> TaskOutcome:
+    def _record_history(self, started: _Started, outcome: TaskOutcome | None) -> None:
+        row = history_row(
+            self.spec, dag_id=self.dag_id, run_id=self.run_id, before=started.state, after=self.load_quietly(),
+            started_at=started.at, ended_at=self.clock(), result=None if outcome is None else outcome.result,
+        )  # fmt: skip
+        assert self.history is not None
+        record_history(self.state_store, self.history, row)
+
+    def _run(self, tiered: Callable[[BuiltT, RoundResult], None], started: list[_Started]) -> TaskOutcome:
         state, now = self.state_store.load(), self.clock()
         decision = decide_task(self.spec, state, now=now, selected=self.selected)
         source = None
@@ -152,6 +180,7 @@ class TableTask(Generic[BuiltT]):
             if decision.action is TaskAction.QUARANTINED:
                 return self._quarantined(decision.reason, state)
             return TaskOutcome(TaskEnd.SKIPPED, decision.reason, state=state)
+        started.append(_Started(state, now))  # a round runs from here (its set-up failing is a failed round too)
         with self._setup_failure_recorded():
             parts = self.builder.build_round(source)
         with parts:

@@ -3,7 +3,10 @@ LocalExecutor. Two DAGs run at once (three tables, one of them behind a wrong pa
 tasks refresh the catalog's status table, whatever the runs' outcomes, without losing each other's rows. Read back
 with DuckDB's Iceberg reader and with pyiceberg: the broken table FAILED with its masked error and its time, the
 others TIERED at their epochs. A reset from the CLI shows in it without another DAG run. A refresh that cannot write
-(the status table's data directory blocked) leaves every task's outcome as it was, and the next one catches up."""
+(the status table's data directory blocked) leaves every task's outcome as it was, and the next one catches up.
+``sys.lake_tiering_history`` holds a row per round, the failed one included, read back by both readers; a round whose
+row cannot be appended (the history table's data directory blocked) tiers all the same, and the next round appends
+both rows."""
 
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ from tests.e2e.test_cli import cli
 DAG_A, DAG_B = "status_sql_a", "status_sql_b"
 WRONG_PASSWORD = "wrong-Status-pw-47d2"
 STATUS = ("sys", "lake_tiering_status")
+HISTORY = ("sys", "lake_tiering_history")
+HISTORY_COLUMNS = ["tiered_table", "tiering_epoch", "outcome", "rows_in", "airflow_dag_id", "airflow_run_id", "error",
+                   "started_at", "ended_at", "data_age_after_seconds"]  # fmt: skip
 COLUMNS = ["table_name", "database_name", "status", "tiering_epoch", "last_tiered_time", "last_error",
            "last_error_time", "quarantined", "consecutive_failures", "airflow_dag_id", "as_of"]  # fmt: skip
 
@@ -47,6 +53,17 @@ def status_rows(catalog: dict[str, str]) -> dict[str, dict[str, Any]]:
     by_pyiceberg = {r["table_name"]: {c: r[c] for c in COLUMNS} for r in table.scan().to_arrow().to_pylist()}
     assert by_duckdb == by_pyiceberg
     return by_duckdb
+
+
+def history_rows(catalog: dict[str, str]) -> list[dict[str, Any]]:
+    """The history table's rows in round order per table, read with DuckDB, checked equal to what pyiceberg reads."""
+    by_duckdb = [dict(zip(HISTORY_COLUMNS, row, strict=True)) for row in duckdb_lake_rows(catalog, HISTORY,
+                                                                                          HISTORY_COLUMNS)]  # fmt: skip
+    table = load_catalog("default", **catalog).load_table(HISTORY)
+    by_pyiceberg = [{c: r[c] for c in HISTORY_COLUMNS} for r in table.scan().to_arrow().to_pylist()]
+    order = lambda r: (r["tiered_table"], r["started_at"])  # noqa: E731
+    assert sorted(by_duckdb, key=order) == sorted(by_pyiceberg, key=order)
+    return sorted(by_duckdb, key=order)
 
 
 @pytest.mark.timeout(900)
@@ -75,6 +92,17 @@ def test_the_status_table_shows_every_table_of_runs_at_once_and_a_reset(pg_serve
             assert row["status"] == "TIERED" and row["tiering_epoch"] == 1, row
             assert isinstance(row["last_tiered_time"], datetime) and row["last_error"] is None, row
             assert row["database_name"] == "sqlstatus"
+        history = history_rows(catalog)
+        assert [(h["tiered_table"], h["tiering_epoch"], h["outcome"], h["rows_in"]) for h in history] == [
+            ("sa_broken", 0, "failed", None), ("sa_one", 1, "tiered", 100), ("sa_two", 1, "tiered", 110),
+            ("sb_one", 1, "tiered", 130), ("sb_two", 1, "tiered", 140),
+        ]  # fmt: skip
+        failed_round = history[0]
+        assert "password authentication failed" in failed_round["error"] and WRONG_PASSWORD not in failed_round["error"]
+        assert all(h["airflow_run_id"] == runs[h["airflow_dag_id"]] for h in history)
+        for h in history:  # a round that caught up: the lake holds what the hot store had when the round read it
+            took = (h["ended_at"] - h["started_at"]).total_seconds()
+            assert took >= 0 and (h["outcome"] == "failed" or 0 <= h["data_age_after_seconds"] <= took), h
 
         # A reset from the CLI shows at once, without another DAG run.
         done = cli(af, "reset", "sa_broken")
@@ -100,3 +128,24 @@ def test_the_status_table_shows_every_table_of_runs_at_once_and_a_reset(pg_serve
         caught_up = af.trigger_dag(DAG_B)
         assert af.wait_for_run(DAG_B, caught_up, timeout=480) == "success"
         assert status_rows(catalog)["sb_one"]["as_of"] > rows["sb_one"]["as_of"]
+
+        # The history table cannot be appended to (its data directory blocked): the round tiers all the same, and
+        # the table's next round appends its row with its own.
+        hot.insert("sb_one", 131, 5)
+        history_data = (
+            Path(load_catalog("default", **catalog).load_table(HISTORY).location().removeprefix("file://")) / "data"
+        )
+        shutil.move(history_data, history_data.with_name("data-aside"))
+        history_data.write_text("blocks the history table's data files")
+        unrecorded = af.trigger_dag(DAG_B)
+        assert af.wait_for_run(DAG_B, unrecorded, timeout=480) == "success"
+        assert af.task_instances(DAG_B, unrecorded)["sb_one"] == "success"
+        assert "round(s) not appended (the next round appends them)" in af.task_log(DAG_B, unrecorded, "sb_one", 1)
+        history_data.unlink()
+        shutil.move(history_data.with_name("data-aside"), history_data)
+        hot.insert("sb_one", 136, 5)
+        recorded = af.trigger_dag(DAG_B)
+        assert af.wait_for_run(DAG_B, recorded, timeout=480) == "success"
+        sb_one = [(h["tiering_epoch"], h["rows_in"], h["airflow_run_id"]) for h in history_rows(catalog)
+                  if h["tiered_table"] == "sb_one"]  # fmt: skip
+        assert sb_one == [(1, 130, runs[DAG_B]), (2, 5, unrecorded), (3, 5, recorded)], sb_one

@@ -188,3 +188,53 @@ def test_a_round_that_only_announces_earlier_commits_succeeds_with_their_events(
     assert outcome.result.outcome is RoundOutcome.NOTHING_TO_TIER
     assert [a["epoch"] for a in outcome.announcements] == [1] and first.value is not None
     assert outcome.value == outcome.announcements[-1]
+
+
+class History:
+    """A history table that can be made unreachable; the rows it was given, appended or not."""
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.down = False
+
+    def __call__(self, rows: Any) -> bool:
+        if self.down:
+            return False
+        self.rows.extend(rows)
+        return True
+
+
+def test_each_round_leaves_a_history_row_failed_ones_included_and_rows_not_appended_follow_later() -> None:
+    table = Table()
+    history = History()
+    table.hot.insert(20)
+    assert table.task(history=history, dag_id="d", run_id="r1").run().end is TaskEnd.SUCCEEDED
+    table.now = T0 + timedelta(seconds=10)
+    assert table.task(history=history).run().end is TaskEnd.SKIPPED  # not due: no round, no row
+    assert [(r.outcome, r.rows_in, r.tiering_epoch, r.airflow_run_id) for r in history.rows] == [
+        ("tiered", 20, 1, "r1")
+    ]
+    assert history.rows[0].data_age_after_seconds == 0 and history.rows[0].error is None
+
+    history.down = True  # the catalog is unreachable while the next rounds append their rows
+    table.lake.unavailable = True
+    table.hot.insert(5)
+    table.now = T0 + timedelta(seconds=400)
+    with pytest.raises(Exception, match="catalog is unreachable"):
+        table.task(history=history).run()
+    table.lake.unavailable = False
+    table.now = T0 + timedelta(seconds=500)
+    assert table.task(history=history).run().end is TaskEnd.SUCCEEDED  # a failed round's retry: the round stands
+    state = table.store.load()
+    assert state is not None and len(state.history_backlog) == 2 and len(history.rows) == 1
+
+    history.down = False
+    table.hot.insert(5)
+    table.now = T0 + timedelta(seconds=900)
+    assert table.task(history=history).run().end is TaskEnd.SUCCEEDED
+    found = [(r.outcome, r.rows_in) for r in history.rows]
+    assert found == [("tiered", 20), ("failed", None), ("tiered", 5), ("tiered", 5)], found
+    failed = history.rows[1]
+    assert "catalog is unreachable" in (failed.error or "") and failed.data_age_before_seconds == 400
+    state = table.store.load()
+    assert state is not None and state.history_backlog == []

@@ -1,0 +1,68 @@
+"""The lake's history table (``lake/history_table.py``) appended to from Airflow: in the status table's namespace
+(``[tiering] status_namespace``; empty turns both off), in each table's own catalog (its ``iceberg`` connection),
+its rows kept ``[tiering] history_retention_days`` (30 by default; 0 keeps them for ever). An append that fails (the
+catalog unreachable, the race lost too often) is logged and counted (``tiering.history_table.append_failed``) and
+never fails the task: the table's next round appends what it could not (``core/round_history.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+
+from airflow_provider_tiering.core.error_text import describe_error
+from airflow_provider_tiering.core.round_history import HistoryRow, HistorySink
+from airflow_provider_tiering.hooks.status_table import SECTION, status_namespace
+
+log = logging.getLogger(__name__)
+
+#: The Airflow option: how many days a round's row is kept in the history table.
+RETENTION_OPTION = "history_retention_days"
+DEFAULT_RETENTION_DAYS = 30.0
+
+
+def history_retention() -> timedelta | None:
+    """How long rows are kept (``AIRFLOW__TIERING__HISTORY_RETENTION_DAYS``); None: for ever."""
+    from airflow.configuration import conf
+
+    days = float(conf.get(SECTION, RETENTION_OPTION, fallback=str(DEFAULT_RETENTION_DAYS)) or 0)
+    return timedelta(days=days) if days > 0 else None
+
+
+def history_sink(catalog_conn_id: str) -> HistorySink | None:
+    """What appends a table's rounds to its catalog's history table; None when the status namespace is off."""
+    namespace = status_namespace()
+    if namespace is None:
+        return None
+
+    def append(rows: Sequence[HistoryRow]) -> bool:
+        from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
+        from airflow_provider_tiering.lake.history_table import LakeHistoryTable
+
+        secrets: list[str] = []
+        try:
+            config = IcebergCatalogHook(catalog_conn_id).catalog_config()
+            secrets = list(config.secrets)
+            table = LakeHistoryTable(config.handle(), namespace, history_retention())
+            table.append(rows)
+            log.info("history table %s of catalog %s: %d round(s) appended", table.name, catalog_conn_id, len(rows))
+            return True
+        except Exception as exc:  # a status surface: it never fails tiering
+            log.warning(
+                "history table %s.lake_tiering_history of catalog %s: %d round(s) not appended (the next round "
+                "appends them): %s", namespace, catalog_conn_id, len(rows), describe_error(exc, secrets),
+            )  # fmt: skip
+            _count_failure()
+            return False
+
+    return append
+
+
+def _count_failure() -> None:
+    try:
+        from airflow.sdk.observability.stats import Stats
+
+        Stats.incr("tiering.history_table.append_failed")
+    except Exception as exc:  # metrics are reporting: never an error of their own
+        log.debug("history table append: the failure was not counted: %s", exc)

@@ -1,0 +1,198 @@
+"""The lake's history table, ``<namespace>.lake_tiering_history`` (beside the status table): one row per round of
+every table of its catalog (``core/round_history.py``), an Iceberg table any engine reads (``SELECT * FROM
+sys.lake_tiering_history``), partitioned by the day its rounds ended.
+
+Rounds append to it from many tasks at once. Every write is committed only onto the snapshot it read: pyiceberg's
+own commit retry is off for this table (``commit.retry.num-retries`` 0), so a rewrite can never drop a row appended
+meanwhile; a write that loses the race reads again and tries again, a bounded number of times. Each append leaves a
+file, so an append that finds a day of more than :data:`COMPACT_AFTER_FILES` files rewrites that day into one file
+(an overwrite of the day's partition, whole files out); the days past the retention are deleted whole; old
+snapshots are expired and the files only they held removed, as for the status table. What tidies up is best effort,
+left to a later append when it fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_tiering.core.errors import LakeError
+from airflow_provider_tiering.core.round_history import HISTORY_TABLE, HistoryRow
+from airflow_provider_tiering.lake.catalog import CatalogHandle
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+_TIME = pa.timestamp("us", tz="UTC")
+_FIELDS: list[pa.Field[Any]] = [
+    pa.field("database_name", pa.string(), nullable=False),
+    pa.field("table_name", pa.string(), nullable=False),
+    pa.field("tiered_table", pa.string(), nullable=False),
+    pa.field("airflow_dag_id", pa.string()),
+    pa.field("airflow_run_id", pa.string()),
+    pa.field("tiering_epoch", pa.int64(), nullable=False),
+    pa.field("started_at", _TIME, nullable=False),
+    pa.field("ended_at", _TIME, nullable=False),
+    pa.field("outcome", pa.string(), nullable=False),
+    pa.field("rows_in", pa.int64()),
+    pa.field("rows_inserted", pa.int64()),
+    pa.field("rows_updated", pa.int64()),
+    pa.field("rows_deleted", pa.int64()),
+    pa.field("bytes_written", pa.int64()),
+    pa.field("snapshot_id", pa.int64()),
+    pa.field("data_age_before_seconds", pa.float64()),
+    pa.field("data_age_after_seconds", pa.float64()),
+    pa.field("error", pa.string()),
+]
+HISTORY_SCHEMA = pa.schema(_FIELDS)
+#: Files of one day past which an append rewrites the day into one file.
+COMPACT_AFTER_FILES = 32
+#: How often a write that lost the commit race reads again and tries again.
+COMMIT_ATTEMPTS = 12
+#: Snapshots older than this are expired (the newest few always stay), and unreferenced files older than this
+#: removed: longer than any append takes between writing its file and committing it.
+KEEP_FOR = timedelta(minutes=10)
+KEEP_SNAPSHOTS = 5
+_NO_RETRY = {"commit.retry.num-retries": "0"}
+
+
+class LakeHistoryTable:
+    """The history table of one catalog (see the module's description); ``retention``: how long rows are kept
+    (None: for ever)."""
+
+    def __init__(self, catalog: CatalogHandle, namespace: str = "sys", retention: timedelta | None = None) -> None:
+        self.catalog = catalog
+        self.identifier = (namespace, HISTORY_TABLE)
+        self.retention = retention
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.identifier)
+
+    def append(self, rows: Sequence[HistoryRow], *, now: datetime | None = None) -> None:
+        """Append ``rows``; then, best effort, delete the days past the retention, compact a day of many files and
+        expire old snapshots.
+
+        Raises:
+            LakeError: the commit race was lost :data:`COMMIT_ATTEMPTS` times in a row.
+            Exception: the catalog's or the storage's own errors (unreachable, refused).
+        """
+        if not rows:
+            return
+        mine = pa.Table.from_pylist([{n: getattr(row, n) for n in HISTORY_SCHEMA.names} for row in rows],
+                                    schema=HISTORY_SCHEMA)  # fmt: skip
+        self._committed(lambda table: table.append(mine), "append")
+        now = now or datetime.now(UTC)
+        try:
+            if self.retention is not None:
+                self._delete_before(now - self.retention)
+            self._compact()
+            self._expire(now)
+        except Exception as exc:  # the rows are appended; tidying up is for a later append
+            log.info("history table %s: tidying up left to a later append: %s", self.name, exc)
+
+    def rows(self) -> pa.Table:
+        """The table's rows (empty before its first append)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.get().load_table(self.identifier).scan().to_arrow()
+        except NoSuchTableError:
+            return HISTORY_SCHEMA.empty_table()
+
+    def _committed(self, write: Any, what: str, attempts: int = COMMIT_ATTEMPTS) -> None:
+        """``write`` on the table as it is now, committed only onto the snapshot it read; again on a lost race."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(attempts):
+            try:
+                write(self._table())
+                return
+            except CommitFailedException:
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # another writer committed first: again
+        raise LakeError(f"history table {self.name}: {what} lost the commit race {attempts} times in a row")
+
+    def _table(self) -> Table:
+        """The table, created on the first append (partitioned by the day its rounds ended, its own commit retry
+        off), its schema brought up to this version's columns."""
+        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.transforms import DayTransform
+
+        catalog = self.catalog.get()
+        try:
+            table = catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            catalog.create_namespace_if_not_exists(self.identifier[0])
+            table = catalog.create_table_if_not_exists(
+                self.identifier, schema=HISTORY_SCHEMA, properties={**_NO_RETRY, "format-version": "2"}
+            )
+        if not table.spec().fields:
+            with table.update_spec() as update:
+                update.add_field("ended_at", DayTransform(), "ended_day")
+            table = catalog.load_table(self.identifier)
+        if set(HISTORY_SCHEMA.names) - {f.name for f in table.schema().fields}:
+            with table.update_schema() as update:
+                update.union_by_name(HISTORY_SCHEMA)
+            table = catalog.load_table(self.identifier)
+        return table
+
+    def _delete_before(self, cutoff: datetime) -> None:
+        """The rows of the days before the cutoff's (whole days: whole files out, none rewritten)."""
+        from pyiceberg.expressions import LessThan
+
+        before = LessThan(term="ended_at", value=datetime.combine(cutoff.date(), datetime.min.time(), UTC).isoformat())
+        table = self._table()
+        if any(True for _ in table.scan(row_filter=before).plan_files()):
+            self._committed(lambda t: t.delete(delete_filter=before), "delete past the retention", attempts=3)
+
+    def _compact(self) -> None:
+        """A day of more than :data:`COMPACT_AFTER_FILES` files rewritten into one file."""
+        from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+        table = self._table()
+        days = Counter(_day_of(task.file.partition) for task in table.scan().plan_files())
+        for day, files in days.items():
+            if day is None or files <= COMPACT_AFTER_FILES:
+                continue
+            start = datetime.combine(day, datetime.min.time(), UTC)
+            within = And(
+                GreaterThanOrEqual(term="ended_at", value=start.isoformat()),
+                LessThan(term="ended_at", value=(start + timedelta(days=1)).isoformat()),
+            )
+
+            def rewrite(t: Table, within: Any = within) -> None:
+                t.overwrite(t.scan(row_filter=within).to_arrow(), overwrite_filter=within)
+
+            self._committed(rewrite, f"compaction of {day}", attempts=3)
+            log.info("history table %s: %d files of %s compacted", self.name, files, day)
+
+    def _expire(self, now: datetime) -> None:
+        from airflow_provider_tiering.lake.iceberg import IcebergLake
+        from airflow_provider_tiering.lake.orphan_files import remove_orphan_files
+
+        table = self._table()
+        cutoff = (now - KEEP_FOR).timestamp() * 1000
+        newest = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)[:KEEP_SNAPSHOTS]
+        keep = {s.snapshot_id for s in newest}
+        doomed = [s.snapshot_id for s in table.snapshots() if s.timestamp_ms < cutoff and s.snapshot_id not in keep]
+        if doomed:
+            table.maintenance.expire_snapshots().by_ids(doomed).commit()
+            remove_orphan_files(IcebergLake(self.catalog, *self.identifier), min_age=KEEP_FOR)
+
+
+def _day_of(partition: Any) -> date | None:
+    """The day a data file's partition (``ended_day``: days since 1970-01-01) stands for."""
+    try:
+        days = partition[0]
+    except (IndexError, TypeError):
+        return None
+    return None if days is None else date(1970, 1, 1) + timedelta(days=int(days))

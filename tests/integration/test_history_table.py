@@ -1,0 +1,94 @@
+"""The lake's history table (``lake/history_table.py``) on a real pyiceberg SQL catalog: rows appended from many
+writers at once are all kept (every write committed only onto the snapshot it read), read back by pyiceberg and by
+DuckDB; a day of many files is rewritten into one, keeping every row; the days past the retention are deleted."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from airflow_provider_tiering.core.round_history import HistoryRow
+from airflow_provider_tiering.lake import history_table
+from airflow_provider_tiering.lake.history_table import LakeHistoryTable
+from testbed.lake_check import duckdb_lake_rows
+from testbed.rounds import catalog
+
+
+def row(table: str, epoch: int, ended: datetime, outcome: str = "tiered") -> HistoryRow:
+    return HistoryRow(
+        database_name="shop", table_name=table, tiered_table=table, airflow_dag_id="d", airflow_run_id=f"r{epoch}",
+        tiering_epoch=epoch, started_at=ended - timedelta(seconds=3), ended_at=ended, outcome=outcome,
+        rows_in=10 * epoch, rows_inserted=None, rows_updated=None, rows_deleted=None, bytes_written=100,
+        snapshot_id=epoch, data_age_before_seconds=30.0, data_age_after_seconds=0.0,
+        error="boom" if outcome == "failed" else None,
+    )  # fmt: skip
+
+
+def test_appends_from_many_writers_at_once_are_all_kept_and_read_by_two_readers(catalog_properties) -> None:
+    now = datetime.now(UTC)
+    errors: list[BaseException] = []
+
+    def writer(number: int) -> None:
+        table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
+        try:
+            for epoch in range(1, 6):
+                table.append([row(f"t{number}", epoch, now)], now=now)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    found = LakeHistoryTable(catalog(catalog_properties).handle(), "sys").rows()
+    expected = sorted((f"t{n}", e) for n in range(4) for e in range(1, 6))
+    assert sorted(zip(found["table_name"].to_pylist(), found["tiering_epoch"].to_pylist(), strict=True)) == expected
+    read = duckdb_lake_rows(catalog_properties, ("sys", "lake_tiering_history"), ["table_name", "tiering_epoch"])
+    assert sorted(read) == expected
+
+
+def test_a_day_of_many_files_is_compacted_and_days_past_the_retention_are_deleted(
+    catalog_properties, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history_table, "COMPACT_AFTER_FILES", 4)
+    now = datetime(2026, 11, 29, 12, tzinfo=UTC)
+    table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys", retention=timedelta(days=3))
+    old = now - timedelta(days=5)
+    table.append([row("t", 1, old)], now=old)
+    for epoch in range(2, 8):  # six appends of today: past four files, today is rewritten into one
+        table.append([row("t", epoch, now, "failed" if epoch == 3 else "tiered")], now=now)
+    pyiceberg_table = table.catalog.get().load_table(table.identifier)
+    files = list(pyiceberg_table.scan().plan_files())
+    assert len(files) <= 4, [f.file.file_path for f in files]
+    found = table.rows()
+    assert sorted(found["tiering_epoch"].to_pylist()) == list(range(2, 8))  # the 5-day-old round is gone
+    assert [(r["tiering_epoch"], r["error"]) for r in found.to_pylist() if r["outcome"] == "failed"] == [(3, "boom")]
+
+
+def test_the_documented_slo_query_reads_the_history_with_duckdb(catalog_properties) -> None:
+    """docs/operations.md's DuckDB query of the worst data age per table and hour, on the table as rounds leave it."""
+    import re
+    from pathlib import Path
+
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
+    table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
+    rows = [row("a", 1, now), row("a", 2, now + timedelta(minutes=5), "failed"), row("b", 1, now)]
+    table.append([rows[0], rows[2]])
+    table.append([HistoryRow(**{**rows[1].__dict__, "data_age_before_seconds": 95.0})])
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    query = re.search(r"An SLO chart.*?```sql\n(.*?)```", doc, re.S).group(1)  # type: ignore[union-attr]
+    metadata = table.catalog.get().load_table(table.identifier).metadata_location.removeprefix("file://")
+    query = query.replace("<warehouse>/sys.db/lake_tiering_history/metadata/<latest>.metadata.json", metadata)
+    connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    for package in (duckdb_extension_avro, duckdb_extension_iceberg):
+        connection.execute(f"LOAD '{next(Path(package.__file__).parent.rglob('*.duckdb_extension'))}'")
+    found = [(r[0], r[2], r[3]) for r in connection.execute(query).fetchall()]
+    assert found == [("a", 95.0, 1), ("b", 30.0, 0)], found
