@@ -151,16 +151,19 @@ def test_every_block_has_a_check() -> None:
 
 # -- SQL ------------------------------------------------------------------------------------------------------------
 def test_sql_examples_run_against_a_status_table(tmp_path: Path) -> None:
-    """Each SQL example runs in DuckDB against a real status table (``sys.lake_tiering_status``): DuckDB's own as
-    written, its placeholders filled with the table's metadata file; an example naming the table through a catalog
-    (``lake.sys.lake_tiering_status``, as Spark or Trino name it) through a DuckDB view of that name."""
+    """Each SQL example runs in DuckDB against a real status table (``sys.lake_tiering_status``) and history table
+    (``sys.lake_tiering_history``): DuckDB's own as written, its placeholders filled with the table's metadata file;
+    an example naming a table through a catalog (``lake.sys.lake_tiering_status``, as Spark or Trino name it)
+    through a DuckDB view of that name."""
     import duckdb
     import duckdb_extension_avro
     import duckdb_extension_iceberg
     from pyiceberg.catalog import load_catalog
 
+    from airflow_provider_tiering.core.round_history import HistoryRow
     from airflow_provider_tiering.core.state import TableState
     from airflow_provider_tiering.core.status_rows import status_row
+    from airflow_provider_tiering.lake.history_table import LakeHistoryTable
     from airflow_provider_tiering.lake.status_table import LakeStatusTable
     from testbed.rounds import catalog
 
@@ -168,18 +171,30 @@ def test_sql_examples_run_against_a_status_table(tmp_path: Path) -> None:
     row = status_row(namespace="sales", table="orders", asset="tiering/sales/orders", dag_id="tiering_sales",
                      tiered_table="orders", state=TableState(table="orders"), now=datetime.now(UTC))  # fmt: skip
     LakeStatusTable(catalog(properties).handle()).refresh([row])
-    metadata = load_catalog("default", **properties).load_table(("sys", "lake_tiering_status")).metadata_location
+    now = datetime.now(UTC)
+    round_row = HistoryRow(
+        database_name="sales", table_name="orders", tiered_table="orders", airflow_dag_id="tiering_sales",
+        airflow_run_id="r", tiering_epoch=1, started_at=now, ended_at=now, outcome="tiered", rows_in=1,
+        rows_inserted=None, rows_updated=None, rows_deleted=None, bytes_written=1, snapshot_id=1,
+        data_age_before_seconds=1.0, data_age_after_seconds=0.0, error=None,
+    )  # fmt: skip
+    LakeHistoryTable(catalog(properties).handle()).append([round_row])
     connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     for package in (duckdb_extension_avro, duckdb_extension_iceberg):
         connection.execute(f"LOAD '{next(Path(package.__file__).parent.rglob('*.duckdb_extension'))}'")
     connection.execute("ATTACH ':memory:' AS lake")
     connection.execute("CREATE SCHEMA lake.sys")
-    scan = f"iceberg_scan('{metadata.removeprefix('file://')}')"
-    connection.execute(f"CREATE VIEW lake.sys.lake_tiering_status AS SELECT * FROM {scan}")
+    scans = {}
+    for name in ("lake_tiering_status", "lake_tiering_history"):
+        metadata = load_catalog("default", **properties).load_table(("sys", name)).metadata_location
+        scans[name] = f"iceberg_scan('{metadata.removeprefix('file://')}')"
+        connection.execute(f"CREATE VIEW lake.sys.{name} AS SELECT * FROM {scans[name]}")
     for block in of("sql"):
-        text = re.sub(r"iceberg_scan\('[^']*'\)", scan, block.text)
+        text = re.sub(r"iceberg_scan\('[^']*?(lake_tiering_\w+)[^']*'\)", lambda m: scans[m.group(1)], block.text)
         found = connection.execute(text).fetchall()
         assert isinstance(found, list), block.where
+        if "lake_tiering_history" in block.text:
+            assert found, block.where  # the SLO queries find the round
 
 
 # -- Python ---------------------------------------------------------------------------------------------------------
