@@ -165,7 +165,7 @@ class TableTask(Generic[BuiltT]):
         if decision.action is TaskAction.PROBE:
             # Only the hot store is asked: loading an Iceberg catalog costs a fresh task process about 1.7
             # CPU-seconds, most of a nothing-to-tier round.
-            with self._setup_failure_recorded():
+            with self._setup_failure_recorded(started, _Started(state, now)):
                 source = self.builder.get_source()
             decision = probe_hot_store(source.probe, decision)
         changed = record_decision(state, decision, now)
@@ -181,7 +181,7 @@ class TableTask(Generic[BuiltT]):
                 return self._quarantined(decision.reason, state)
             return TaskOutcome(TaskEnd.SKIPPED, decision.reason, state=state)
         started.append(_Started(state, now))  # a round runs from here (its set-up failing is a failed round too)
-        with self._setup_failure_recorded():
+        with self._setup_failure_recorded(started, started[0]):
             parts = self.builder.build_round(source)
         with parts:
             result = self._round(parts)
@@ -232,13 +232,16 @@ class TableTask(Generic[BuiltT]):
         return TaskOutcome(TaskEnd.SUCCEEDED, "", announcements, value, result=result, counted=counted, state=state)
 
     @contextmanager
-    def _setup_failure_recorded(self) -> Iterator[None]:
+    def _setup_failure_recorded(self, started: list[_Started], begun: _Started) -> Iterator[None]:
         """An error before the round (a missing or unusable connection) is recorded as the table's failed round,
-        so it shows in the status and counts towards the quarantine, and then raised; a missing pip extra
-        (:class:`DeploymentIncomplete`) is recorded without counting and fails the task without retries."""
+        so it shows in the status, counts towards the quarantine and has its row in the history (from ``begun``),
+        and then raised; a missing pip extra (:class:`DeploymentIncomplete`) is recorded without counting and fails
+        the task without retries."""
         try:
             yield
         except Exception as exc:
+            if not started:
+                started.append(begun)
             try:
                 record_failure_before_round(
                     self.spec, self.state_store, exc, secrets=self.builder.secrets(), retry_delay=self.retry_delay

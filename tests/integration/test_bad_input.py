@@ -63,6 +63,7 @@ from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.history_table import LakeHistoryTable
 from airflow_provider_tiering.lake.tiering_commits import END_PROPERTY
 from airflow_provider_tiering.sources.registry import build_source
 from airflow_provider_tiering.spark.session import SparkSettings
@@ -558,7 +559,15 @@ def test_08_missing_or_unusable_connection_is_the_tables_recorded_failure(
     with pytest.raises(AirflowFailException, match="quarantined"):
         operator.execute(context)
     assert saved_state(context, operator.table_asset).consecutive_failures == 2  # a quarantined table is not retried
-    assert not (tmp_path / "w").exists()  # nothing was written to the warehouse
+    if which == "catalog-missing":
+        assert not (tmp_path / "w").exists()  # nothing was written to the warehouse
+        return
+    # The table's lake table was never made; its two failed rounds (not the quarantined skips) are in the history.
+    assert not load_catalog(catalog_conn, **properties).table_exists((NAMESPACE, name))  # named as the connection
+    rows = LakeHistoryTable(catalog_config(properties, catalog_conn).handle()).rows().to_pylist()
+    mine = [row for row in rows if row["table_name"] == name]
+    assert [row["outcome"] for row in mine] == ["failed", "failed"] and all(expected in row["error"] for row in mine)
+    assert not any(secret in row["error"] or pg_server.password in row["error"] for row in mine)
 
 
 def test_08_missing_catalog_connection_is_the_recorded_maintenance_failure(

@@ -238,3 +238,24 @@ def test_each_round_leaves_a_history_row_failed_ones_included_and_rows_not_appen
     assert "catalog is unreachable" in (failed.error or "") and failed.data_age_before_seconds == 400
     state = table.store.load()
     assert state is not None and state.history_backlog == []
+
+
+def test_a_set_up_that_fails_before_the_probe_or_the_round_is_a_failed_round_in_the_history_too() -> None:
+    """Whether the connection breaks while a due table at rest is probed or as its round is built, the state counts
+    a failed round: so does the history. A probe that finds nothing new is no round and leaves no row."""
+    table = Table()
+    history = History()
+    table.hot.insert(5)
+    assert table.task(history=history).run().end is TaskEnd.SUCCEEDED
+    table.now = T0 + timedelta(seconds=400)
+    assert table.task(history=history).run().end is TaskEnd.SKIPPED  # probed: nothing new
+    assert [r.outcome for r in history.rows] == ["tiered"]
+
+    table.broken_connection = True
+    table.now = T0 + timedelta(seconds=800)
+    with pytest.raises(SourceError, match="does not exist"):
+        table.task(history=history).run()  # a table at rest is probed first: the probe's set-up fails
+    state = table.store.load()
+    assert state is not None and state.consecutive_failures == 1
+    assert [r.outcome for r in history.rows] == ["tiered", "failed"]
+    assert "does not exist" in (history.rows[-1].error or "") and history.rows[-1].started_at == table.now
