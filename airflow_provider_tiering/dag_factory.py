@@ -1,4 +1,5 @@
-"""Build a tiering DAG from a list of tables: per table a tier task and a maintenance task, plus a summary task."""
+"""Build tiering DAGs from a list of tables: one DAG of them all (per table a tier task and a maintenance task, plus
+a summary task), or one DAG per table on its own clock with a status DAG and a maintenance DAG beside them."""
 
 from __future__ import annotations
 
@@ -88,6 +89,64 @@ def build_tiering_dag(
         for task in table_tasks + maintenance_tasks:
             task >> summary
     return dag
+
+
+def build_table_dags(
+    group: str,
+    tables: Iterable[TableSpec | Mapping[str, Any]] | str | Path,
+    *,
+    status_schedule: Any = timedelta(minutes=1),
+    maintenance_schedule: Any = "@hourly",
+    start_date: datetime | None = None,
+    tags: Iterable[str] = ("tiering",),
+    **dag_kwargs: Any,
+) -> dict[str, DAG]:
+    """Tables in, one DAG per table out, each on its own clock: no table waits for a sibling.
+
+    Table ``orders`` becomes DAG ``<group>.orders``, scheduled every ``freshness_seconds`` (one run at a time, no
+    catch-up), holding the table's :class:`TierTableOperator` (task id: the table's name). Every run of it is due:
+    the schedule is the table's clock. A run that finds nothing new in the hot store skips without opening the lake;
+    a slow round (a first load) delays only its own table's next run, and a failing table fails only its own DAG's
+    runs. Two DAGs serve the group. ``<group>`` refreshes the tables' rows in ``sys.lake_tiering_status`` every
+    ``status_schedule``, lists each table's status and fails when one is stale past its bound (the summary task,
+    with no table tasks of its own: a failed round fails its own table's run). ``<group>_maintenance`` maintains the
+    tables whose spec has ``maintenance.enabled``, every ``maintenance_schedule`` (:func:`build_maintenance_dag`;
+    absent when no table has it). Specs are validated here, as :func:`build_tiering_dag` does. Returns the DAGs by
+    id; each is registered with Airflow as it is built.
+    """
+    specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
+    start = start_date or datetime(2024, 1, 1, tzinfo=UTC)
+    dags: dict[str, DAG] = {}
+    for spec in specs:
+        dag = DAG(
+            dag_id=f"{group}.{spec.name}",
+            schedule=timedelta(seconds=spec.freshness_seconds),
+            start_date=start,
+            catchup=False,
+            max_active_runs=1,
+            tags=[*tags, group],
+            **dag_kwargs,
+        )
+        with dag:
+            TierTableOperator(table=spec, every_run_due=True)
+        dags[dag.dag_id] = dag
+    status = DAG(
+        dag_id=group, schedule=status_schedule, start_date=start, catchup=False, max_active_runs=1,
+        tags=[*tags, group], **dag_kwargs,
+    )  # fmt: skip
+    with status:
+        TieringSummaryOperator(
+            task_id=SUMMARY_TASK_ID, table_task_ids=[], tables=specs,
+            table_dag_ids={spec.name: f"{group}.{spec.name}" for spec in specs},
+        )  # fmt: skip
+    dags[status.dag_id] = status
+    if any(spec.maintenance.enabled for spec in specs):
+        maintenance = build_maintenance_dag(
+            f"{group}_maintenance", specs, schedule=maintenance_schedule, start_date=start, tags=[*tags, group],
+            **dag_kwargs,
+        )  # fmt: skip
+        dags[maintenance.dag_id] = maintenance
+    return dags
 
 
 def _maintenance_task(spec: TableSpec, tier: TierTableOperator, task_id: str) -> MaintainTableOperator | None:

@@ -87,3 +87,21 @@ def metadata_db(kind: str, pg_server: Any) -> dict[str, dict[str, str]]:
     url = f"postgresql+psycopg://{pg_server.user}:{pg_server.password}@127.0.0.1:{pg_server.port}/{name}"
     # psycopg 3 serves Airflow's async engine too (its default async driver, asyncpg, is not installed).
     return {"database": {"sql_alchemy_conn": url, "sql_alchemy_conn_async": url}}
+
+
+def airflow_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of an ``airflow`` command (or a DagBag read) in a fresh Airflow home under ``tmp_path``,
+    reading DAGs from ``tmp_path / "dags"``: this process's environment without its Airflow and pytest settings."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST"))}
+    env.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
+            "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+        }
+    )
+    return env

@@ -7,7 +7,9 @@ tiered, failed, or left mid-round); a due table at rest whose hot store holds no
 and whose hot table is the one, in the shape, the last round recorded, has nothing new. A probe never skips a check
 the round would make: a table dropped and created again, truncated, rewritten or reshaped runs its round, which
 follows the change or refuses it. A quarantined table is refused; a DAG run that names its tables runs those, due or
-not, and skips the others.
+not, and skips the others. Where the DAG's schedule is the table's own clock (one DAG per table, scheduled every
+``freshness_seconds``), every run is due: measuring the interval again from the last round's end would find the
+next run a few seconds early and skip it, doubling the data age.
 """
 
 from __future__ import annotations
@@ -128,10 +130,16 @@ def quarantine_reason(name: str, state: TableState) -> str:
 
 
 def decide_task(
-    spec: TableSpec, state: TableState | None, *, now: datetime, selected: Sequence[str] | None
+    spec: TableSpec,
+    state: TableState | None,
+    *,
+    now: datetime,
+    selected: Sequence[str] | None,
+    every_run_due: bool = False,
 ) -> TaskDecision:
     """Decide what the table's task does now, from its state document and the DAG run's selection (None: every
-    table, when due). A ``PROBE`` decision still needs :func:`probe_hot_store` and :meth:`TaskDecision.probed`."""
+    table, when due; ``every_run_due``: the schedule is the table's clock). A ``PROBE`` decision still needs
+    :func:`probe_hot_store` and :meth:`TaskDecision.probed`."""
     name = spec.name
     committed = None if state is None or state.committed is None else state.committed.end_offsets
     emptied = None if state is None else state.emptied_range
@@ -147,7 +155,7 @@ def decide_task(
     if state is not None and state.keys_reconciled_at is not None and reconcile_every is not None:
         reconcile_at = state.keys_reconciled_at + timedelta(seconds=reconcile_every)
     when = due_at(state, spec.freshness_seconds)
-    if when is not None and now < when:
+    if when is not None and now < when and not every_run_due:
         reason = (
             f"{name}: not due until {when.isoformat()} "
             f"(freshness {spec.freshness_seconds:g}s since the last tiered round)"

@@ -120,6 +120,8 @@ class TableTask(Generic[BuiltT]):
     retry_delay: RetryDelay
     #: The tables the DAG run asked for (None: every table, when due).
     selected: Sequence[str] | None = None
+    #: The DAG's schedule is the table's clock (one DAG per table): every run is due (``core/decisions.py``).
+    every_run_due: bool = False
     #: The task instance is a retry: a quarantine its own earlier tries caused fails it instead of skipping it.
     retried: bool = False
     #: The newest epoch an asset event announced (0: none; None: unknown).
@@ -160,7 +162,7 @@ class TableTask(Generic[BuiltT]):
 
     def _run(self, tiered: Callable[[BuiltT, RoundResult], None], started: list[_Started]) -> TaskOutcome:
         state, now = self.state_store.load(), self.clock()
-        decision = decide_task(self.spec, state, now=now, selected=self.selected)
+        decision = decide_task(self.spec, state, now=now, selected=self.selected, every_run_due=self.every_run_due)
         source = None
         if decision.action is TaskAction.PROBE:
             # Only the hot store is asked: loading an Iceberg catalog costs a fresh task process about 1.7

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -21,7 +21,9 @@ OK_STATES = frozenset({"success", "skipped"})
 
 
 class TieringSummaryOperator(BaseOperator):
-    """Reports the outcome of every table task of the run by name (runs with ``trigger_rule="all_done"``).
+    """Reports the outcome of every table task of the run by name (runs with ``trigger_rule="all_done"``), or, with
+    no table tasks (the status DAG of :func:`~airflow_provider_tiering.dag_factory.build_table_dags`), every table's
+    status. ``table_dag_ids``: the DAG that tiers each table, by name, where it is not this one.
 
     It fails when any table task did not succeed or skip, or any of ``tables`` is stale past its bound (even one
     whose rounds keep tiering some rows: ``core/staleness.py``), so the DAG run ends failed and alerts fire; the
@@ -39,6 +41,7 @@ class TieringSummaryOperator(BaseOperator):
         table_task_ids: Sequence[str],
         maintenance_task_ids: Sequence[str] = (),
         tables: Sequence[TableSpec] = (),
+        table_dag_ids: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
@@ -47,6 +50,7 @@ class TieringSummaryOperator(BaseOperator):
         super().__init__(**kwargs)
         self.table_task_ids = list(table_task_ids)
         self.maintenance_task_ids = list(maintenance_task_ids)
+        self.table_dag_ids = dict(table_dag_ids or {})
 
     def execute(self, context: Any) -> dict[str, str]:
         ti = context["ti"]
@@ -74,6 +78,10 @@ class TieringSummaryOperator(BaseOperator):
                 self.log.warning("%s  maintenance %s (tiering is not affected; see the table's status)", task_id, state)
         failed = sorted(t for t, s in outcomes.items() if s not in OK_STATES)
         documents = self._state_documents(context)
+        if not self.table_task_ids:  # the status DAG of tables on their own DAGs: their states, not task outcomes
+            for spec, document in documents:
+                status = "NEW" if document is None else document.status.value
+                self.log.info("%s  %-11s epoch %s", spec.name, status, 0 if document is None else document.epoch)
         stale = self._stale_tables(documents)
         for alert in stale.values():
             self.log.error("%s", alert)
@@ -109,7 +117,8 @@ class TieringSummaryOperator(BaseOperator):
         for spec, state in states:
             rows[spec.lake.catalog_conn_id].append(
                 status_row(
-                    namespace=spec.lake.namespace, table=spec.lake.table, asset=spec.asset_name, dag_id=self.dag_id,
+                    namespace=spec.lake.namespace, table=spec.lake.table, asset=spec.asset_name,
+                    dag_id=self.table_dag_ids.get(spec.name, self.dag_id),
                     tiered_table=spec.name, state=state, now=now,
                 )
             )  # fmt: skip

@@ -47,7 +47,9 @@ class TierTableOperator(BaseOperator):
     it is fixed and reset (:func:`airflow_provider_tiering.status.reset_table`).
     A table is tiered once ``freshness_seconds`` have passed since its last tiered round; before that
     its task skips at once (status SCHEDULED), touching neither the hot store nor Spark. A DAG run
-    started with ``conf={"tables": [...]}`` tiers only the named tables, due or not; the others skip.
+    started with ``conf={"tables": [...]}`` tiers only the named tables, due or not; the others skip. With
+    ``every_run_due=True`` the DAG's schedule is the table's clock (one DAG per table,
+    :func:`~airflow_provider_tiering.dag_factory.build_table_dags`): every run is due, and still probes the hot store.
     What the task does is ``core/table_task.py``'s; this class maps how it ends to Airflow's task outcomes.
 
     Hazard: two runs of the same table at once are safe (one is fenced and fails) but waste work;
@@ -56,7 +58,7 @@ class TierTableOperator(BaseOperator):
 
     ui_color = "#cfe8ff"
 
-    def __init__(self, *, table: TableSpec | Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(self, *, table: TableSpec | Mapping[str, Any], every_run_due: bool = False, **kwargs: Any) -> None:
         spec = TableSpec.parse(table)
         asset = table_asset(spec)
         kwargs.setdefault("task_id", spec.name)
@@ -72,6 +74,7 @@ class TierTableOperator(BaseOperator):
         kwargs["outlets"] = [*kwargs.get("outlets", []), asset, alias]
         super().__init__(**kwargs)
         self.table_spec = spec
+        self.every_run_due = every_run_due
         self.table_asset = asset
         self.recovered_alias = alias
         self._lineage: RoundLineage | None = None
@@ -89,6 +92,7 @@ class TierTableOperator(BaseOperator):
             TieringHook(self.table_spec),
             task_retry_delay(self, context),
             retried=context["ti"].try_number > 1,
+            every_run_due=self.every_run_due,
             announced_epoch=lambda: self._announced_epoch(context),
             interrupted_by=(AirflowTaskTimeout,),
             interruption=self._timed_out,

@@ -247,11 +247,15 @@ def test_four_tables_tiered_at_once_behind_a_sql_catalog_on_postgresql_with_the_
         host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
     ) as conn:
         rows = conn.execute("SELECT table_namespace, table_name FROM iceberg_tables ORDER BY 2").fetchall()
-    # and beside them the catalog's status table, which every run's summary refreshed (its files on S3 too).
-    assert [r for r in rows if r != ("sys", "lake_tiering_status")] == sorted(
-        ("e2e_pgcat", n) for n in PG_CATALOG_TABLES
-    )
-    assert ("sys", "lake_tiering_status") in rows
+    # and beside them the catalog's status table, which every run's summary refreshed, and its history table, which
+    # every round appended to (their files on S3 too).
+    status_tables = {("sys", "lake_tiering_status"), ("sys", "lake_tiering_history")}
+    assert [r for r in rows if r not in status_tables] == sorted(("e2e_pgcat", n) for n in PG_CATALOG_TABLES)
+    assert status_tables <= set(rows)
+    history = load_catalog("default", **catalog).load_table(("sys", "lake_tiering_history"))
+    assert history.location().startswith(catalog["warehouse"])
+    tiered = {r["table_name"] for r in history.scan().to_arrow().to_pylist() if r["outcome"] == "tiered"}
+    assert tiered == set(PG_CATALOG_TABLES)
     status = load_catalog("default", **catalog).load_table(("sys", "lake_tiering_status"))
     assert {r["table_name"]: r["status"] for r in status.scan().to_arrow().to_pylist()} == dict.fromkeys(
         PG_CATALOG_TABLES, "TIERED"

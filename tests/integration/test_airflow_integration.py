@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from testbed.tiering_env import airflow_env
 
 BAD_DAG = textwrap.dedent(
     """
@@ -19,19 +20,6 @@ BAD_DAG = textwrap.dedent(
     )
     """
 )
-
-
-def airflow_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST"))}
-    env.update(
-        {
-            "AIRFLOW_HOME": str(tmp_path / "airflow"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
-            "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
-        }
-    )
-    return env
 
 
 def airflow_json(tmp_path: Path, *args: str) -> list[dict]:

@@ -73,6 +73,18 @@ def test_a_not_due_check_rests_the_table_in_scheduled():
     assert not is_due(state, 300, T0 + timedelta(seconds=6))
 
 
+def test_where_the_schedule_is_the_tables_clock_every_run_is_due_but_still_probes_and_respects_quarantine():
+    """A run of the table's own DAG a few seconds short of the interval (its schedule's tick came before the last
+    round's end plus freshness) is due: it probes the hot store, which says whether there is anything new."""
+    state = tiered_at(T0)
+    early = T0 + timedelta(seconds=297)
+    assert decide_task(SPEC, state, now=early, selected=None).action is TaskAction.NOT_DUE
+    decision = decide_task(SPEC, state, now=early, selected=None, every_run_due=True)
+    assert decision.action is TaskAction.PROBE and decision.committed == {"cursor": 50}
+    state.quarantined_since = T0
+    assert decide_task(SPEC, state, now=early, selected=None, every_run_due=True).action is TaskAction.QUARANTINED
+
+
 def test_a_due_table_at_rest_runs_only_with_new_rows_and_otherwise_settles_checked():
     state = tiered_at(T0)
     later = T0 + timedelta(seconds=400)

@@ -1,0 +1,34 @@
+"""The freshness benchmark at a few tables and a short window, both setups under a real Airflow, so its code cannot
+rot (data ages are reported, not checked against bounds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_freshness import main
+
+pytestmark = pytest.mark.bench
+
+
+@pytest.mark.timeout(900)
+def test_bench_freshness_smoke(tmp_path: Path) -> None:
+    output = tmp_path / "freshness.json"
+    argv = ["--tables", "4", "--minutes", "0.25", "--backlog-rows", "20000", "--sample-every", "2"]
+    assert main([*argv, "--workdir", str(tmp_path / "w"), "--output", str(output)]) == 0
+
+    report = json.loads(output.read_text())
+    assert [r["setup"] for r in report["results"]] == ["one-dag", "own-clocks"]
+    for result in report["results"]:
+        ages = result["data_age_seconds"]
+        assert set(ages) == {"30s", "300s", "backlog_table"}, ages
+        assert ages["30s"]["tables"] == 2 and ages["300s"]["tables"] == 1
+        for klass in ("30s", "300s"):
+            assert ages[klass]["samples"] >= ages[klass]["tables"] * 3 and 0 <= ages[klass]["p50"] <= ages[klass]["max"]
+        assert ages["backlog_table"]["table"] == "t03_append_300"
+        assert result["task_starts_per_minute"] > 0
+        cpu = result["cpu"]
+        assert cpu["task_processes_cpu_s"] > 0 and cpu["airflow_own_cpu_s"] > 0, cpu
+        assert {"scheduler", "supervisors", "postgres", "machine_busy"} <= set(cpu["by_process_cpu_s"]), cpu
