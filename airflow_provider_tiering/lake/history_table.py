@@ -109,6 +109,23 @@ class LakeHistoryTable:
         except NoSuchTableError:
             return HISTORY_SCHEMA.empty_table()
 
+    def rounds_of(self, tiered_table: str, since: datetime, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` rounds of one table that ended at ``since`` or later, oldest first (the day
+        partitions before ``since`` are not read)."""
+        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual
+
+        try:
+            table = self.catalog.get().load_table(self.identifier)
+        except NoSuchTableError:
+            return []
+        where = And(
+            EqualTo(term="tiered_table", value=tiered_table),
+            GreaterThanOrEqual(term="ended_at", value=since.isoformat()),
+        )
+        found = table.scan(row_filter=where).to_arrow().sort_by("ended_at").to_pylist()
+        return found[-limit:]
+
     def _committed(self, write: Any, what: str, attempts: int = COMMIT_ATTEMPTS) -> None:
         """``write`` on the table as it is now, committed only onto the snapshot it read; again on a lost race."""
         from pyiceberg.exceptions import CommitFailedException

@@ -24,6 +24,7 @@ from airflow_provider_tiering.plugins.access import (
     readable_by,
 )
 from airflow_provider_tiering.status import (
+    DataAgeRound,
     TableStatusRecord,
     TieringRound,
     TieringStatus,
@@ -31,6 +32,7 @@ from airflow_provider_tiering.status import (
     list_tiering_statuses,
     reset_table,
     session_scope,
+    tiering_data_ages,
     tiering_history,
 )
 
@@ -53,6 +55,14 @@ class TableListResponse(BaseModel):
 class HistoryResponse(BaseModel):
     table: str
     rounds: list[TieringRound] = Field(description="Newest first; each round as its asset event recorded it")
+
+
+class DataAgeResponse(BaseModel):
+    table: str
+    rounds: list[DataAgeRound] = Field(
+        description="Oldest first; each round (failed ones included) as the lake's history table holds it"
+    )
+    unavailable: str | None = Field(description="Why there are no rounds: the history table could not be read")
 
 
 class TriggerRequest(BaseModel):
@@ -103,8 +113,8 @@ def list_tables(
     return TableListResponse(tables=tables, total_entries=len(tables))
 
 
-# ``{table:path}``: an asset's name and URI hold slashes. The history and reset routes come first, so a path
-# ending in /history or /reset is theirs.
+# ``{table:path}``: an asset's name and URI hold slashes. The history, data-age and reset routes come first, so a
+# path ending in /history, /data-age or /reset is theirs.
 @router.get(
     "/tables/{table:path}/history",
     response_model=HistoryResponse,
@@ -123,6 +133,27 @@ def get_history(
     except AmbiguousTable as err:
         raise _ambiguous(err) from err
     return HistoryResponse(table=table, rounds=rounds)
+
+
+@router.get(
+    "/tables/{table:path}/data-age",
+    response_model=DataAgeResponse,
+    summary="A table's recent rounds with the data age at their start and end, from sys.lake_tiering_history",
+    responses={400: {}, 404: {}},
+)
+def get_data_age(
+    table: TablePath,
+    user: GetUserDep,
+    hours: Annotated[float, Query(gt=0, le=24 * 31, description="Rounds that ended in the last hours")] = 24,
+    limit: Annotated[int, Query(ge=1, le=5000, description="Most recent rounds to return")] = 500,
+) -> DataAgeResponse:
+    try:
+        found = tiering_data_ages(table, hours=hours, limit=limit, readable=readable_by(user))
+    except TableNotFound as err:
+        raise _not_found(err) from err
+    except AmbiguousTable as err:
+        raise _ambiguous(err) from err
+    return DataAgeResponse(table=found.table, rounds=found.rounds, unavailable=found.unavailable)
 
 
 @router.post(

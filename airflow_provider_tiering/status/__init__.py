@@ -21,14 +21,23 @@ from airflow_provider_tiering.status.reads import (
     get_tiering_status,
     list_tiering_statuses,
     session_scope,
+    tiering_data_ages,
     tiering_history,
 )
-from airflow_provider_tiering.status.records import MaintenanceRecord, TableStatusRecord, TieringRound
+from airflow_provider_tiering.status.records import (
+    DataAgeRound,
+    DataAges,
+    MaintenanceRecord,
+    TableStatusRecord,
+    TieringRound,
+)
 from airflow_provider_tiering.status.reset import reset_table
 from airflow_provider_tiering.status.view import TieringStatus
 
 __all__ = [
     "ASSET_GROUP",
+    "DataAgeRound",
+    "DataAges",
     "MaintenanceRecord",
     "ReadableFilter",
     "TableStatusRecord",
@@ -40,6 +49,7 @@ __all__ = [
     "matching_assets",
     "reset_table",
     "session_scope",
+    "tiering_data_ages",
     "tiered_assets",
     "tiering_history",
     "unknown_table",

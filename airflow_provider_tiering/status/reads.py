@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from airflow_provider_tiering.core.errors import AmbiguousTable
@@ -20,7 +21,7 @@ from airflow_provider_tiering.status.assets import (
     readable_of,
     tiered_assets,
 )
-from airflow_provider_tiering.status.records import TieringRound
+from airflow_provider_tiering.status.records import DataAgeRound, DataAges, TieringRound
 from airflow_provider_tiering.status.view import TieringStatus
 
 log = logging.getLogger("airflow_provider_tiering.status")
@@ -223,3 +224,51 @@ def _rounds_only_the_lake_knows(found: TieringStatus, announced: set[int | None]
         for commit in commits
         if commit.epoch not in announced
     ]
+
+
+def tiering_data_ages(
+    table: str,
+    *,
+    hours: float = 24.0,
+    limit: int = 500,
+    readable: ReadableFilter | None = None,
+    session: Any | None = None,
+) -> DataAges:
+    """The table's rounds of the last ``hours`` (at most ``limit``, the newest), oldest first, as its catalog's
+    history table holds them (``sys.lake_tiering_history``, ``hooks/history_table.py``): the Tiering page's
+    data-age chart. A history table that cannot be read gives no rounds and says why. ``table`` as for
+    :func:`get_tiering_status`."""
+    from airflow_provider_tiering.core.error_text import describe_error
+    from airflow_provider_tiering.core.state import utcnow
+    from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
+    from airflow_provider_tiering.hooks.status_table import status_namespace
+    from airflow_provider_tiering.lake.history_table import LakeHistoryTable
+
+    with session_scope(session) as s:
+        found = get_tiering_status(table, readable=readable, session=s)
+    namespace = status_namespace()
+    if namespace is None:
+        return DataAges(found.table, [], "the status namespace is off ([tiering] status_namespace): no history table")
+    secrets: list[str] = []
+    try:
+        config = IcebergCatalogHook(found.catalog_conn_id).catalog_config()
+        secrets = list(config.secrets)
+        since = utcnow() - timedelta(hours=hours)
+        rows = LakeHistoryTable(config.handle(), namespace).rounds_of(found.table, since, limit)
+    except Exception as exc:  # a status surface: the rest of the page stays readable
+        error = describe_error(exc, secrets)
+        log.warning("%s: the history table cannot be read: %s", found.table, error)
+        return DataAges(found.table, [], f"the history table cannot be read: {error}")
+    rounds = [
+        DataAgeRound(
+            started_at=row["started_at"],
+            ended_at=row["ended_at"],
+            outcome=row["outcome"],
+            epoch=row["tiering_epoch"],
+            rows_in=row["rows_in"],
+            data_age_before_seconds=row["data_age_before_seconds"],
+            data_age_after_seconds=row["data_age_after_seconds"],
+        )  # fmt: skip
+        for row in rows
+    ]
+    return DataAges(found.table, rounds)

@@ -140,3 +140,30 @@ class TieringRound:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "timestamp": self.timestamp.isoformat()}
+
+
+@dataclass(frozen=True)
+class DataAgeRound:
+    """One round of a table as the lake's history table (``sys.lake_tiering_history``) holds it: when it ran, how it
+    ended, and the data age at its start and its end (how long the lake had not caught up with the hot store)."""
+
+    started_at: datetime
+    ended_at: datetime
+    outcome: str
+    epoch: int
+    rows_in: int | None
+    data_age_before_seconds: float | None
+    data_age_after_seconds: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "started_at": self.started_at.isoformat(), "ended_at": self.ended_at.isoformat()}
+
+
+@dataclass(frozen=True)
+class DataAges:
+    """A table's rounds from the history table, oldest first; ``unavailable`` says why there are none when the
+    history table could not be read (its catalog unreachable, the status namespace off)."""
+
+    table: str
+    rounds: list[DataAgeRound]
+    unavailable: str | None = None

@@ -190,6 +190,7 @@ def test_each_user_sees_only_the_tables_whose_assets_they_may_read(deployment: D
         for hidden in (f"{other}.{TABLE}", f"tiering/{other}/{TABLE}", f"{HIDDEN}.sa_secret", "sa_secret"):
             assert rest(dep, "GET", f"/tiering/api/tables/{hidden}", user).status_code == 404, (user, hidden)
         assert rest(dep, "GET", f"/tiering/api/tables/{other}.{TABLE}/history", user).status_code == 404
+        assert rest(dep, "GET", f"/tiering/api/tables/{other}.{TABLE}/data-age", user).status_code == 404
         history = rest(dep, "GET", f"/tiering/api/tables/{TABLE}/history", user).json()["rounds"]
         assert [r["rows"] for r in history] == [ROWS[namespace]]
         # The page's code holds no data: what it shows comes from the list above.
@@ -247,6 +248,7 @@ def test_an_ambiguous_name_is_refused_and_a_qualified_one_picks_the_table(deploy
     for method, path in (
         ("GET", f"/tiering/api/tables/{TABLE}"),
         ("GET", f"/tiering/api/tables/{TABLE}/history"),
+        ("GET", f"/tiering/api/tables/{TABLE}/data-age"),
         ("POST", f"/tiering/api/tables/{TABLE}/reset"),
     ):
         resp = rest(dep, method, path)

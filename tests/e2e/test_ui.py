@@ -259,6 +259,11 @@ def test_page_in_airflows_ui_shows_every_table_and_a_tables_rounds_in_chromium(u
             ".find((dt) => dt.textContent === 'Snapshot').nextElementSibling.textContent"
         )
         assert shown == str(snapshot_id)  # all 64 bits, not a double's rounding
+        # Its data age over time, from the history table: a point at the end of each round (and at the start of
+        # each but the first, which had nothing to be behind), joined in time order.
+        points = driver.find_elements(By.CSS_SELECTOR, "svg.data-age circle.age-point")
+        assert len(points) >= 3 and driver.find_elements(By.CSS_SELECTOR, "svg.data-age polyline.age-line")
+        assert all(float(p.get_attribute("data-age")) >= 0 for p in points)
         links = driver.find_elements(By.CSS_SELECTOR, "#rounds a[data-airflow-route]")
         assert [urlparse(a.get_attribute("href")).path for a in links] == [
             f"{PREFIX}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/ui_alpha"
@@ -353,11 +358,23 @@ def test_rest_list_agrees_with_the_asset_state_store(ui: TieredUI) -> None:
         == 1
     )
 
+    # The data age of each round, from the lake's history table: ui_alpha's two rounds, ui_broken's failed one.
+    ages = rest(af, "GET", "/tiering/api/tables/ui_alpha/data-age", af.token()).json()
+    assert ages["unavailable"] is None and ages["table"] == "ui_alpha"
+    tiered = [r for r in ages["rounds"] if r["outcome"] == "tiered"]
+    assert [r["epoch"] for r in tiered] == [1, 2] and [r["rows_in"] for r in tiered] == [1500, 700], ages
+    assert all(r["data_age_after_seconds"] is not None for r in tiered)
+    broken = rest(af, "GET", "/tiering/api/tables/ui_broken/data-age", af.token()).json()["rounds"]
+    assert broken and {r["outcome"] for r in broken} == {"failed"}
+    assert rest(af, "GET", "/tiering/api/tables/nope/data-age", af.token()).status_code == 404
+    assert rest(af, "GET", "/tiering/api/tables/ui_alpha/data-age", af.token(), params={"hours": 0}).status_code == 422
+
     spec = rest(af, "GET", "/tiering/openapi.json", af.token()).json()
     assert set(spec["paths"]) == {
         "/api/tables",
         "/api/tables/{table}",
         "/api/tables/{table}/history",
+        "/api/tables/{table}/data-age",
         "/api/tables/{table}/reset",
         "/api/trigger",
     }
@@ -370,6 +387,7 @@ ENDPOINTS = [
     ("GET", "/tiering/api/tables", None),
     ("GET", "/tiering/api/tables/ui_alpha", None),
     ("GET", "/tiering/api/tables/ui_alpha/history", None),
+    ("GET", "/tiering/api/tables/ui_alpha/data-age", None),
     ("POST", "/tiering/api/tables/ui_broken/reset", None),
     ("POST", "/tiering/api/trigger", {"tables": ["ui_alpha"]}),
 ]
@@ -395,7 +413,7 @@ def test_signed_out_requests_get_nothing(ui: TieredUI) -> None:
 def test_viewer_reads_but_can_neither_reset_nor_trigger(ui: TieredUI) -> None:
     af = ui.af
     viewer = token(af, VIEWER, ui.viewer_password)
-    for method, path, _ in ENDPOINTS[:6]:
+    for method, path, _ in ENDPOINTS[:7]:
         assert rest(af, method, path, viewer).status_code == (307 if path == "/tiering/" else 200), path
     resp = rest(af, "POST", "/tiering/api/tables/ui_broken/reset", viewer)
     assert resp.status_code == 403 and "edit access" in resp.text

@@ -92,3 +92,16 @@ def test_the_documented_slo_query_reads_the_history_with_duckdb(catalog_properti
         connection.execute(f"LOAD '{next(Path(package.__file__).parent.rglob('*.duckdb_extension'))}'")
     found = [(r[0], r[2], r[3]) for r in connection.execute(query).fetchall()]
     assert found == [("a", 95.0, 1), ("b", 30.0, 0)], found
+
+
+def test_one_tables_recent_rounds_are_read_oldest_first_for_the_pages_chart(catalog_properties) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
+    assert table.rounds_of("orders", now - timedelta(hours=1), 10) == []  # no history table yet
+    table.append([row("orders", 1, now - timedelta(days=2)), row("orders", 2, now - timedelta(minutes=30))], now=now)
+    table.append([row("orders", 3, now - timedelta(minutes=20), "failed"), row("items", 1, now)], now=now)
+    table.append([row("orders", 4, now - timedelta(minutes=10))], now=now)
+    found = table.rounds_of("orders", now - timedelta(hours=1), 10)
+    assert [(r["tiering_epoch"], r["outcome"]) for r in found] == [(2, "tiered"), (3, "failed"), (4, "tiered")]
+    assert found[0]["ended_at"] == now - timedelta(minutes=30) and found[0]["data_age_before_seconds"] == 30.0
+    assert [r["tiering_epoch"] for r in table.rounds_of("orders", now - timedelta(hours=1), 2)] == [3, 4]

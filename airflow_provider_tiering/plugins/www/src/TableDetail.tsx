@@ -5,7 +5,7 @@ import type { ReactNode } from "react";
 import { useState } from "react";
 import { Link as RouterLink } from "react-router-dom";
 
-import { type TieredTable, type TieringRound, resetTable, triggerTables } from "./api";
+import { type DataAges, type TieredTable, type TieringRound, resetTable, triggerTables } from "./api";
 import {
   DASH,
   backlog,
@@ -19,6 +19,7 @@ import {
   offsetsText,
 } from "./format";
 import { ErrorText } from "./ErrorText";
+import { DataAgeChart, DataAgeLegend } from "./DataAgeChart";
 import { ChartLegend, RoundsChart } from "./RoundsChart";
 import { StatusBadge } from "./StatusBadge";
 
@@ -296,8 +297,8 @@ function Actions({ t, feedback }: { t: TieredTable; feedback: Feedback }) {
   );
 }
 
-export function TableDetail(props: { t: TieredTable; rounds: TieringRound[]; feedback: Feedback }) {
-  const { t, rounds, feedback } = props;
+export function TableDetail(props: { t: TieredTable; rounds: TieringRound[]; ages: DataAges; feedback: Feedback }) {
+  const { t, rounds, ages, feedback } = props;
   return (
     <Box id="detail-view">
       <Heading size="lg" mb={3}>
@@ -309,6 +310,21 @@ export function TableDetail(props: { t: TieredTable; rounds: TieringRound[]; fee
         Lake maintenance
       </Heading>
       <Maintenance t={t} />
+      <Heading size="md" mt={6} mb={2}>
+        Data age, last 24 hours
+      </Heading>
+      {ages.rounds.length ? (
+        <>
+          <Text fontSize="sm" color="fg.muted">
+            <DataAgeLegend />
+          </Text>
+          <DataAgeChart rounds={ages.rounds} />
+        </>
+      ) : (
+        <Text id="data-age-none" color="fg.muted">
+          {ages.unavailable ?? "No round in the history table (sys.lake_tiering_history) in the last 24 hours."}
+        </Text>
+      )}
       <Heading size="md" mt={6} mb={2}>
         {`Recent rounds (${rounds.length})`}
       </Heading>

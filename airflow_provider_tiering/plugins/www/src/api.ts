@@ -115,6 +115,23 @@ export interface TieringRound {
   task_id: string | null;
 }
 
+/** One round as the lake's history table (sys.lake_tiering_history) holds it, failed ones included. */
+export interface DataAgeRound {
+  started_at: string;
+  ended_at: string;
+  outcome: string;
+  epoch: number;
+  rows_in: number | null;
+  data_age_before_seconds: number | null;
+  data_age_after_seconds: number | null;
+}
+
+export interface DataAges {
+  table: string;
+  rounds: DataAgeRound[];
+  unavailable: string | null;
+}
+
 export interface TriggeredRun {
   dag_id: string;
   run_id: string;
@@ -181,6 +198,9 @@ export const getTable = (name: string): Promise<TieredTable> => request(`/tables
 
 export const getHistory = async (name: string, limit = 50): Promise<TieringRound[]> =>
   (await request<{ rounds: TieringRound[] }>(`/tables/${enc(name)}/history?limit=${limit}`)).rounds;
+
+export const getDataAges = (name: string, hours = 24): Promise<DataAges> =>
+  request(`/tables/${enc(name)}/data-age?hours=${hours}`);
 
 export const resetTable = (name: string): Promise<TieredTable> => request(`/tables/${enc(name)}/reset`, { method: "POST" });
 

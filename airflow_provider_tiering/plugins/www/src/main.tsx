@@ -4,7 +4,15 @@ import { Alert, Box, Flex, Heading, Link, Spinner, Text } from "@chakra-ui/react
 import { useCallback, useEffect, useState } from "react";
 import { Link as RouterLink, useLocation, useNavigate, useSearchParams } from "react-router-dom";
 
-import { type TieredTable, type TieringRound, getHistory, getTable, listTables } from "./api";
+import {
+  type DataAges,
+  type TieredTable,
+  type TieringRound,
+  getDataAges,
+  getHistory,
+  getTable,
+  listTables,
+} from "./api";
 import { fmtTime } from "./format";
 import { TableDetail } from "./TableDetail";
 import { TablesList } from "./TablesList";
@@ -56,7 +64,8 @@ function ListView() {
 
 function DetailView({ name }: { name: string }) {
   const load = useCallback(
-    async (): Promise<[TieredTable, TieringRound[]]> => Promise.all([getTable(name), getHistory(name)]),
+    async (): Promise<[TieredTable, TieringRound[], DataAges]> =>
+      Promise.all([getTable(name), getHistory(name), getDataAges(name)]),
     [name],
   );
   const detail = useRefreshing(load, name);
@@ -81,6 +90,7 @@ function DetailView({ name }: { name: string }) {
         <TableDetail
           t={detail.data[0]}
           rounds={detail.data[1]}
+          ages={detail.data[2]}
           feedback={{ notice: setNotice, error: setActionError, reload: detail.reload }}
         />
       ) : detail.error ? null : (
