@@ -5,8 +5,9 @@ Per setup, a fresh Airflow (api-server, scheduler, dag-processor, LocalExecutor:
 ``[core] parallelism = --parallelism`` and Airflow's default of 16 active runs per DAG) tiers ``--tables`` tables of
 a throw-away PostgreSQL 15 into a pyiceberg SQL catalog on SQLite. The tables alternate between 30 s and 300 s of
 ``freshness_seconds`` and cycle through append (cursor ``id``), merge by key (cursor ``updated_at``) and change stream
-(``postgres_cdc``); each starts with 1,000 rows, and one (an append table of the 300 s class) with
-``--backlog-rows`` more: its first load runs on Spark while its siblings tier. The setups:
+(``postgres_cdc``); each starts with 1,000 rows. One (an append table of the 300 s class) gets ``--backlog-rows``
+more in one transaction as the measured window opens: its round reads them in splits on Spark while its siblings
+tier. The setups:
 
 * ``one-dag``     today's: ``build_tiering_dag`` of every table, scheduled every 30 s (as often as the freshest
                   table needs), its maintenance tasks as the spec's default has them;
@@ -16,7 +17,7 @@ a throw-away PostgreSQL 15 into a pyiceberg SQL catalog on SQLite. The tables al
 A writer process commits one transaction a second per table (appends insert 5 rows; merges update 3 random rows and
 insert 2; change streams update 3, insert 2 and every 5th time delete one) and records each commit's position and
 time in ``bench_commits`` (a table no DAG reads): the last id, the ``updated_at`` written, or the WAL position after
-the commit. The measured window opens once every table but the backlog's has committed a round, and lasts
+the commit. The measured window opens once every table has committed a round, and lasts
 ``--minutes``. Every ``--sample-every`` seconds a sampler reads each lake table's committed offsets from its Iceberg
 snapshot and takes the table's **data age**: now minus the time of the oldest recorded commit beyond them (0 when the
 lake holds every commit). Reported per freshness class (the backlog table apart): p50, p95 and max of the samples,
@@ -85,7 +86,7 @@ def tables(count: int) -> list[Table]:
 
 
 # -- the hot store ---------------------------------------------------------------------------------------------------
-def create_tables(dsn: str, specs: list[Table], backlog_rows: int) -> None:
+def create_tables(dsn: str, specs: list[Table]) -> None:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -95,7 +96,7 @@ def create_tables(dsn: str, specs: list[Table], backlog_rows: int) -> None:
         )
         conn.execute("CREATE INDEX ON bench_commits (table_name, position)")
         for table in specs:
-            rows = INITIAL_ROWS + (backlog_rows if table.backlog else 0)
+            rows = INITIAL_ROWS
             conn.execute(
                 f'CREATE TABLE "{table.name}" (id bigint PRIMARY KEY, payload text NOT NULL, amount numeric(12, 2) '
                 "NOT NULL, updated_at timestamptz NOT NULL DEFAULT clock_timestamp())"
@@ -106,6 +107,21 @@ def create_tables(dsn: str, specs: list[Table], backlog_rows: int) -> None:
                 (rows,),
             )
             record_commit(conn, table, rows)
+
+
+def add_backlog(dsn: str, table: Table, rows: int) -> None:
+    """``rows`` more rows in the backlog table, in one transaction, recorded as one commit."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            f'INSERT INTO "{table.name}" (id, payload, amount) SELECT g, md5(g::text), g %% 1000 '
+            "FROM generate_series(%s::bigint, %s::bigint) g",
+            (INITIAL_ROWS + 1, INITIAL_ROWS + rows),
+        )
+        conn.commit()
+        record_commit(conn, table, INITIAL_ROWS + rows)
+        conn.commit()
 
 
 def record_commit(conn: Any, table: Table, last_id: int) -> None:
@@ -273,11 +289,14 @@ def _tree_seconds(process: Any) -> float:
     return total
 
 
-def cpu_snapshot(af: Any, postgres_pid: int | None) -> dict[str, float]:
+def cpu_snapshot(af: Any, postgres_pid: int | None, writer_pid: int | None = None) -> dict[str, float]:
     """Cumulative CPU seconds by role (see the module's description)."""
     import psutil
 
-    found = {"machine_busy": _busy_seconds(), "bench_and_writer": _tree_seconds(psutil.Process())}
+    own = psutil.Process().cpu_times()  # this process alone: Airflow's processes are its children too
+    found = {"machine_busy": _busy_seconds(), "bench_and_writer": own.user + own.system}
+    if writer_pid is not None:
+        found["bench_and_writer"] += _tree_seconds(psutil.Process(writer_pid))
     for name, popen in af.processes.items():
         try:
             top = psutil.Process(popen.pid)
@@ -322,12 +341,13 @@ def cpu_split(before: dict[str, float], after: dict[str, float], seconds: float)
 
 
 # -- one setup -------------------------------------------------------------------------------------------------------
-def dag_file(setup: str, specs: list[Table]) -> str:
+def dag_file(setup: str, specs: list[Table], every_seconds: int = 30) -> str:
+    """The DAG file of ``setup``: ``one-dag`` scheduled every ``every_seconds``."""
     listed = json.dumps([t.spec() for t in specs], indent=1)
     if setup == "one-dag":
         build = (
             "from datetime import timedelta\nfrom airflow_provider_tiering.dag_factory import build_tiering_dag\n\n"
-            f"dag = build_tiering_dag({GROUP!r}, TABLES, schedule=timedelta(seconds=30))\n"
+            f"dag = build_tiering_dag({GROUP!r}, TABLES, schedule=timedelta(seconds={every_seconds}))\n"
         )
     else:
         build = (
@@ -362,7 +382,7 @@ def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     stop_file = home / "stop-writing"
     try:
         started = time.monotonic()
-        create_tables(server.dsn, specs, args.backlog_rows)
+        create_tables(server.dsn, specs)
         print(f"[{setup}] hot tables ready in {time.monotonic() - started:.0f} s", flush=True)
         catalog = {"type": "sql", "uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{home}/warehouse"}
         dags = home / "dags"
@@ -396,20 +416,26 @@ def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             sampler = Sampler(server.dsn, catalog, specs, args.sample_every)
             sampler.start()
             deadline = time.monotonic() + args.warmup_timeout
-            while not all(sampler.committed[t.name] for t in specs if not t.backlog):
+            while not all(sampler.committed.values()):
                 if time.monotonic() > deadline:
-                    missing = [t.name for t in specs if not t.backlog and not sampler.committed[t.name]]
+                    missing = [name for name, committed in sampler.committed.items() if not committed]
                     raise RuntimeError(f"[{setup}] tables never tiered: {missing}\n{af.diagnostics()}")
                 time.sleep(1)
             warmup = time.monotonic() - started
-            print(f"[{setup}] every table but the backlog's tiered; measuring {args.minutes:g} min", flush=True)
+            print(f"[{setup}] every table tiered; {args.backlog_rows:,} rows arrive; measuring {args.minutes:g} min",
+                  flush=True)  # fmt: skip
             window_start = datetime.now(UTC)
-            cpu_before = cpu_snapshot(af, server_pid(server))
+            cpu_before = cpu_snapshot(af, server_pid(server), writer.pid)
             load_before = os.getloadavg()
             sampler.measuring.set()
+            backlog = threading.Thread(
+                target=add_backlog, args=(server.dsn, next(t for t in specs if t.backlog), args.backlog_rows)
+            )
+            backlog.start()
             time.sleep(args.minutes * 60)
             sampler.measuring.clear()
-            cpu_after = cpu_snapshot(af, server_pid(server))
+            cpu_after = cpu_snapshot(af, server_pid(server), writer.pid)
+            backlog.join()
             window_end = datetime.now(UTC)
             load_after = os.getloadavg()
             sampler.stop.set()

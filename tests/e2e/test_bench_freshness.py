@@ -1,5 +1,5 @@
-"""The freshness benchmark at a few tables and a short window, both setups under a real Airflow, so its code cannot
-rot (data ages are reported, not checked against bounds)."""
+"""The freshness and idle-tables benchmarks at a few tables and a short window under a real Airflow, so their code
+cannot rot (data ages and CPU are reported, not checked against bounds)."""
 
 from __future__ import annotations
 
@@ -32,3 +32,15 @@ def test_bench_freshness_smoke(tmp_path: Path) -> None:
         cpu = result["cpu"]
         assert cpu["task_processes_cpu_s"] > 0 and cpu["airflow_own_cpu_s"] > 0, cpu
         assert {"scheduler", "supervisors", "postgres", "machine_busy"} <= set(cpu["by_process_cpu_s"]), cpu
+
+
+@pytest.mark.timeout(900)
+def test_bench_idle_tables_smoke(tmp_path: Path) -> None:
+    from benchmarks.bench_idle_tables import main as idle_main
+
+    output = tmp_path / "idle.json"
+    argv = ["--tables", "3", "--minutes", "0.2", "--setups", "own-clocks", "--workdir", str(tmp_path / "w")]
+    assert idle_main([*argv, "--output", str(output)]) == 0
+    (result,) = json.loads(output.read_text())["results"]
+    assert result["setup"] == "own-clocks" and result["tables"] == 3
+    assert result["machine_cpu_s_per_hour"] > 0 and result["airflow_own_cpu_s_per_hour"] > 0, result

@@ -1,10 +1,11 @@
 """Tables on their own clocks (``build_table_dags``) under a real scheduler and LocalExecutor: while a sibling's round
 is held (its hot table locked) and another sibling keeps failing, a fresh table goes on being tiered round after
-round; once released, every lake equals its hot table, the history holds every round (failed ones included) and the
-group's status DAG keeps ``sys.lake_tiering_status`` current."""
+round; once released, every lake equals its hot table, the history holds every round (failed ones included), the
+group's status DAG keeps ``sys.lake_tiering_status`` current, and the CLI's trigger runs a table's own DAG."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 import threading
 import time
@@ -21,6 +22,7 @@ from testbed.airflow_cluster import AirflowCluster
 from testbed.hot_tables import COLUMNS, PostgresHot
 from testbed.lake_check import digest, lake_rows, postgres_rows
 from testbed.tiering_env import table_function, tiering_setup
+from tests.e2e.test_cli import cli
 
 GROUP = "clocks"
 FRESH, SLOW, BROKEN = "c_fresh", "c_slow", "c_broken"
@@ -162,6 +164,14 @@ def test_a_held_or_failing_table_never_delays_a_fresh_siblings_rounds(pg_server,
             assert set(status) == {FRESH, SLOW, BROKEN} and status[BROKEN]["status"] == "FAILED"
             assert WRONG_PASSWORD not in (status[BROKEN]["last_error"] or "")
             assert all(r["airflow_dag_id"] == f"{GROUP}.{name}" for name, r in status.items()), status
+
+            # The CLI finds a table's own DAG: paused, it is unpaused and runs the requested round.
+            af.patch(f"/api/v2/dags/{quote(f'{GROUP}.{SLOW}', safe='')}", json={"is_paused": True})
+            hot.insert(SLOW, 101, 7)
+            done = cli(af, "trigger", SLOW, "--wait", "--unpause", "--timeout", "300", "-o", "json", timeout=400)
+            assert done.returncode == 0, done.stderr + done.stdout
+            assert json.loads(done.stdout) == [{"table": SLOW, "state": "success", "outcome": "tiered"}]
+            assert len(lake_rows(catalog, ("clocks", SLOW), COLUMNS)) == 107
     finally:
         writer.stop.set()
         holder.close()
