@@ -145,13 +145,21 @@ class LakeHistoryTable:
         from pyiceberg.transforms import DayTransform
 
         catalog = self.catalog.get()
-        try:
-            table = catalog.load_table(self.identifier)
-        except NoSuchTableError:
-            catalog.create_namespace_if_not_exists(self.identifier[0])
-            table = catalog.create_table_if_not_exists(
-                self.identifier, schema=HISTORY_SCHEMA, properties={**_NO_RETRY, "format-version": "2"}
-            )
+        for attempt in range(3):
+            try:
+                table = catalog.load_table(self.identifier)
+                break
+            except NoSuchTableError:
+                try:
+                    catalog.create_namespace_if_not_exists(self.identifier[0])
+                    table = catalog.create_table_if_not_exists(
+                        self.identifier, schema=HISTORY_SCHEMA, properties={**_NO_RETRY, "format-version": "2"}
+                    )
+                    break
+                except Exception:  # another writer created one of them at the same moment (a duplicate key)
+                    if attempt == 2:
+                        raise
+                    time.sleep(random.uniform(0.05, 0.2))
         if not table.spec().fields:
             with table.update_spec() as update:
                 update.add_field("ended_at", DayTransform(), "ended_day")

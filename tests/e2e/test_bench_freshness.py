@@ -16,7 +16,8 @@ pytestmark = pytest.mark.bench
 @pytest.mark.timeout(900)
 def test_bench_freshness_smoke(tmp_path: Path) -> None:
     output = tmp_path / "freshness.json"
-    argv = ["--tables", "4", "--minutes", "0.25", "--backlog-rows", "20000", "--sample-every", "2"]
+    # A window longer than the one DAG's 30 s schedule, so that a run of it starts tasks within it.
+    argv = ["--tables", "4", "--minutes", "0.6", "--backlog-rows", "20000", "--sample-every", "2"]
     assert main([*argv, "--workdir", str(tmp_path / "w"), "--output", str(output)]) == 0
 
     report = json.loads(output.read_text())

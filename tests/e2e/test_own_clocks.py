@@ -144,7 +144,7 @@ def test_a_held_or_failing_table_never_delays_a_fresh_siblings_rounds(pg_server,
             history = load_catalog("default", **catalog).load_table(("sys", "lake_tiering_history"))
             rows = history.scan().to_arrow().to_pylist()
             outcomes = {n: [r["outcome"] for r in rows if r["tiered_table"] == n] for n in (FRESH, SLOW, BROKEN)}
-            assert outcomes[FRESH].count("tiered") >= FRESH_ROUNDS + 1, outcomes
+            assert outcomes[FRESH].count("tiered") >= FRESH_ROUNDS, outcomes  # its first round may be among them
             assert outcomes[SLOW].count("tiered") == 1 and set(outcomes[BROKEN]) == {"failed"}, outcomes
             assert {r["airflow_dag_id"] for r in rows} <= set(table_dags)
 

@@ -146,12 +146,15 @@ def readme_cli_connections(pg: PostgresServer, dbname: str, data: Path, conn_ids
 
 
 def readme_dag(dags: Path) -> tuple[str, dict[str, Any]]:
-    """Write the README's first DAG file into ``dags``; its DAG id and (only) table spec."""
+    """Write the README's first DAG file into ``dags``; the id of the DAG that tiers its (only) table, and its spec
+    (``build_table_dags`` names the table's own DAG ``<group>.<table>``)."""
     block = next(b for b in of("python", (README,)) if python_kind(b) == "dag file" and b.file_name)
     (dags / Path(block.file_name).name).write_text(block.text)
     call = next(n for n in ast.walk(ast.parse(block.text)) if isinstance(n, ast.Call) and n.args)
     (table,) = ast.literal_eval(call.args[1])
-    return ast.literal_eval(call.args[0]), table
+    name = ast.literal_eval(call.args[0])
+    per_table = isinstance(call.func, ast.Name) and call.func.id == "build_table_dags"
+    return (f"{name}.{table['name']}" if per_table else name), table
 
 
 def run_dag(af: AirflowCluster, dag_id: str, timeout: float = 420) -> tuple[str, str]:
