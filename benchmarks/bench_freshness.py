@@ -368,6 +368,27 @@ def task_starts(af: Any, since: datetime, until: datetime) -> int:
     return int(af.get("/api/v2/dags/~/dagRuns/~/taskInstances", params=params)["total_entries"])
 
 
+def deployment(
+    home: Path, server: Any, dag_source: str, parallelism: int
+) -> tuple[Path, dict[str, str], dict[str, str], dict[str, dict[str, str]]]:
+    """A benchmark's Airflow under ``home``: its dags folder holding ``dag_source``, a SQL catalog on SQLite, the
+    connections (``hot_pg`` to ``server``, ``iceberg_default``) and the config overrides (``parallelism`` workers,
+    Airflow's default of 16 active runs per DAG)."""
+    from testbed.tiering_env import pg_conn
+
+    catalog = {"type": "sql", "uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{home}/warehouse"}
+    dags = home / "dags"
+    dags.mkdir()
+    (dags / "bench_dags.py").write_text(dag_source)
+    env = {
+        "AIRFLOW_CONN_HOT_PG": pg_conn(server, server.password),
+        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
+    }
+    overrides = {"core": {"parallelism": str(parallelism), "max_active_tasks_per_dag": "16",
+                          "max_active_runs_per_dag": "16"}}  # fmt: skip
+    return dags, catalog, env, overrides
+
+
 def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     import psutil
 
@@ -384,27 +405,7 @@ def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         started = time.monotonic()
         create_tables(server.dsn, specs)
         print(f"[{setup}] hot tables ready in {time.monotonic() - started:.0f} s", flush=True)
-        catalog = {"type": "sql", "uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{home}/warehouse"}
-        dags = home / "dags"
-        dags.mkdir()
-        (dags / "freshness_dags.py").write_text(dag_file(setup, specs))
-        env = {
-            "AIRFLOW_CONN_HOT_PG": json.dumps(
-                {
-                    "conn_type": "postgres",
-                    "host": "127.0.0.1",
-                    "port": server.port,
-                    "login": server.user,
-                    "password": server.password,
-                    "schema": server.dbname,
-                }
-            ),  # fmt: skip
-            "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps(
-                {"conn_type": "iceberg", "extra": {"name": "default", **catalog}}
-            ),  # fmt: skip
-        }
-        overrides = {"core": {"parallelism": str(args.parallelism), "max_active_tasks_per_dag": "16",
-                              "max_active_runs_per_dag": "16"}}  # fmt: skip
+        dags, catalog, env, overrides = deployment(home, server, dag_file(setup, specs), args.parallelism)
         with AirflowCluster(home / "airflow", dags, env, expected_dag_ids=dag_ids(setup, specs),
                             config_overrides=overrides, parse_timeout=300) as af:  # fmt: skip
             writer = subprocess.Popen(

@@ -42,6 +42,7 @@ from benchmarks.bench_freshness import (  # noqa: E402
     cpu_split,
     dag_file,
     dag_ids,
+    deployment,
     lake_position,
     server_pid,
     task_starts,
@@ -73,27 +74,9 @@ def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     server = PostgresServer(home / "pg", settings={"max_connections": 300}).start()
     try:
         create_tables(server.dsn, specs)
-        catalog = {"type": "sql", "uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{home}/warehouse"}
-        dags = home / "dags"
-        dags.mkdir()
-        (dags / "idle_dags.py").write_text(dag_file(setup, specs, every_seconds=FRESHNESS))
-        env = {
-            "AIRFLOW_CONN_HOT_PG": json.dumps(
-                {
-                    "conn_type": "postgres",
-                    "host": "127.0.0.1",
-                    "port": server.port,
-                    "login": server.user,
-                    "password": server.password,
-                    "schema": server.dbname,
-                }
-            ),  # fmt: skip
-            "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps(
-                {"conn_type": "iceberg", "extra": {"name": "default", **catalog}}
-            ),  # fmt: skip
-        }
-        overrides = {"core": {"parallelism": str(args.parallelism), "max_active_tasks_per_dag": "16",
-                              "max_active_runs_per_dag": "16"}}  # fmt: skip
+        dags, catalog, env, overrides = deployment(
+            home, server, dag_file(setup, specs, every_seconds=FRESHNESS), args.parallelism
+        )
         started = time.monotonic()
         with AirflowCluster(home / "airflow", dags, env, expected_dag_ids=dag_ids(setup, specs),
                             config_overrides=overrides, parse_timeout=600) as af:  # fmt: skip

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import fcntl
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.errors import LakeError, MissingDependency, missing_modules
 
@@ -110,3 +111,22 @@ class CatalogHandle:
             except Exception as exc:
                 raise LakeError(f"Iceberg catalog {self.description} cannot be loaded: {exc}") from exc
         return self._catalog
+
+
+def load_or_create_table(catalog: Catalog, identifier: tuple[str, str], schema: Any, properties: dict[str, str]) -> Any:
+    """The table, created with its namespace when missing. Writers that create it at the same moment race on the
+    catalog's keys: the loser (a duplicate-key error, whatever the catalog's driver calls it) loads the winner's."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    for attempt in range(3):
+        try:
+            return catalog.load_table(identifier)
+        except NoSuchTableError:
+            try:
+                catalog.create_namespace_if_not_exists(identifier[0])
+                return catalog.create_table_if_not_exists(identifier, schema=schema, properties=properties)
+            except Exception:  # another writer created one of them at the same moment (a duplicate key)
+                if attempt == 2:
+                    raise
+                time.sleep(random.uniform(0.05, 0.2))
+    raise AssertionError("unreachable: the last attempt returns or raises")

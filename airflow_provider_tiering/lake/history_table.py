@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from airflow_provider_tiering.core.errors import LakeError
 from airflow_provider_tiering.core.round_history import HISTORY_TABLE, HistoryRow
-from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.catalog import CatalogHandle, load_or_create_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -141,25 +141,10 @@ class LakeHistoryTable:
     def _table(self) -> Table:
         """The table, created on the first append (partitioned by the day its rounds ended, its own commit retry
         off), its schema brought up to this version's columns."""
-        from pyiceberg.exceptions import NoSuchTableError
         from pyiceberg.transforms import DayTransform
 
         catalog = self.catalog.get()
-        for attempt in range(3):
-            try:
-                table = catalog.load_table(self.identifier)
-                break
-            except NoSuchTableError:
-                try:
-                    catalog.create_namespace_if_not_exists(self.identifier[0])
-                    table = catalog.create_table_if_not_exists(
-                        self.identifier, schema=HISTORY_SCHEMA, properties={**_NO_RETRY, "format-version": "2"}
-                    )
-                    break
-                except Exception:  # another writer created one of them at the same moment (a duplicate key)
-                    if attempt == 2:
-                        raise
-                    time.sleep(random.uniform(0.05, 0.2))
+        table = load_or_create_table(catalog, self.identifier, HISTORY_SCHEMA, {**_NO_RETRY, "format-version": "2"})
         if not table.spec().fields:
             with table.update_spec() as update:
                 update.add_field("ended_at", DayTransform(), "ended_day")

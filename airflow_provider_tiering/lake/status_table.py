@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from airflow_provider_tiering.core.errors import LakeError
 from airflow_provider_tiering.core.status_rows import STATUS_TABLE, StatusRow
-from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.catalog import CatalogHandle, load_or_create_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -123,26 +123,10 @@ class LakeStatusTable:
     def _table(self) -> Table:
         """The table, created on the first refresh (with its own commit retry off), its schema brought up to this
         version's columns."""
-        from pyiceberg.exceptions import NoSuchTableError
 
         catalog = self.catalog.get()
-        for attempt in range(3):
-            try:
-                table = catalog.load_table(self.identifier)
-                break
-            except NoSuchTableError:
-                try:
-                    catalog.create_namespace_if_not_exists(self.identifier[0])
-                    table = catalog.create_table_if_not_exists(
-                        self.identifier,
-                        schema=STATUS_SCHEMA,
-                        properties={"commit.retry.num-retries": "0", "format-version": "2"},
-                    )
-                    break
-                except Exception:  # another writer created one of them at the same moment (a duplicate key)
-                    if attempt == 2:
-                        raise
-                    time.sleep(random.uniform(0.05, 0.2))
+        properties = {"commit.retry.num-retries": "0", "format-version": "2"}
+        table = load_or_create_table(catalog, self.identifier, STATUS_SCHEMA, properties)
         if table.properties.get("commit.retry.num-retries") != "0" or set(STATUS_SCHEMA.names) - {
             f.name for f in table.schema().fields
         }:
