@@ -16,6 +16,8 @@ ls /usr/lib/postgresql/*/lib/wal2json.so >/dev/null 2>&1 || need_apt+=(postgresq
 # MariaDB hot tables: the tests start their own server (testbed/mariadb_server.py), never the system service
 command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server)
 command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
+# the CeleryExecutor test's broker (tests/e2e/test_celery_executor.py starts its own server on 127.0.0.1)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # headless browser for the UI e2e tests and benchmarks/bench_status_page.py (same Debian version for both)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)

@@ -8,7 +8,8 @@ Usage::
 
 Every component is a separate ``airflow ...`` subprocess in its own process group, with its
 output in ``<home>/proc-logs/<component>.log``. The metadata DB is SQLite, the executor is
-``LocalExecutor`` and only ``127.0.0.1`` is ever bound (the api-server gets a free port;
+``LocalExecutor`` (or Celery's, with ``celery=CeleryWorkers(...)``: testbed/celery_workers.py) and only
+``127.0.0.1`` is ever bound (the api-server gets a free port;
 the scheduler and triggerer run with ``--skip-serve-logs`` because the log server binds
 all interfaces). Task logs are read from local files by the api-server.
 """
@@ -37,6 +38,7 @@ from urllib.parse import quote
 import httpx
 import psutil
 
+from testbed.celery_workers import CeleryWorkers
 from testbed.ports import find_free_port
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,7 @@ class AirflowCluster:
         startup_timeout: float = 120.0,
         parse_timeout: float = 90.0,
         path_prefix: str = "",
+        celery: CeleryWorkers | None = None,
     ) -> None:
         """
         Describe the cluster; nothing is started before ``start()`` / ``__enter__``.
@@ -138,6 +141,8 @@ class AirflowCluster:
             virtualenv runs as an installation of its own: the test's ``PYTHONPATH`` is not passed on, so only
             what is installed there can be imported (e.g. the provider installed from its wheel, not the repo).
         :param path_prefix: serve Airflow under this path (``[api] base_url``), as behind a proxy, e.g. ``/airflow``.
+        :param celery: run tasks with the CeleryExecutor on these workers (each in a home of its own) instead of the
+            LocalExecutor; the start also waits for every worker to be ready.
         """
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
@@ -149,6 +154,7 @@ class AirflowCluster:
         self.startup_timeout = startup_timeout
         self.parse_timeout = parse_timeout
         self.path_prefix = path_prefix.rstrip("/")
+        self.celery = celery
 
         self.port = 0
         self.proc_log_dir = self.home / "proc-logs"
@@ -340,17 +346,19 @@ class AirflowCluster:
                 "logging_level": "INFO",
             },
         }
+        for section, values in (self.celery.executor_config() if self.celery else {}).items():
+            cfg.setdefault(section, {}).update(values)
         for section, values in self.config_overrides.items():
             cfg.setdefault(section, {}).update(values)
         return cfg
 
     def _write_config(self) -> None:
-        parser = configparser.RawConfigParser()
-        parser.optionxform = str  # type: ignore[assignment,method-assign]
-        for section, values in self.config().items():
-            parser[section] = {k: v.replace("%", "%%") for k, v in values.items()}
-        with self.config_file.open("w") as fh:
-            parser.write(fh)
+        _write_config_file(self.config_file, self.config())
+        if self.celery is not None:
+            for name in self.celery.names:
+                self.celery.prepare(name, self.dags_folder)
+                worker_config = self.celery.worker_config(name, self.config())
+                _write_config_file(self.celery.home(name) / "airflow.cfg", worker_config)
 
     def env(self) -> dict[str, str]:
         """Return the environment every component (and therefore every task) gets."""
@@ -442,6 +450,11 @@ class AirflowCluster:
         if self.with_triggerer:
             commands["triggerer"] = ["triggerer", "--skip-serve-logs"]
         env = self.env()
+        environments = {name: env for name in commands}
+        if self.celery is not None:
+            for worker in self.celery.names:
+                commands[worker] = self.celery.command(worker)
+                environments[worker] = self.celery.environment(worker, env)
         for name, args in commands.items():
             log_path = self.proc_log_dir / f"{name}.log"
             with log_path.open("ab") as log:
@@ -449,7 +462,7 @@ class AirflowCluster:
                 log.flush()
                 self.processes[name] = subprocess.Popen(
                     [str(self.airflow_bin), *args],
-                    env=env,
+                    env=environments[name],
                     cwd=self.home,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -500,7 +513,7 @@ class AirflowCluster:
                     if resp.status_code == 200:
                         body = resp.json()
                         statuses = [(body.get(c) or {}).get("status") for c in components]
-                        if all(s == "healthy" for s in statuses):
+                        if all(s == "healthy" for s in statuses) and self._workers_ready():
                             return
                 except httpx.TransportError as err:
                     last = repr(err)
@@ -508,6 +521,12 @@ class AirflowCluster:
         raise AirflowClusterError(
             f"api-server not healthy after {self.startup_timeout}s (last: {last})\n{self.diagnostics()}"
         )
+
+    def _workers_ready(self) -> bool:
+        """Every Celery worker has said it is ready (the health endpoint does not report workers)."""
+        if self.celery is None:
+            return True
+        return all(" ready." in _tail(self.proc_log_dir / f"{name}.log", 400) for name in self.celery.names)
 
     def wait_for_dags(self, dag_ids: Collection[str] | None = None, timeout: float = 90.0) -> None:
         """
@@ -713,6 +732,15 @@ class AirflowCluster:
 
 class _PortTaken(AirflowClusterError):
     pass
+
+
+def _write_config_file(path: Path, config: Mapping[str, Mapping[str, str]]) -> None:
+    parser = configparser.RawConfigParser()
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    for section, values in config.items():
+        parser[section] = {k: v.replace("%", "%%") for k, v in values.items()}
+    with path.open("w") as fh:
+        parser.write(fh)
 
 
 def _fernet_key() -> str:

@@ -306,7 +306,7 @@ def files_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]
     table = load_catalog("default", **catalog_properties).load_table(identifier)
     rows: list[dict[str, Any]] = []
     for task in table.scan().plan_files():
-        rows += live_file_rows(task, COLUMNS).to_pylist()
+        rows += live_file_rows(task, COLUMNS, table.io).to_pylist()
     return _by_key(rows)
 
 

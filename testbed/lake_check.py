@@ -196,18 +196,25 @@ def assert_lake_equals_rows(
         assert null_counts(found, columns) == null_counts(expected, columns), reader.__name__
 
 
-def live_file_rows(task: Any, columns: Sequence[str]) -> pa.Table:
+def live_file_rows(task: Any, columns: Sequence[str], io: Any = None) -> pa.Table:
     """One planned data file's live rows, read with pyarrow's Parquet reader alone: the file's rows less the positions
-    its position-delete files name (read with pyarrow too), a reader independent of pyiceberg's."""
+    its position-delete files name (read with pyarrow too), a reader independent of pyiceberg's. Files are read from
+    the local disk, or with ``io`` (the table's FileIO: only its byte streams are used) from object storage."""
     import numpy as np
     import pyarrow.parquet as pq
 
+    def read(uri: str, names: list[str] | None = None) -> pa.Table:
+        if io is None:
+            return pq.read_table(uri.removeprefix("file://"), columns=names)
+        with io.new_input(uri).open() as stream:
+            return pq.read_table(pa.BufferReader(stream.read()), columns=names)
+
     path = task.file.file_path
-    rows = pq.read_table(path.removeprefix("file://"), columns=list(columns))
+    rows = read(path, list(columns))
     deleted: set[int] = set()
     for delete_file in task.delete_files:
         assert delete_file.content == 1, f"{delete_file.file_path}: an equality-delete file"
-        found = pq.read_table(delete_file.file_path.removeprefix("file://"))
+        found = read(delete_file.file_path)
         deleted |= {pos for name, pos in zip(found.column("file_path").to_pylist(), found.column("pos").to_pylist(),
                                              strict=True) if name == path}  # fmt: skip
     if not deleted:

@@ -303,7 +303,7 @@ def files_by_key(catalog_properties: dict[str, str], identifier: tuple[str, str]
     table = load_catalog("default", **catalog_properties).load_table(identifier)
     by_key: dict[tuple[Any, ...], tuple] = {}
     for task in table.scan().plan_files():
-        rows = live_file_rows(task, MUTABLE_COLUMNS)
+        rows = live_file_rows(task, MUTABLE_COLUMNS, table.io)
         for row in zip(*(rows.column(c).to_pylist() for c in MUTABLE_COLUMNS)):
             key = (row[0], row[1])
             assert key not in by_key, f"key {key} is in the data files twice: {by_key[key]} and {row}"

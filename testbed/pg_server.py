@@ -536,11 +536,11 @@ class PostgresServer:
             self.stop()
 
 
-def drop_table_slot(dsn: str, table: str, schema: str = "public") -> None:
-    """Drop a change-stream table's replication slot (``tiering_<schema>_<table>``) unless a stream holds it: slots
-    outlive the tests' tables and keep WAL."""
+def drop_table_slot(dsn: str, table: str, schema: str = "public", *, slot: str | None = None) -> None:
+    """Drop a change-stream table's replication slot (``slot``, by default ``tiering_<schema>_<table>``) unless a
+    stream holds it: slots outlive the tests' tables and keep WAL."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
-            (f"tiering_{schema}_{table}",),
+            (slot or f"tiering_{schema}_{table}",),
         )
