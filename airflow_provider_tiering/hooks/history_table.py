@@ -10,16 +10,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from airflow_provider_tiering.core.error_text import describe_error
 from airflow_provider_tiering.core.round_history import HistoryRow, HistorySink
+from airflow_provider_tiering.hooks.status_surface import write_in_catalog
 from airflow_provider_tiering.hooks.status_table import SECTION, status_namespace
+
+if TYPE_CHECKING:
+    from airflow_provider_tiering.build import CatalogConfig
 
 log = logging.getLogger(__name__)
 
 #: The Airflow option: how many days a round's row is kept in the history table.
 RETENTION_OPTION = "history_retention_days"
 DEFAULT_RETENTION_DAYS = 30.0
+FAILURE_METRIC = "tiering.history_table.append_failed"
 
 
 def history_retention() -> timedelta | None:
@@ -37,32 +42,17 @@ def history_sink(catalog_conn_id: str) -> HistorySink | None:
         return None
 
     def append(rows: Sequence[HistoryRow]) -> bool:
-        from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
         from airflow_provider_tiering.lake.history_table import LakeHistoryTable
 
-        secrets: list[str] = []
-        try:
-            config = IcebergCatalogHook(catalog_conn_id).catalog_config()
-            secrets = list(config.secrets)
+        def write(config: CatalogConfig) -> str:
             table = LakeHistoryTable(config.handle(), namespace, history_retention())
             table.append(rows)
-            log.info("history table %s of catalog %s: %d round(s) appended", table.name, catalog_conn_id, len(rows))
-            return True
-        except Exception as exc:  # a status surface: it never fails tiering
-            log.warning(
-                "history table %s.lake_tiering_history of catalog %s: %d round(s) not appended (the next round "
-                "appends them): %s", namespace, catalog_conn_id, len(rows), describe_error(exc, secrets),
-            )  # fmt: skip
-            _count_failure()
-            return False
+            return f"history table {table.name} of catalog {catalog_conn_id}: {len(rows)} round(s) appended"
+
+        failure = (
+            f"history table {namespace}.lake_tiering_history of catalog {catalog_conn_id}: {len(rows)} round(s) not "
+            "appended (the next round appends them)"
+        )
+        return write_in_catalog(catalog_conn_id, write, failure=failure, metric=FAILURE_METRIC, log=log)
 
     return append
-
-
-def _count_failure() -> None:
-    try:
-        from airflow.sdk.observability.stats import Stats
-
-        Stats.incr("tiering.history_table.append_failed")
-    except Exception as exc:  # metrics are reporting: never an error of their own
-        log.debug("history table append: the failure was not counted: %s", exc)

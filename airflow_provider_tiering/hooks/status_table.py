@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from airflow_provider_tiering.core.error_text import describe_error
 from airflow_provider_tiering.core.status_rows import StatusRow
+from airflow_provider_tiering.hooks.status_surface import write_in_catalog
+
+if TYPE_CHECKING:
+    from airflow_provider_tiering.build import CatalogConfig
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +23,7 @@ SECTION = "tiering"
 #: The Airflow option naming the status table's namespace.
 NAMESPACE_OPTION = "status_namespace"
 DEFAULT_NAMESPACE = "sys"
+FAILURE_METRIC = "tiering.status_table.refresh_failed"
 
 
 def status_namespace() -> str | None:
@@ -36,34 +41,19 @@ def refresh_status_tables(rows: Mapping[str, Sequence[StatusRow]], *, namespace:
     namespace = namespace or status_namespace()
     if namespace is None or not rows:
         return True
-    from airflow_provider_tiering.build import CatalogConfig
-    from airflow_provider_tiering.hooks.iceberg_catalog import IcebergCatalogHook
-    from airflow_provider_tiering.lake.status_table import LakeStatusTable
-
-    succeeded = True
-    for conn_id, catalog_rows in rows.items():
-        secrets: list[str] = []
-        try:
-            config: CatalogConfig = IcebergCatalogHook(conn_id).catalog_config()
-            secrets = list(config.secrets)
-            table = LakeStatusTable(config.handle(), namespace)
-            count = table.refresh(catalog_rows)
-            log.info("status table %s of catalog %s: %d tables' rows refreshed (%d in all)", table.name, conn_id,
-                     len(catalog_rows), count)  # fmt: skip
-        except Exception as exc:  # a status surface: it never fails tiering
-            succeeded = False
-            log.warning(
-                "status table %s.lake_tiering_status of catalog %s not refreshed (the next refresh catches up): %s",
-                namespace, conn_id, describe_error(exc, secrets),
-            )  # fmt: skip
-            _count_failure()
-    return succeeded
+    results = [_refresh(conn_id, namespace, catalog_rows) for conn_id, catalog_rows in rows.items()]
+    return all(results)
 
 
-def _count_failure() -> None:
-    try:
-        from airflow.sdk.observability.stats import Stats
+def _refresh(conn_id: str, namespace: str, rows: Sequence[StatusRow]) -> bool:
+    def write(config: CatalogConfig) -> str:
+        from airflow_provider_tiering.lake.status_table import LakeStatusTable
 
-        Stats.incr("tiering.status_table.refresh_failed")
-    except Exception as exc:  # metrics are reporting: never an error of their own
-        log.debug("status table refresh: the failure was not counted: %s", exc)
+        table = LakeStatusTable(config.handle(), namespace)
+        count = table.refresh(rows)
+        return f"status table {table.name} of catalog {conn_id}: {len(rows)} tables' rows refreshed ({count} in all)"
+
+    failure = (
+        f"status table {namespace}.lake_tiering_status of catalog {conn_id} not refreshed (the next refresh catches up)"
+    )
+    return write_in_catalog(conn_id, write, failure=failure, metric=FAILURE_METRIC, log=log)
