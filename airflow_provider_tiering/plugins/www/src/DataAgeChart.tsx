@@ -2,20 +2,10 @@
 // store at each round's start and end, joined in time order (it grows between rounds and drops when a round catches
 // up), failed rounds marked. Drawn in SVG with the theme's colour tokens, as the rounds chart is.
 import type { DataAgeRound } from "./api";
+import { ChartFrame, color, frame } from "./ChartFrame";
 import { fmtSeconds, fmtTime } from "./format";
 
-const W = 720;
-const H = 200;
-const LEFT = 64;
-const RIGHT = 16;
-const TOP = 12;
-const BOTTOM = 28;
-const PLOT_W = W - LEFT - RIGHT;
-const PLOT_H = H - TOP - BOTTOM;
-
-const color = (token: string): string => `var(--chakra-colors-${token})`;
-const TEXT = { fill: color("fg-muted"), fontSize: 11 };
-const AXIS = { stroke: color("border-emphasized") };
+const FRAME = frame(200, 16);
 
 interface Point {
   at: number;
@@ -37,33 +27,20 @@ export function DataAgeChart({ rounds }: { rounds: DataAgeRound[] }) {
   const last = points[points.length - 1]?.at ?? 1;
   const span = Math.max(1, last - first);
   const maxAge = Math.max(1, ...points.map((p) => p.age));
-  const x = (at: number): number => LEFT + ((at - first) / span) * PLOT_W;
-  const y = (age: number): number => TOP + PLOT_H - (age / maxAge) * PLOT_H;
+  const { left, top, plotW, plotH } = FRAME;
+  const x = (at: number): number => left + ((at - first) / span) * plotW;
+  const y = (age: number): number => top + plotH - (age / maxAge) * plotH;
   const failed = rounds.filter((r) => r.outcome === "failed");
   return (
-    <svg
+    <ChartFrame
+      frame={FRAME}
       className="chart data-age"
-      viewBox={`0 0 ${W} ${H}`}
-      width={W}
-      height={H}
-      role="img"
-      aria-label={`data age over the last ${rounds.length} round(s)`}
-      style={{ maxWidth: "100%", height: "auto" }}
+      label={`data age over the last ${rounds.length} round(s)`}
+      yTop={fmtSeconds(maxAge)}
+      yBottom="0 s"
+      xFirst={points.length ? fmtTime(new Date(first).toISOString()) : ""}
+      xLast={points.length ? fmtTime(new Date(last).toISOString()) : ""}
     >
-      <line x1={LEFT} y1={TOP + PLOT_H} x2={LEFT + PLOT_W} y2={TOP + PLOT_H} style={AXIS} />
-      <line x1={LEFT} y1={TOP} x2={LEFT} y2={TOP + PLOT_H} style={AXIS} />
-      <text x={LEFT - 6} y={TOP + 10} textAnchor="end" style={TEXT}>
-        {fmtSeconds(maxAge)}
-      </text>
-      <text x={LEFT - 6} y={TOP + PLOT_H} textAnchor="end" style={TEXT}>
-        0 s
-      </text>
-      <text x={LEFT} y={H - 8} style={TEXT}>
-        {points.length ? fmtTime(new Date(first).toISOString()) : ""}
-      </text>
-      <text x={LEFT + PLOT_W} y={H - 8} textAnchor="end" style={TEXT}>
-        {points.length ? fmtTime(new Date(last).toISOString()) : ""}
-      </text>
       {points.length > 1 ? (
         <polyline
           className="age-line"
@@ -91,14 +68,14 @@ export function DataAgeChart({ rounds }: { rounds: DataAgeRound[] }) {
           key={`failed-${i}`}
           className="failed-round"
           cx={x(Date.parse(r.ended_at))}
-          cy={TOP + PLOT_H}
+          cy={top + plotH}
           r={4}
           style={{ fill: color("red-solid") }}
         >
           <title>{`epoch ${r.epoch}: failed at ${fmtTime(r.ended_at)}`}</title>
         </circle>
       ))}
-    </svg>
+    </ChartFrame>
   );
 }
 
