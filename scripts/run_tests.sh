@@ -12,8 +12,8 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/tiering-tests.XXXXXX")"
 chmod 755 "$TMP"
 
 # The e2e tests mostly wait on Airflow's scheduler loops: two halves of them run at once, beside the others. The
-# first half holds the longest modules (a wheel installed into a fresh virtualenv, a round past its timeout and the
-# demo), the second the rest. The CLI's and the alerts' e2e tests, whose clocks a loaded machine overran, are marked
+# first half holds the longest modules (a wheel installed into a fresh virtualenv, a round past its timeout, the
+# demo, and two deployments side by side, one of them Celery's), the second the rest. The CLI's and the alerts' e2e tests, whose clocks a loaded machine overran, are marked
 # serial and run in the last pass, alone. Long integration modules ride along, so the unit and integration tests
 # are not the critical path: with the first half the rounds on a standalone cluster, with the second the split attempts on
 # one and the changes of a hot table's shape (the three passes measured 15:23, 16:54 and 13:07 with the split
@@ -25,7 +25,8 @@ SIDE_REST=(tests/integration/test_split_attempts.py tests/integration/test_shape
 # PostgreSQL's, that one 10).
 SIDE_WAITING=(tests/integration/test_change_stream_migrations.py tests/integration/test_change_rounds_bounded.py
   tests/integration/test_binlog_shape.py tests/integration/test_binlog_loads.py)
-E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_demo.py)
+E2E_FIRST=(tests/e2e/test_wheel_install.py tests/e2e/test_round_timeout.py tests/e2e/test_demo.py
+  tests/e2e/test_celery_executor.py)
 # Mostly idle (a table's freshness interval waited out, the harness's own DAG run, re-created tables' and merge-on-read
 # tables' DAG runs): on their own, they cost the other streams little CPU and the run their wall time, which in a
 # half would add to it (measured: the serial pass, with the first two, 3:01 at 5-30% of the 2 cores).

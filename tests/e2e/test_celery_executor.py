@@ -8,7 +8,8 @@ in production form (a SQL catalog on PostgreSQL, the warehouse on the S3 server)
 connections in its metadata DB, so its workers hold none in their environment, and their ambient AWS variables point
 elsewhere. Both tier the same two rounds of the same hot rows. Afterwards each lake equals its hot table, and the
 Celery deployment shows what the LocalExecutor's does: the task outcomes, every table's state, the status table's
-rows and the history table's rounds. Both workers ran tasks, each writing only into its own home."""
+rows, the history table's rounds and the Tiering page's REST API. Both workers ran tasks, each writing only into its
+own home."""
 
 from __future__ import annotations
 
@@ -233,6 +234,19 @@ def history_rows(catalog: dict[str, str]) -> list[tuple[Any, ...]]:
     return sorted((*(r[c] for c in HISTORY_COLUMNS), r["error"] is not None) for r in rows)
 
 
+def page_view(af: AirflowCluster) -> dict[str, Any]:
+    """What the Tiering page shows, from its REST API: every table's row, and each table's rounds in its data-age
+    chart (read from the history table through the table's catalog connection)."""
+    listed = af.get("/tiering/api/tables")["tables"]
+    rows = {r["table"]: {k: r[k] for k in ("status", "epoch", "consecutive_failures", "mode")} for r in listed}
+    ages = {}
+    for table in TABLES:
+        found = af.get(f"/tiering/api/tables/{table}/data-age")
+        assert found["unavailable"] is None, found
+        ages[table] = [(r["epoch"], r["outcome"], r["rows_in"]) for r in found["rounds"]]
+    return {"tables": rows, "data_age": ages}
+
+
 @pytest.mark.timeout(1500)
 def test_the_celery_executor_with_two_workers_tiers_and_reports_as_the_local_executor(pg_server, deployments) -> None:
     hot = HotTables(pg_server.dsn)
@@ -265,6 +279,7 @@ def test_the_celery_executor_with_two_workers_tiers_and_reports_as_the_local_exe
                 "states": {t: state_view(s) for t, s in states.items()},
                 "status": status_rows(catalog),
                 "history": history_rows(catalog),
+                "page": page_view(af),
             }
         local, celery = views["local"], views["celery"]
         assert celery["states"] == local["states"]
@@ -273,6 +288,8 @@ def test_the_celery_executor_with_two_workers_tiers_and_reports_as_the_local_exe
         assert appended["last_round"]["splits"] > 1  # written on Spark, started in the worker's task
         assert celery["status"] == local["status"] and set(celery["status"]) == set(TABLES)
         assert celery["history"] == local["history"]
+        assert celery["page"] == local["page"]
+        assert [outcome for _, outcome, _ in celery["page"]["data_age"][BROKEN]] == ["failed", "failed"]
         assert [row[3] for row in celery["history"]].count("tiered") == 6  # three tables, two rounds each
 
         # Both workers ran tasks, each logging into its own home: 8 table rounds and the status task in all.
