@@ -353,12 +353,12 @@ class AirflowCluster:
         return cfg
 
     def _write_config(self) -> None:
-        _write_config_file(self.config_file, self.config())
+        config = self.config()  # once: its secrets (JWT, Fernet key) are drawn anew at each call
+        _write_config_file(self.config_file, config)
         if self.celery is not None:
             for name in self.celery.names:
                 self.celery.prepare(name, self.dags_folder)
-                worker_config = self.celery.worker_config(name, self.config())
-                _write_config_file(self.celery.home(name) / "airflow.cfg", worker_config)
+                _write_config_file(self.celery.home(name) / "airflow.cfg", self.celery.worker_config(name, config))
 
     def env(self) -> dict[str, str]:
         """Return the environment every component (and therefore every task) gets."""
