@@ -127,7 +127,10 @@ def deployments(pg_server, s3_server, tmp_path: Path) -> Iterator[dict[str, tupl
                 warehouse = f"s3://{LAKE_BUCKET}/{uuid.uuid4().hex[:12]}/warehouse"
                 catalog = {**postgres_catalog(pg_server, warehouse), **s3_server.storage_properties()}
                 connections = deployment_connections(pg_server, catalog)
-                overrides: dict[str, dict[str, str]] = {"core": {"dags_are_paused_at_creation": "True"}}
+                overrides: dict[str, dict[str, str]] = {
+                    "core": {"dags_are_paused_at_creation": "True"},
+                    "dag_processor": {"min_file_process_interval": "120"},  # the file never changes: parse it once
+                }
                 env = wrong_aws_environment()
                 celery = None
                 if executor == "local":
