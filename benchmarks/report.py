@@ -21,10 +21,12 @@ B1_LABELS = {
     "adbc-append": "pyiceberg append (one process, ADBC read)",
     "dlt": "dlt sql_database → Iceberg",
     "round": "our round (run_round, in-process)",
-    "round-no-snapshot": "our round, each split in its own snapshot",
+    "round-no-snapshot": "our round, each split reading its own snapshot of the source",
     "cdc-first-load": "our change stream's first load (slot, exported snapshot)",
     "airflow-task": "our TierTableOperator as an Airflow task",
 }
+#: The suite's results this page shows (``benchmarks/results/<name>.json``).
+REPORTED = ("full_load", "incremental", "many_tables", "memory")
 #: The alternatives that produce an Iceberg table, which B1's target compares us with.
 ICEBERG_ALTERNATIVES = ("adbc-append", "dlt")
 
@@ -241,7 +243,7 @@ def _line_chart(
 def render(results: Path, docs: Path) -> str:
     plots = docs.with_suffix("")
     plots.mkdir(parents=True, exist_ok=True)
-    full, inc, many, memory = (_load(results, n) for n in ("full_load", "incremental", "many_tables", "memory"))
+    full, inc, many, memory = (_load(results, n) for n in REPORTED)
     body: list[str] = []
     targets: dict[str, tuple[float, bool]] = {}
     if full is not None:
@@ -279,8 +281,8 @@ def render(results: Path, docs: Path) -> str:
 
 
 def _measured_at(results: Path) -> datetime:
-    """When the newest result was written (a page rendered again later keeps the run's date)."""
-    found = [path.stat().st_mtime for path in results.glob("*.json")]
+    """When the newest of the results shown here was written (a page rendered again later keeps the run's date)."""
+    found = [path.stat().st_mtime for name in REPORTED if (path := results / f"{name}.json").exists()]
     return datetime.fromtimestamp(max(found), UTC) if found else datetime.now(UTC)
 
 

@@ -451,10 +451,12 @@ class AirflowCluster:
             commands["triggerer"] = ["triggerer", "--skip-serve-logs"]
         env = self.env()
         environments = {name: env for name in commands}
+        directories = {name: self.home for name in commands}
         if self.celery is not None:
             for worker in self.celery.names:
                 commands[worker] = self.celery.command(worker)
                 environments[worker] = self.celery.environment(worker, env)
+                directories[worker] = self.celery.home(worker)
         for name, args in commands.items():
             log_path = self.proc_log_dir / f"{name}.log"
             with log_path.open("ab") as log:
@@ -463,7 +465,7 @@ class AirflowCluster:
                 self.processes[name] = subprocess.Popen(
                     [str(self.airflow_bin), *args],
                     env=environments[name],
-                    cwd=self.home,
+                    cwd=directories[name],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -518,15 +520,20 @@ class AirflowCluster:
                 except httpx.TransportError as err:
                     last = repr(err)
                 time.sleep(0.5)
+        workers = "" if self._workers_ready() else ", or a Celery worker not ready"
         raise AirflowClusterError(
-            f"api-server not healthy after {self.startup_timeout}s (last: {last})\n{self.diagnostics()}"
+            f"api-server not healthy{workers} after {self.startup_timeout}s (last: {last})\n{self.diagnostics()}"
         )
 
     def _workers_ready(self) -> bool:
         """Every Celery worker has said it is ready (the health endpoint does not report workers)."""
         if self.celery is None:
             return True
-        return all(" ready." in _tail(self.proc_log_dir / f"{name}.log", 400) for name in self.celery.names)
+        for name in self.celery.names:
+            since_start = _tail(self.proc_log_dir / f"{name}.log", 400).rsplit(f"starting {name} =====", 1)[-1]
+            if " ready." not in since_start:  # this start's, not an earlier attempt's (the log is appended to)
+                return False
+        return True
 
     def wait_for_dags(self, dag_ids: Collection[str] | None = None, timeout: float = 90.0) -> None:
         """

@@ -1,18 +1,25 @@
 """Airflow's CeleryExecutor for an ``AirflowCluster``: the broker, and workers laid out as on machines of their own.
 
-Each worker has its own Airflow home (its own ``airflow.cfg``, task logs, DAG bundle storage), its own copy of the
-DAG files (copied at start: a DAG file written later does not reach it) and its own temporary directory (``TMPDIR``):
-what a task leaves on disk is seen by no other worker, nor by the scheduler or the api-server. Workers reach the rest
-only through the broker, the result backend and the api-server's Execution API, as they would across machines.
+Each worker has its own Airflow home (its own ``airflow.cfg``, task logs, DAG bundle storage), which is also its
+working directory and its user's ``HOME``, so its caches are its own (the Spark driver's class-data archive is
+linked in from this machine's, as each machine's installation records its own with ``make spark-cds``). It has its
+own copy of the DAG files (copied at start: a DAG file written later does not reach it) and its own temporary
+directory (``TMPDIR``, and ``SPARK_LOCAL_DIRS`` for Spark's scratch): what a task leaves on disk is seen by no other
+worker, nor by the scheduler or the api-server. Only the machine's installation (the virtualenv, Java) is shared, as
+every machine of a deployment has its own copy of it. Workers reach the rest only through the broker, the result
+backend and the api-server's Execution API, as they would across machines.
 They run with ``--skip-serve-logs`` (the log server binds every interface): their task logs stay in their homes.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from airflow_provider_tiering.spark.cds_archive import DEFAULT_DIR as CDS_DIR
 
 __all__ = ["CeleryWorkers"]
 
@@ -77,6 +84,14 @@ class CeleryWorkers:
         for folder in (home, home / "plugins", self.tmp(name)):
             folder.mkdir(parents=True, exist_ok=True)
         shutil.copytree(dags_folder, home / "dags", dirs_exist_ok=True)
+        own_cds = home / CDS_DIR.relative_to(Path.home())
+        own_cds.mkdir(parents=True, exist_ok=True)
+        for archive in CDS_DIR.glob("*.jsa") if CDS_DIR.is_dir() else ():
+            if not (own_cds / archive.name).exists():
+                try:
+                    os.link(archive, own_cds / archive.name)  # read-only, never rewritten: a link is a copy
+                except OSError:  # another filesystem: not 150 MB copied per archive and worker
+                    os.symlink(archive, own_cds / archive.name)
 
     def command(self, name: str) -> list[str]:
         """``airflow ...`` arguments that start the worker."""
@@ -86,11 +101,13 @@ class CeleryWorkers:
         ]  # fmt: skip
 
     def environment(self, name: str, cluster_env: Mapping[str, str]) -> dict[str, str]:
-        """The cluster's environment with the worker's own home, configuration and temporary directory."""
+        """The cluster's environment with the worker's own home, configuration and temporary directories."""
         home = self.home(name)
         return {
             **cluster_env,
+            "HOME": str(home),
             "AIRFLOW_HOME": str(home),
             "AIRFLOW_CONFIG": str(home / "airflow.cfg"),
             "TMPDIR": str(self.tmp(name)),
+            "SPARK_LOCAL_DIRS": str(self.tmp(name)),
         }

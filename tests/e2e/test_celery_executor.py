@@ -129,7 +129,7 @@ def deployments(pg_server, s3_server, tmp_path: Path) -> Iterator[dict[str, tupl
                 connections = deployment_connections(pg_server, catalog)
                 overrides: dict[str, dict[str, str]] = {
                     "core": {"dags_are_paused_at_creation": "True"},
-                    "dag_processor": {"min_file_process_interval": "120"},  # the file never changes: parse it once
+                    "dag_processor": {"min_file_process_interval": "120"},  # the file never changes: parse it rarely
                 }
                 env = wrong_aws_environment()
                 celery = None
