@@ -158,6 +158,9 @@ def _round_in_child(tmp_path: Path, catalog: dict[str, str], spec: dict[str, Any
     )  # fmt: skip
 
 
+# Alone: on a machine loaded by the parallel streams, rounds fell so far behind the migrator (a migration every 3 s)
+# that a column was added and renamed between two committed rounds, which a stream without column ids cannot follow.
+@pytest.mark.serial
 @pytest.mark.timeout(900)
 def test_migrations_under_a_writer_with_rounds_killed_at_random_end_with_the_lake_equal_to_the_table(
     server: MariaDBServer, catalog_properties: dict[str, str], local_writer: Any, tmp_path: Path
