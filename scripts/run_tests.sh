@@ -20,7 +20,7 @@ chmod 755 "$TMP"
 # attempts in the first half).
 SIDE_FIRST=(tests/integration/test_spark_standalone.py)
 SIDE_REST=(tests/integration/test_split_attempts.py tests/integration/test_shape_changes.py)
-# A minute of migrations under a writer, with rounds killed at random, and the change rounds in bounded memory (both
+# A minute of migrations under a writer, with rounds killed at random (MariaDB's is marked serial), and the change rounds in bounded memory (both
 # streams'): they ride with the third stream, which has time (the first three streams measured 21-22 minutes with
 # PostgreSQL's, that one 10).
 SIDE_WAITING=(tests/integration/test_change_stream_migrations.py tests/integration/test_change_rounds_bounded.py
