@@ -17,22 +17,17 @@ with signature checks.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 from testbed.ports import find_free_port
-from testbed.server_process import pid_alive, start_watchdog
+from testbed.server_process import LoopbackServer
 
 HOST = "127.0.0.1"
 REGION = "us-east-1"
@@ -69,8 +64,11 @@ class S3ServerError(RuntimeError):
     """moto's server did not start, or refused the setup requests."""
 
 
-class S3Server:
+class S3Server(LoopbackServer):
     """moto's S3 server on 127.0.0.1, with one IAM user's key and request authentication on."""
+
+    what = "moto's server"
+    error = S3ServerError
 
     def __init__(
         self,
@@ -80,36 +78,16 @@ class S3Server:
         actions: Sequence[str] = ("s3:*",),
         start_timeout: float = 60.0,
     ) -> None:
+        super().__init__(Path(directory) / LOG_FILE, start_timeout)
         self.directory = Path(directory)
         self.buckets = tuple(buckets)
         self.actions = tuple(actions)
-        self.start_timeout = start_timeout
-        self._port: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._watchdog: subprocess.Popen[bytes] | None = None
         self.access_key_id = ""
         self.secret_access_key = ""
 
     @property
-    def port(self) -> int:
-        if self._port is None:
-            raise S3ServerError("server not started yet: no port")
-        return self._port
-
-    @property
     def endpoint(self) -> str:
         return f"http://{HOST}:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.directory / LOG_FILE
-
-    @property
-    def pid(self) -> int:
-        """The server's process id (benchmarks measure its CPU time)."""
-        if self._process is None:
-            raise S3ServerError("server not started")
-        return self._process.pid
 
     def storage_properties(
         self, *, access_key_id: str | None = None, secret_access_key: str | None = None
@@ -145,42 +123,19 @@ class S3Server:
     def start(self) -> Self:
         self.directory.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in AWS_VARIABLES and k != "INITIAL_NO_AUTH_ACTION_COUNT"}
-        last_error = ""
-        for _ in range(5):
-            self._port = find_free_port(HOST)
-            with open(self.log_path, "ab") as log:
-                self._process = subprocess.Popen(
-                    [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self._port)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,  # a test's Ctrl-C or killpg does not reach it; stop() does
-                )
-            if self._wait_ready():
-                break
-            last_error = self.log_path.read_text(errors="replace")[-2000:]
-            self._terminate()  # another process may have taken the port between our probe and its bind
-        else:
-            raise S3ServerError(f"moto's server did not start:\n{last_error}")
-        assert self._process is not None
-        atexit.register(self.stop)
-        self._watchdog = start_watchdog(self._process.pid, signal.SIGTERM)
+        self._launch(env)
         self._set_up()
         return self
 
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=2):
-                    return True
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.1)
-        return False
+    def _command(self, port: int) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)]
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=2):
+                return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
 
     def _set_up(self) -> None:
         iam = self.client("iam")
@@ -199,42 +154,6 @@ class S3Server:
         with urllib.request.urlopen(request, timeout=10) as response:
             if json.loads(response.read()).get("status") != "ok":
                 raise S3ServerError("moto refused to turn request authentication on")
-
-    def _terminate(self) -> None:
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
-        self._process = None
-
-    def stop(self) -> None:
-        pid = None if self._process is None else self._process.pid
-        self._terminate()
-        if self._watchdog is not None:
-            try:
-                self._watchdog.wait(timeout=5)  # it exits once the server is gone
-            except subprocess.TimeoutExpired:
-                self._watchdog.kill()
-                self._watchdog.wait(timeout=5)
-            self._watchdog = None
-        atexit.unregister(self.stop)
-        if pid is not None and pid_alive(pid):
-            raise S3ServerError(f"moto's server (pid {pid}) survived its stop")
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"S3Server({self.endpoint if self.running else 'stopped'})"
