@@ -374,16 +374,9 @@ def deployment(
     """A benchmark's Airflow under ``home``: its dags folder holding ``dag_source``, a SQL catalog on SQLite, the
     connections (``hot_pg`` to ``server``, ``iceberg_default``) and the config overrides (``parallelism`` workers,
     Airflow's default of 16 active runs per DAG)."""
-    from testbed.tiering_env import pg_conn
+    from testbed.tiering_env import embedded_setup
 
-    catalog = {"type": "sql", "uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{home}/warehouse"}
-    dags = home / "dags"
-    dags.mkdir()
-    (dags / "bench_dags.py").write_text(dag_source)
-    env = {
-        "AIRFLOW_CONN_HOT_PG": pg_conn(server, server.password),
-        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
-    }
+    dags, catalog, env = embedded_setup(home, server, dag_source)
     overrides = {"core": {"parallelism": str(parallelism), "max_active_tasks_per_dag": "16",
                           "max_active_runs_per_dag": "16"}}  # fmt: skip
     return dags, catalog, env, overrides

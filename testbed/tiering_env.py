@@ -22,20 +22,26 @@ def pg_conn(server: Any, password: str) -> str:
     )
 
 
-def tiering_setup(
-    tmp_path: Path, pg_server: Any, dag_file: str, wrong_password: str
-) -> tuple[Path, dict[str, str], dict[str, str]]:
-    """A dags folder holding ``dag_file``, an embedded catalog, and the env with connections ``hot_pg``,
-    ``hot_broken`` (same server, ``wrong_password``) and ``iceberg_default``."""
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
-    dags = tmp_path / "dags"
+def embedded_setup(directory: Path, pg_server: Any, dag_file: str) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """Under ``directory``: a dags folder holding ``dag_file``, an embedded catalog (a SQL catalog on SQLite, a local
+    warehouse), and the env with connections ``hot_pg`` (``pg_server``) and ``iceberg_default``."""
+    catalog = {"type": "sql", "uri": f"sqlite:///{directory}/catalog.db", "warehouse": f"file://{directory}/warehouse"}
+    dags = directory / "dags"
     dags.mkdir()
     (dags / "tiering_dags.py").write_text(dag_file)
     env = {
         "AIRFLOW_CONN_HOT_PG": pg_conn(pg_server, pg_server.password),
-        "AIRFLOW_CONN_HOT_BROKEN": pg_conn(pg_server, wrong_password),
         "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
     }
+    return dags, catalog, env
+
+
+def tiering_setup(
+    tmp_path: Path, pg_server: Any, dag_file: str, wrong_password: str
+) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """``embedded_setup``, with a connection ``hot_broken`` too (the same server, ``wrong_password``)."""
+    dags, catalog, env = embedded_setup(tmp_path, pg_server, dag_file)
+    env["AIRFLOW_CONN_HOT_BROKEN"] = pg_conn(pg_server, wrong_password)
     return dags, catalog, env
 
 
