@@ -166,7 +166,16 @@ def test_a_held_or_failing_table_never_delays_a_fresh_siblings_rounds(pg_server,
             assert all(r["airflow_dag_id"] == f"{GROUP}.{name}" for name, r in status.items()), status
 
             # The CLI finds a table's own DAG: paused, it is unpaused and runs the requested round.
-            af.patch(f"/api/v2/dags/{quote(f'{GROUP}.{SLOW}', safe='')}", json={"is_paused": True})
+            slow_dag = quote(f"{GROUP}.{SLOW}", safe="")
+            af.patch(f"/api/v2/dags/{slow_dag}", json={"is_paused": True})
+            # A pause stops no run in flight; one that probes after the insert would tier the row before the CLI's.
+            wait_for(
+                "the paused DAG's run in flight to end",
+                lambda: (
+                    not af.get(f"/api/v2/dags/{slow_dag}/dagRuns", params={"state": ["queued", "running"]})["dag_runs"]
+                ),
+                timeout=180,
+            )
             hot.insert(SLOW, 101, 7)
             done = cli(af, "trigger", SLOW, "--wait", "--unpause", "--timeout", "300", "-o", "json", timeout=400)
             assert done.returncode == 0, done.stderr + done.stdout
