@@ -38,7 +38,8 @@ DAGS = table_function("cli", freshness_seconds=3600, retries=0) + textwrap.deden
     tiering = build_tiering_dag(
         "{DAG_ID}",
         [
-            table("c_alpha", "hot_pg"),
+            table("c_alpha", "hot_pg", source=dict(conn_id="hot_pg", table="c_alpha", cursor_column="id",
+                                                   max_watermark_wait_seconds=10)),
             table("c_beta", "hot_pg"),
             table("c_bad", "hot_broken", max_consecutive_failures=1),
         ],
@@ -162,7 +163,7 @@ def test_cli_status_history_trigger_and_reset(pg_server, tmp_path: Path) -> None
         assert f"{DAG_ID}: the DAG was paused; unpaused it" in nothing.stderr
         assert af.get(f"/api/v2/dags/{DAG_ID}")["is_paused"] is False
         assert json.loads(nothing.stdout) == [{"table": "c_alpha", "state": "skipped", "outcome": "nothing_new"}]
-        late = psycopg.connect(pg_server.dsn)  # takes id 2201 and holds it past the round's 30 s wait
+        late = psycopg.connect(pg_server.dsn)  # takes id 2201 and holds it past the round's 10 s wait
         late.execute('INSERT INTO "c_alpha" VALUES (%s, %s, %s, %s, %s)', make_rows(2201, 1)[0])
         hot.insert("c_alpha", 2202, 1)
         try:
