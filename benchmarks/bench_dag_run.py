@@ -1,6 +1,7 @@
 """Benchmark: the wall time of one DAG run of a tiering DAG of N tables that have nothing to tier, next to a DAG of
 N empty ``@task``s, under a real Airflow (api-server, scheduler, dag-processor, LocalExecutor; the e2e harness
-``testbed.airflow_cluster.AirflowCluster`` with its default settings), in the same Airflow, same session.
+``testbed.airflow_cluster.AirflowCluster`` with its default settings but the DAG files parsed every 5 s), in the
+same Airflow, same session.
 
 The N hot tables live in one SQLite file with ``--rows`` rows each. Before Airflow starts they are tiered once,
 outside Airflow, with ``run_round`` and the real SQLite source, Iceberg lake (pyiceberg SQL catalog on SQLite) and

@@ -31,14 +31,15 @@ FRESH_ROUNDS = 3  # rounds of the fresh table that must end while its sibling's 
 
 DAGS = table_function("clocks", retries=0, freshness_seconds=5) + textwrap.dedent(
     f'''
-    """Three tables, each in its own DAG: one fresh, one whose round the test holds, one behind a wrong password."""
+    """Three tables, each in its own DAG: one fresh, one whose round the test holds (due hourly: that round is its
+    only scheduled one, so none races the CLI's round at the end), one behind a wrong password."""
     from datetime import timedelta
 
     from airflow_provider_tiering.dag_factory import build_table_dags
 
     build_table_dags(
         "{GROUP}",
-        [table("{FRESH}"), table("{SLOW}"),
+        [table("{FRESH}"), table("{SLOW}", freshness_seconds=3600),
          table("{BROKEN}", "hot_broken", retries=1, retry_delay_seconds=2, max_consecutive_failures=50)],
         status_schedule=timedelta(seconds=20),
     )
@@ -168,7 +169,7 @@ def test_a_held_or_failing_table_never_delays_a_fresh_siblings_rounds(pg_server,
             # The CLI finds a table's own DAG: paused, it is unpaused and runs the requested round.
             slow_dag = quote(f"{GROUP}.{SLOW}", safe="")
             af.patch(f"/api/v2/dags/{slow_dag}", json={"is_paused": True})
-            # A pause stops no run in flight; one that probes after the insert would tier the row before the CLI's.
+            # A pause stops no run in flight: the last one ends first, so that the CLI's round is what tiers the row.
             wait_for(
                 "the paused DAG's run in flight to end",
                 lambda: (
