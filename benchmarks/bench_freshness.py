@@ -374,12 +374,13 @@ def deployment(
     """A benchmark's Airflow under ``home``: its dags folder holding ``dag_source``, a SQL catalog on SQLite, the
     connections (``hot_pg`` to ``server``, ``iceberg_default``) and the config overrides (``parallelism`` workers,
     Airflow's default of 16 active runs per DAG, the file parsed every 5 s)."""
+    from testbed.airflow_cluster import BENCHMARK_PARSE_INTERVAL
     from testbed.tiering_env import embedded_setup
 
     dags, catalog, env = embedded_setup(home, server, dag_source)
     overrides = {
         "core": {"parallelism": str(parallelism), "max_active_tasks_per_dag": "16", "max_active_runs_per_dag": "16"},
-        "dag_processor": {"min_file_process_interval": "5"},  # as docs/operations.md's figures were measured
+        "dag_processor": {"min_file_process_interval": BENCHMARK_PARSE_INTERVAL},
     }
     return dags, catalog, env, overrides
 
