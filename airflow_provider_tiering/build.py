@@ -24,19 +24,24 @@ from types import TracebackType
 from typing import Any, Self
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.errors import ConnectionNotUsable, InvalidTableSpec
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus, MaintenanceStore, run_maintenance
 from airflow_provider_tiering.core.ports import AnySource, SplitWriter
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.round_failure import RetryDelay, no_retry
 from airflow_provider_tiering.core.round_result import RoundPhase, RoundResult
+from airflow_provider_tiering.core.source_specs import ChangeStreamSpec
 from airflow_provider_tiering.core.spec import LakeSpec, TableSpec
 from airflow_provider_tiering.core.state import utcnow
 from airflow_provider_tiering.core.state_store import StateStore
+from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 from airflow_provider_tiering.lake.catalog import CatalogHandle
+from airflow_provider_tiering.lake.change_log import IcebergChangeLog
 from airflow_provider_tiering.lake.iceberg import IcebergLake
 from airflow_provider_tiering.lake.maintainer import IcebergMaintainer
 from airflow_provider_tiering.lake.rejects import RejectsTable
-from airflow_provider_tiering.sources.registry import build_source
+from airflow_provider_tiering.sources.change_stream.group_reader import GroupReader, StreamStateStore
+from airflow_provider_tiering.sources.registry import build_group_log, build_source
 from airflow_provider_tiering.spark.session import SparkSettings
 from airflow_provider_tiering.spark.write_job import SparkSplitWriter
 
@@ -157,6 +162,9 @@ def build_round(
     """
     handle = catalog or connections.catalog.handle()
     hot = source if source is not None else build_source(spec.source, connections.source)
+    group = spec.source.stream_group()
+    if hot.reads_change_log and group is not None:
+        hot.bind_change_log(build_change_log(group, handle))
     rejects = None
     if spec.source.rejects_to_side_table:
         rejects = RejectsTable(build_lake(spec.lake, handle, table=spec.lake.rejects_table_name))
@@ -169,6 +177,57 @@ def build_round(
         rejects=rejects,
         secrets=list(connections.catalog.secrets),  # the round adds the source's own
     )
+
+
+def build_change_log(group: StreamGroupSpec, catalog: CatalogHandle) -> IcebergChangeLog:
+    """A stream group's change log, in ``catalog`` (its tables' own)."""
+    return IcebergChangeLog(catalog, group.change_log.namespace, group.change_log_table)
+
+
+def build_stream_reader(
+    group: StreamGroupSpec,
+    tables: Sequence[TableSpec],
+    connections: TableConnections,
+    store: StreamStateStore,
+    *,
+    observe: Callable[[str], None] | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> GroupReader:
+    """The reader of a stream group: the database's log (for the kind of its ``tables``), the change log in their
+    catalog, and how each table's lake position is read (for expiry). Connects to nothing yet.
+
+    Raises:
+        ConnectionNotUsable: the group's connection is of a type no change stream of its tables' kind takes.
+        MissingDependency: that kind's extra is not installed (the message names it).
+    """
+    if not tables:
+        raise InvalidTableSpec(f"stream {group.name!r}: no table names it (source.stream)")
+    if connections.source is None:
+        raise ConnectionNotUsable(f"stream {group.name!r}: its connection {group.conn_id!r} was not resolved")
+    handle = connections.catalog.handle()
+    log = build_group_log(group, tables[0].source, connections.source)
+    members = {log.table_name(_stream_source(spec)): spec.name for spec in tables}
+    lakes = {log.table_name(_stream_source(spec)): build_lake(spec.lake, handle) for spec in tables}
+
+    def applied() -> dict[str, int]:
+        found: dict[str, int] = {}
+        for table, lake in lakes.items():
+            commit = lake.committed()
+            if commit is not None and commit.end_offsets is not None:
+                found[table] = log.position(commit.end_offsets)
+        return found
+
+    return GroupReader(
+        group, members, log, build_change_log(group, handle), store, applied,
+        secrets=connections.secrets(), observe=observe or (lambda phase: None), clock=clock,
+    )  # fmt: skip
+
+
+def _stream_source(spec: TableSpec) -> ChangeStreamSpec:
+    source = spec.source
+    if not isinstance(source, ChangeStreamSpec):
+        raise InvalidTableSpec(f"table {spec.name!r}: field 'source.kind': a stream group reads change streams only")
+    return source
 
 
 @dataclass

@@ -33,6 +33,18 @@ class CursorOffsets(TypedDict):
 
 
 @final
+class LoadedSnapshot(TypedDict):
+    """The snapshot a stream group's table was first loaded in (PostgreSQL's ``pg_current_snapshot()``: ``xmin``,
+    ``xmax`` and the ids in progress ``xip``, 64-bit), and the WAL position ``until`` below which every transaction it
+    saw committed: the change log's transactions committed before ``until`` that it saw are in the lake already."""
+
+    xmin: int
+    xmax: int
+    xip: list[int]
+    until: str
+
+
+@final
 class LsnOffsets(TypedDict):
     """A change stream's: every change committed up to WAL position ``lsn`` (PostgreSQL's ``X/Y`` text) is in the
     lake."""
@@ -42,6 +54,9 @@ class LsnOffsets(TypedDict):
     #: ``lsn`` (the flushed position may lie inside a record); a plan that finds no commit of the table beyond it
     #: ends there.
     boundary: NotRequired[str | None]
+    #: A stream group's table first loaded in a snapshot: besides every change up to ``lsn``, the lake holds the
+    #: later transactions that snapshot saw (until the lake's position passes ``until``).
+    loaded: NotRequired[LoadedSnapshot]
 
 
 @final

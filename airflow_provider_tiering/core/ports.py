@@ -565,6 +565,18 @@ class Source(ABC, Generic[PlanT, SplitT]):
     #: runs before any catalog is loaded, then binds the lake's storage properties first (``bind_lake(None, …)``).
     reads_offsets_from_lake: bool = False
 
+    #: Whether the source reads its changes from a stream group's change log (a table of a group): the builder binds
+    #: the log to it (``bind_change_log``).
+    reads_change_log: bool = False
+
+    def bind_change_log(
+        self, change_log: ChangeLogTable | None, announced: Callable[[str], int | None] | None = None
+    ) -> None:
+        """Called, for a source that ``reads_change_log``, with its group's change log (a round's), or with what the
+        group's reader announced of each table (a probe's: the position of its newest change, 0 for none, None when
+        not known)."""
+        return None
+
     def bind_lake(self, table_location: str | None, storage: Mapping[str, str]) -> None:
         """Called with the lake's storage properties (its FileIO's: endpoint, credentials) and, once the lake table
         exists, its location (None: not known, e.g. a probe); a source may keep offset logs there."""
@@ -981,4 +993,70 @@ class RejectsSink(Protocol):
         """Delete rejects files of attempts in epochs ``(since_epoch, committed_epoch)`` that no snapshot of the side
         table references (attempts that failed or were fenced after writing them); returns how many. Only after a
         commit, as :meth:`Lake.clean`."""
+        ...
+
+
+@dataclass(frozen=True)
+class StreamMember:
+    """A table of a stream group as its change log records it: since which position the log holds every one of its
+    changes (``joined_at``), and up to which one the log dropped those its lake table applied (``expired_upto``)."""
+
+    #: The hot table, as its database qualifies it (``schema.table``): the change log's ``source_table``.
+    table: str
+    #: Its name in the DAG (the tiered table's spec name).
+    name: str
+    joined_at: int
+    expired_upto: int | None = None
+
+    @property
+    def held_from(self) -> int:
+        """The log holds every change of the table committed after this position."""
+        return max(self.joined_at, self.expired_upto or 0)
+
+    def to_json(self) -> JsonObject:
+        return {"name": self.name, "joined_at": self.joined_at, "expired_upto": self.expired_upto}
+
+    @classmethod
+    def from_json(cls, table: str, doc: Mapping[str, object]) -> StreamMember:
+        expired = doc.get("expired_upto")
+        return cls(table, str(doc["name"]), int(str(doc["joined_at"])), None if expired is None else int(str(expired)))
+
+
+@dataclass(frozen=True)
+class ChangeLogState:
+    """A stream group's change log as its latest commit left it: the reader's epoch and position (offsets as the
+    log's database keeps them; None before the reader's first commit) and the tables it reads."""
+
+    epoch: int
+    end: Offsets | None
+    members: Mapping[str, StreamMember]
+    snapshot_id: int | None = None
+    committed_at: datetime | None = None
+
+    def member(self, table: str) -> StreamMember | None:
+        return self.members.get(table)
+
+
+class ChangeLogTable(Protocol):
+    """A stream group's change log in the lake (``lake/change_log.py``), as its member tables read it: one row per
+    change of each table, in commit order (``position``, then ``seq``), written by the group's reader."""
+
+    @property
+    def name(self) -> str: ...
+
+    def state(self) -> ChangeLogState | None:
+        """The log as its latest commit left it, fresh from the catalog; None before the reader created it.
+
+        Raises:
+            LakeError: the catalog cannot be reached, or the table is not a change log.
+        """
+        ...
+
+    def changes(self, table: str, after: int, upto: int | None) -> Iterator[pa.RecordBatch]:
+        """The rows of ``table``'s changes committed in ``(after, upto]`` (None: to the log's end), in commit order,
+        in the log's schema, as of the snapshot :meth:`state` last read (or the current one)."""
+        ...
+
+    def changes_after(self, table: str, after: int) -> int:
+        """How many of ``table``'s changes committed after ``after`` the log holds (its backlog)."""
         ...

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationInfo, 
 
 from airflow_provider_tiering.core.shape import DeclaredColumnChanges
 from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list
+from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 
 
 class SourceSpecBase(StrictModel):
@@ -52,6 +53,10 @@ class SourceSpecBase(StrictModel):
 
     def changed_rows_bound(self) -> int | None:
         """Rows of an append table changed in place between two rounds past which its task alerts (None: never)."""
+        return None
+
+    def stream_group(self) -> StreamGroupSpec | None:
+        """The stream group whose reader reads this table's changes (None: the table reads its own log, if any)."""
         return None
 
     @property
@@ -176,6 +181,9 @@ class ChangeStreamSpec(DatabaseTableSpec):
     supports_merge: ClassVar[bool] = True
     streams_changes: ClassVar[bool] = True
 
+    conn_id: str
+    table: Identifier
+    db_schema: Identifier | None = None
     keys_in_memory: int = Field(
         default=100_000,
         ge=100,
@@ -183,6 +191,24 @@ class ChangeStreamSpec(DatabaseTableSpec):
         "in chunks of this many as it is read, kept on local disk until written, and the merge keeps each key's "
         "latest version from the files",
     )
+    stream: StreamGroupSpec | None = Field(
+        default=None,
+        description="the stream group whose one log reader reads this table's changes (the name of a group "
+        "declared with build_table_dags(..., streams=[...])); unset: the table reads its own log (a slot of its "
+        "own, a binlog dump of its own)",
+    )
+
+    def stream_group(self) -> StreamGroupSpec | None:
+        return self.stream
+
+    @model_validator(mode="after")
+    def _stream_on_the_same_database(self) -> ChangeStreamSpec:
+        if self.stream is not None and self.stream.conn_id != self.conn_id:
+            raise ValueError(
+                f"stream: group {self.stream.name!r} reads connection {self.stream.conn_id!r}, not this table's "
+                f"{self.conn_id!r}: a group is one hot database"
+            )
+        return self
 
 
 class PostgresCdcSourceSpec(ChangeStreamSpec):

@@ -329,6 +329,24 @@ class TableSpec(StrictModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _stream_group_fits(self) -> TableSpec:
+        group = self.source.stream_group()
+        if group is None:
+            return self
+        if group.change_log.catalog_conn_id != self.lake.catalog_conn_id:
+            raise ValueError(
+                f"source.stream: group {group.name!r} keeps its change log in catalog "
+                f"{group.change_log.catalog_conn_id!r}, not this table's {self.lake.catalog_conn_id!r}: a group's "
+                "tables and its change log share one catalog"
+            )
+        if self.eviction.enabled:
+            raise ValueError(
+                "eviction is not supported for a table of a stream group yet: read it through a change stream of "
+                "its own (no source.stream), or disable eviction"
+            )
+        return self
+
     @property
     def asset_name(self) -> str:
         return f"tiering/{self.lake.namespace}/{self.lake.table}"
@@ -369,7 +387,28 @@ def parse_table_specs(tables: Iterable[TableSpec | Mapping[str, Any]]) -> list[T
                 f"is already the target of table {seen_targets[target]!r}"
             )
         seen_targets[target] = spec.name
+    _check_stream_groups(specs)
     return specs
+
+
+def _check_stream_groups(specs: Iterable[TableSpec]) -> None:
+    """The tables of one stream group name one group, of one kind of change stream."""
+    first: dict[str, TableSpec] = {}
+    for spec in specs:
+        group = spec.source.stream_group()
+        if group is None:
+            continue
+        other = first.setdefault(group.name, spec)
+        if other.source.stream_group() != group:
+            raise InvalidTableSpec(
+                f"table {spec.name!r}: field 'source.stream': group {group.name!r} is declared differently by "
+                f"table {other.name!r}"
+            )
+        if type(other.source) is not type(spec.source):
+            raise InvalidTableSpec(
+                f"table {spec.name!r}: field 'source.kind': group {group.name!r} reads {other.source.kind} tables "
+                f"(table {other.name!r}); one group is one database's log"
+            )
 
 
 def load_table_specs(path: str | Path) -> list[TableSpec]:

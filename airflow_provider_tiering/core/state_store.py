@@ -1,4 +1,5 @@
-"""Where a table's state document is kept. Airflow's asset state store is the production one."""
+"""Where a table's state document (and a stream group's) is kept. Airflow's asset state store is the production
+one."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from airflow_provider_tiering.core.state import TableState
+from airflow_provider_tiering.core.stream_state import StreamGroupState
 
 
 class StateStore(Protocol):
@@ -29,14 +31,39 @@ class JsonFileStateStore:
         self.path = Path(path)
 
     def load(self) -> TableState | None:
-        try:
-            return TableState.from_json(json.loads(self.path.read_text()))
-        except FileNotFoundError:
-            return None
+        found = _read(self.path)
+        return None if found is None else TableState.from_json(found)
 
     def save(self, state: TableState) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(state.to_json(), handle)
-        os.replace(tmp, self.path)
+        _write(self.path, state.to_json())
+
+
+class JsonFileStreamStateStore:
+    """A stream group's state document in a local JSON file (see :class:`JsonFileStateStore`)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def load(self) -> StreamGroupState | None:
+        found = _read(self.path)
+        return None if found is None else StreamGroupState.from_json(found)
+
+    def save(self, state: StreamGroupState) -> None:
+        _write(self.path, state.to_json())
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    return found
+
+
+def _write(path: Path, document: dict[str, Any]) -> None:
+    """Written by rename, so a killed process leaves either the old or the new document."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(document, handle)
+    os.replace(tmp, path)

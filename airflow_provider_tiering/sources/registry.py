@@ -13,11 +13,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
 from airflow_provider_tiering.core.errors import ConnectionNotUsable, MissingDependency, missing_modules
 from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.source_specs import SourceSpecBase
+from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
+
+if TYPE_CHECKING:
+    from airflow_provider_tiering.sources.change_stream.group_reader import GroupLog
 
 _PACKAGE = "airflow-provider-tiering"
 #: How a source is built: ``Class(spec, connection)``.
@@ -37,17 +42,31 @@ class SourceKind:
     extra: str | None = None
     #: Importable modules the extra installs.
     requires: tuple[str, ...] = ()
+    #: A table of a stream group (``source.stream``), read from the group's change log; and the ``module:Class`` of
+    #: the group's reader of the database's log, built as ``Class(group, connection)``.
+    grouped: bool = False
+    group_log: str | None = None
 
     def load(self) -> SourceFactory:
         """The implementation class; MissingDependency names the extra when its drivers are not installed."""
+        found: SourceFactory = self._load(self.target)
+        return found
+
+    def load_group_log(self) -> Callable[[StreamGroupSpec, ConnectionInfo], GroupLog]:
+        """The class of the group's reader of the database's log (MissingDependency as :meth:`load`)."""
+        if self.group_log is None:
+            raise ConnectionNotUsable(f"{self.name} tables are not read through a stream group")
+        found: Callable[[StreamGroupSpec, ConnectionInfo], GroupLog] = self._load(self.group_log)
+        return found
+
+    def _load(self, target: str) -> Any:
         missing = missing_modules(self.requires)
         if missing:
             raise MissingDependency(
                 f"{self.name} hot tables need {', '.join(missing)}: pip install '{_PACKAGE}[{self.extra}]'"
             )
-        module_name, _, class_name = self.target.partition(":")
-        found: SourceFactory = getattr(importlib.import_module(module_name), class_name)
-        return found
+        module_name, _, class_name = target.partition(":")
+        return getattr(importlib.import_module(module_name), class_name)
 
 
 SOURCE_KINDS: tuple[SourceKind, ...] = (
@@ -67,6 +86,16 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         extra="postgres",
         requires=("adbc_driver_postgresql", "psycopg"),
     ),
+    SourceKind(
+        "postgres stream group",
+        "postgres_cdc",
+        frozenset({"postgres", "postgresql"}),
+        "airflow_provider_tiering.sources.postgres.group_member:PostgresGroupMember",
+        extra="postgres",
+        requires=("adbc_driver_postgresql", "psycopg"),
+        grouped=True,
+        group_log="airflow_provider_tiering.sources.postgres.group_log:PostgresGroupLog",
+    ),
     SourceKind("sqlite", "sql", frozenset({"sqlite"}), "airflow_provider_tiering.sources.sqlite:SqliteSource"),
     SourceKind(
         "mysql",
@@ -84,6 +113,16 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         extra="mysql",
         requires=("connectorx", "pymysql"),
     ),
+    SourceKind(
+        "mysql stream group",
+        "mysql_cdc",
+        frozenset({"mysql", "mariadb"}),
+        "airflow_provider_tiering.sources.mysql.group_member:MySqlGroupMember",
+        extra="mysql",
+        requires=("connectorx", "pymysql"),
+        grouped=True,
+        group_log="airflow_provider_tiering.sources.mysql.group_log:MySqlGroupLog",
+    ),
     SourceKind("files", "files", frozenset(), "airflow_provider_tiering.sources.files.source:FileSource"),
 )
 
@@ -100,7 +139,8 @@ def source_kind(spec: SourceSpecBase, connection: ConnectionInfo | None) -> Sour
         ConnectionNotUsable: no implementation of the spec's kind takes a connection of that type, or the kind
             needs a connection and none was given.
     """
-    candidates = [kind for kind in SOURCE_KINDS if kind.spec_kind == spec.kind]
+    grouped = spec.stream_group() is not None
+    candidates = [kind for kind in SOURCE_KINDS if kind.spec_kind == spec.kind and kind.grouped == grouped]
     for kind in candidates:
         if not kind.conn_types or (connection is not None and connection.type in kind.conn_types):
             return kind
@@ -113,3 +153,8 @@ def source_kind(spec: SourceSpecBase, connection: ConnectionInfo | None) -> Sour
 def build_source(spec: SourceSpecBase, connection: ConnectionInfo | None) -> AnySource:
     """The source of a table's hot store (see :func:`source_kind`; MissingDependency when its extra is missing)."""
     return source_kind(spec, connection).load()(spec, connection)
+
+
+def build_group_log(group: StreamGroupSpec, member: SourceSpecBase, connection: ConnectionInfo) -> GroupLog:
+    """The reader of a stream group's database log, for the kind of its tables (``member``: one of them)."""
+    return source_kind(member, connection).load_group_log()(group, connection)

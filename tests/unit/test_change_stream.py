@@ -39,8 +39,9 @@ def _tuple(values) -> bytes:
     return out
 
 
-def begin(final_lsn: int, xid: int = 7) -> bytes:
-    return b"B" + struct.pack("!QQi", final_lsn, 0, xid)
+def begin(final_lsn: int, xid: int = 7, committed_us: int = 0) -> bytes:
+    """A Begin message; ``committed_us``: its commit time, in microseconds since 2000-01-01 (PostgreSQL's epoch)."""
+    return b"B" + struct.pack("!QQi", final_lsn, committed_us, xid)
 
 
 def commit(end_lsn: int) -> bytes:
@@ -91,7 +92,8 @@ def apply(messages, start=0, end=None, keys_in_memory=None, spill=None, **window
 
 
 def test_messages_decode_as_the_protocol_lays_them_out():
-    assert decode(begin(0x1_0000_0010, 42)) == Begin(0x1_0000_0010, 42)
+    # 2026-01-01 UTC, 12 seconds past, as PostgreSQL counts (from 2000-01-01) and as Unix counts.
+    assert decode(begin(0x1_0000_0010, 42, 820_540_812_000_000)) == Begin(0x1_0000_0010, 42, 1_767_225_612_000_000)
     assert decode(commit(0x200)) == Commit(0x1F8, 0x200)
     assert decode(relation(b"f")) == PgRelation(OID, COLUMNS, (25,) * len(COLUMNS), "public", "t", "f", ("id",))
     assert decode(insert("1", None, "é")) == Change("I", OID, new=("1", None, "é"))

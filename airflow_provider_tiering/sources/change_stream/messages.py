@@ -43,6 +43,10 @@ class Relation:
     oid: int
     columns: tuple[str, ...]
     type_ids: tuple[int, ...] = ()
+    #: The table's schema (or database) and name, as the log names it (empty where a reader of one table's log
+    #: leaves them out).
+    namespace: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class Begin:
     #: binlog holds whole committed transactions).
     commit_at: int
     xid: int = 0
+    #: When the transaction committed, in microseconds since 1970-01-01 UTC (None: the log does not say).
+    committed_at_us: int | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -507,7 +507,7 @@ class ChangeStreamSource(Source[ChangePlan, ChangeSplit]):
         return self.table.evict_key_batch(key, after, cutoff, age_column, limit, held)
 
 
-def closing_messages(messages: Generator[Message, None, None]) -> AbstractContextManager[Iterator[Message]]:
+def closing_messages(messages: Iterator[Message]) -> AbstractContextManager[Iterator[Message]]:
     """A generator of messages as a context that closes it: an unfinished read may hold its connection's lock (or a
     dump thread on the server), which closing it releases."""
-    return closing(messages)
+    return closing(messages)  # type: ignore[type-var]  # a generator, which has close()

@@ -36,12 +36,12 @@ class PgRelation(Relation):
     """A table as the stream describes it before its first change (and again after its definition changed): the
     kernel's Relation (each column's type id is its ``pg_type.oid``), with what pgoutput says beside it."""
 
-    namespace: str = ""
-    name: str = ""
     replica_identity: str = ""
     key_columns: tuple[str, ...] = ()
 
 
+#: PostgreSQL's epoch (2000-01-01 UTC) in microseconds since 1970-01-01.
+_POSTGRES_EPOCH_US = 946_684_800_000_000
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
 _TEXT, _NULL, _UNCHANGED = ord("t"), ord("n"), ord("u")
@@ -146,8 +146,8 @@ def decode(data: bytes) -> Message:
     kind = reader.byte()
     if kind == "B":
         final_lsn = reader.uint64()
-        reader.uint64()  # commit timestamp
-        return Begin(final_lsn, reader.int32())
+        committed = reader.uint64() + _POSTGRES_EPOCH_US  # microseconds since 2000-01-01
+        return Begin(final_lsn, reader.int32() & 0xFFFFFFFF, committed)
     if kind == "C":
         reader.int8()  # flags
         commit_lsn = reader.uint64()
