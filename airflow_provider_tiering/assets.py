@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.sdk import Asset, AssetAlias
 
 from airflow_provider_tiering.core.spec import TableSpec
+from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
+
+#: The asset group of stream groups (a table's asset is in ``tiering``).
+STREAM_ASSET_GROUP = "tiering_stream"
 
 
 def table_asset(spec: TableSpec) -> Asset:
     """The Airflow asset of a tiered table: its state document lives in the asset state store and
-    each tiering round emits an event on it."""
+    each tiering round emits an event on it. A table of a stream group names its group's asset."""
+    extra: dict[str, Any] = {"tiered_table": spec.name}
+    group = spec.source.stream_group()
+    if group is not None:
+        extra["stream_group"] = group.asset_name
     return Asset(
         name=spec.asset_name,
         uri=f"iceberg://{spec.lake.catalog_conn_id}/{spec.lake.namespace}/{spec.lake.table}",
         group="tiering",
-        extra={"tiered_table": spec.name},
+        extra=extra,
+    )
+
+
+def stream_asset(group: StreamGroupSpec) -> Asset:
+    """The Airflow asset of a stream group, its change log: the group's state document lives in its asset state
+    store (its reader writes it; its tables read it to probe), and each run of its reader that writes emits an
+    event on it."""
+    log = group.change_log
+    return Asset(
+        name=group.asset_name,
+        uri=f"iceberg://{log.catalog_conn_id}/{log.namespace}/{group.change_log_table}",
+        group=STREAM_ASSET_GROUP,
+        extra={"stream_group": group.name},
     )
 
 

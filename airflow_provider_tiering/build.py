@@ -193,19 +193,18 @@ def build_stream_reader(
     observe: Callable[[str], None] | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> GroupReader:
-    """The reader of a stream group: the database's log (for the kind of its ``tables``), the change log in their
-    catalog, and how each table's lake position is read (for expiry). Connects to nothing yet.
+    """The reader of a stream group: the database's log (for the type of its connection), the change log in its
+    tables' catalog, and how each table's lake position is read (for expiry). With no ``tables`` it reads for none:
+    the tables the log read leave it. Connects to nothing yet.
 
     Raises:
         ConnectionNotUsable: the group's connection is of a type no change stream of its tables' kind takes.
         MissingDependency: that kind's extra is not installed (the message names it).
     """
-    if not tables:
-        raise InvalidTableSpec(f"stream {group.name!r}: no table names it (source.stream)")
     if connections.source is None:
         raise ConnectionNotUsable(f"stream {group.name!r}: its connection {group.conn_id!r} was not resolved")
     handle = connections.catalog.handle()
-    log = build_group_log(group, tables[0].source, connections.source)
+    log = build_group_log(group, connections.source)
     members = {log.table_name(_stream_source(spec)): spec.name for spec in tables}
     lakes = {log.table_name(_stream_source(spec)): build_lake(spec.lake, handle) for spec in tables}
 

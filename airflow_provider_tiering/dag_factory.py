@@ -1,5 +1,7 @@
 """Build tiering DAGs from a list of tables: one DAG of them all (per table a tier task and a maintenance task, plus
-a summary task), or one DAG per table on its own clock with a status DAG and a maintenance DAG beside them."""
+a summary task), or one DAG per table on its own clock with a status DAG and a maintenance DAG beside them. Each
+stream group the tables read through gets its reader: a DAG of its own on its own clock, or a task before its tables'
+tasks in the one DAG."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from typing import Any
 from airflow.sdk import DAG, TaskGroup
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
-from airflow_provider_tiering.core.spec import TableSpec, load_table_specs, parse_table_specs
+from airflow_provider_tiering.core.spec import Declaration, TableSpec, declare
+from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 from airflow_provider_tiering.operators.maintain_table import MaintainTableOperator
+from airflow_provider_tiering.operators.read_changes import ReadChangesOperator
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
 from airflow_provider_tiering.sensors.table_due import TableDueSensor
@@ -32,6 +36,7 @@ def build_tiering_dag(
     due_timeout: timedelta | float | None = None,
     due_poke_interval: timedelta | float = 60,
     maintenance: bool = True,
+    streams: Iterable[StreamGroupSpec | Mapping[str, Any]] = (),
     **dag_kwargs: Any,
 ) -> DAG:
     """Tables in, DAG out.
@@ -55,8 +60,13 @@ def build_tiering_dag(
     table's tiering nor the DAG run. Each maintenance task that skips still costs a task start in every run: for
     many tables scheduled often, pass ``maintenance=False`` and run :func:`build_maintenance_dag` on a slower
     schedule instead.
+
+    Each stream group (``streams``, named by its tables' ``source.stream``) gets a :class:`ReadChangesOperator`
+    (``<group>.read_changes``) before its tables' tasks, which run whatever its outcome (a failed read leaves what
+    the change log holds to apply).
     """
-    specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
+    declared = declare(tables, streams)
+    specs = declared.tables
     if SUMMARY_TASK_ID in {s.name for s in specs}:
         raise InvalidTableSpec(f"table {SUMMARY_TASK_ID!r}: field 'name': reserved for the summary task")
     dag = DAG(
@@ -71,12 +81,16 @@ def build_tiering_dag(
     with dag:
         table_tasks = []
         maintenance_tasks = []
+        readers = _readers(declared)
         for spec in specs:
             if wait_until_due:
                 tier, maintain = _waiting_tier_task(spec, due_timeout, due_poke_interval, maintenance)
             else:
-                tier = TierTableOperator(table=spec)
+                tier = TierTableOperator(table=spec, **_after_reader(spec))
                 maintain = _maintenance_task(spec, tier, f"{spec.name}.maintain") if maintenance else None
+            group = spec.source.stream_group()
+            if group is not None:
+                readers[group.name] >> tier
             table_tasks.append(tier)
             if maintain is not None:
                 maintenance_tasks.append(maintain)
@@ -86,9 +100,27 @@ def build_tiering_dag(
             maintenance_task_ids=[t.task_id for t in maintenance_tasks],
             tables=specs,
         )
-        for task in table_tasks + maintenance_tasks:
+        for task in table_tasks + maintenance_tasks + list(readers.values()):
             task >> summary
     return dag
+
+
+def _readers(declared: Declaration) -> dict[str, ReadChangesOperator]:
+    """A reader task per stream group (``<group>.read_changes``), in the DAG being built."""
+    return {
+        name: ReadChangesOperator(task_id=f"{name}.read_changes", stream=group, tables=_members(declared, name))
+        for name, group in declared.streams.items()
+    }
+
+
+def _members(declared: Declaration, stream: str) -> list[TableSpec]:
+    """The tables of a stream group."""
+    return [s for s in declared.tables if (g := s.source.stream_group()) is not None and g.name == stream]
+
+
+def _after_reader(spec: TableSpec) -> dict[str, Any]:
+    """A table of a stream group runs after its reader whatever the reader's outcome: it applies what the log holds."""
+    return {"trigger_rule": "all_done"} if spec.source.stream_group() is not None else {}
 
 
 def build_table_dags(
@@ -99,6 +131,7 @@ def build_table_dags(
     maintenance_schedule: Any = "@hourly",
     start_date: datetime | None = None,
     tags: Iterable[str] = ("tiering",),
+    streams: Iterable[StreamGroupSpec | Mapping[str, Any]] = (),
     **dag_kwargs: Any,
 ) -> dict[str, DAG]:
     """Tables in, one DAG per table out, each on its own clock: no table waits for a sibling.
@@ -113,10 +146,25 @@ def build_table_dags(
     tables whose spec has ``maintenance.enabled``, every ``maintenance_schedule`` (:func:`build_maintenance_dag`;
     absent when no table has it). Specs are validated here, as :func:`build_tiering_dag` does. Returns the DAGs by
     id; each is registered with Airflow as it is built.
+
+    A stream group (``streams``: each read by one log reader for all of its tables, named by their
+    ``source.stream``) becomes DAG ``<group>.<stream>``, running its :class:`ReadChangesOperator` every
+    ``read_every_seconds``, one run at a time; its tables' own DAGs apply what it wrote of them (their probe asks
+    the group's state document, not the hot database). A table's data age is then at most about its freshness plus
+    the reader's interval.
     """
-    specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
+    declared = declare(tables, streams)
+    specs = declared.tables
     start = start_date or datetime(2024, 1, 1, tzinfo=UTC)
     dags: dict[str, DAG] = {}
+    for name, stream in declared.streams.items():
+        reader = DAG(
+            dag_id=f"{group}.{name}", schedule=timedelta(seconds=stream.read_every_seconds), start_date=start,
+            catchup=False, max_active_runs=1, tags=[*tags, group], **dag_kwargs,
+        )  # fmt: skip
+        with reader:
+            ReadChangesOperator(stream=stream, tables=_members(declared, name))
+        dags[reader.dag_id] = reader
     for spec in specs:
         dag = DAG(
             dag_id=f"{group}.{spec.name}",
@@ -181,7 +229,7 @@ def build_maintenance_dag(
     """Lake maintenance of the same tables on a schedule of its own (e.g. ``"@hourly"``): one
     :class:`MaintainTableOperator` per table whose spec has ``maintenance.enabled``, independent of each other.
     Use it with ``build_tiering_dag(..., maintenance=False)``; maintenance and rounds are safe side by side."""
-    specs = load_table_specs(tables) if isinstance(tables, (str, Path)) else parse_table_specs(tables)
+    specs = declare(tables).tables
     dag = DAG(
         dag_id=dag_id,
         schedule=schedule,

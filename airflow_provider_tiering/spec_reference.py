@@ -24,6 +24,7 @@ from pydantic_core import PydanticUndefined
 from airflow_provider_tiering.core.source_specs import SOURCE_SPEC_KINDS
 from airflow_provider_tiering.core.spec import EvictionSpec, LakeSpec, MaintenanceSpec, MergeSpec, SparkSpec, TableSpec
 from airflow_provider_tiering.core.spec_types import check_identifier
+from airflow_provider_tiering.core.stream_spec import ChangeLogSpec, StreamGroupSpec
 
 HEADER = """# Table spec field reference
 
@@ -44,6 +45,8 @@ def _sections() -> list[tuple[str, str, type[BaseModel]]]:
         ("`maintenance`", "maintenance", MaintenanceSpec),
         ("`eviction`", "eviction", EvictionSpec),
         ("`merge`", "merge", MergeSpec),
+        ("Stream groups", "streams[]", StreamGroupSpec),
+        ("A stream group's `change_log`", "streams[].change_log", ChangeLogSpec),
     ]
     return sections
 

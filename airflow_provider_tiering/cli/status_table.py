@@ -200,6 +200,8 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
             )
         )
     stream = record.get("change_stream")
+    if record.get("stream_group") or (stream and stream.get("stream_group")):
+        return found + _stream_group_fields(record)
     if stream and stream.get("slot"):  # PostgreSQL's: a slot and the WAL it holds back
         held, bound = stream.get("retained_wal_bytes"), stream.get("max_retained_wal_bytes")
         state = "" if stream.get("exists", True) else " (missing)"
@@ -222,6 +224,42 @@ def changes_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     if stream and left:  # the last round was capped: what it left for the next ones (older records: the WAL's key)
         log_kind = "WAL" if stream.get("slot") else "binlog"
         found.append(("backlog", f"~{count(record.get('backlog_rows'))} changes in {size(left)} of {log_kind}"))
+    return found
+
+
+def _stream_group_fields(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A table of a stream group: where its lake and the group's change log stand, what waits for it there, and the
+    group's reader (its slot or binlog, its lag, its error)."""
+    stream, group = record.get("change_stream") or {}, record.get("stream_group") or {}
+    name = group.get("name") or stream.get("stream_group")
+    waiting = stream.get("log_backlog_changes")
+    if group.get("backlog_changes") is not None and waiting is None:
+        waiting = group["backlog_changes"]
+    joined = group.get("joined_at") or stream.get("joined_at") or "-"
+    log_at = group.get("position") or stream.get("log_position") or "-"
+    found = [
+        ("stream group", f"{name}: change log {stream.get('change_log') or '-'}, joined at {joined}"),
+        ("log position", f"lake at {stream.get('position') or '-'}, change log at {log_at}"),
+        ("backlog (change log)", f"{count(waiting)} changes" if waiting is not None else "-"),
+    ]
+    if group:
+        reader = f"{group.get('status')}, read to the log's end {duration(group.get('lag_seconds'))} ago"
+        if group.get("consecutive_failures"):
+            reader += f"; failing ({group['consecutive_failures']} runs): {_first_line(group.get('last_error'))}"
+        found.append(("group reader", reader))
+        log = group.get("log") or {}
+        if log.get("slot"):
+            held, bound = log.get("retained_wal_bytes"), log.get("max_retained_wal_bytes")
+            retained = f"{size(held) if held is not None else '-'} of WAL (bound {size(bound) if bound else '-'})"
+            found.append(
+                ("group slot", f"{log['slot']} at {log.get('confirmed_flush_lsn') or '-'}, retaining {retained}")
+            )
+        elif log.get("binlog_end"):
+            needed = log.get("log_needed_bytes")
+            still = f"{size(needed) if needed is not None else '-'} of binlog still needed"
+            found.append(("group binlog", f"at {log.get('position') or '-'} of {log['binlog_end']}; {still}"))
+    if group.get("note"):
+        found.append(("stream note", str(group["note"])))
     return found
 
 

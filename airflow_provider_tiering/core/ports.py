@@ -570,11 +570,11 @@ class Source(ABC, Generic[PlanT, SplitT]):
     reads_change_log: bool = False
 
     def bind_change_log(
-        self, change_log: ChangeLogTable | None, announced: Callable[[str], int | None] | None = None
+        self, change_log: ChangeLogTable | None, announced: Callable[[str], tuple[int, int] | None] | None = None
     ) -> None:
         """Called, for a source that ``reads_change_log``, with its group's change log (a round's), or with what the
-        group's reader announced of each table (a probe's: the position of its newest change, 0 for none, None when
-        not known)."""
+        group's reader announced of each table (a probe's: the position from which the log holds its changes and that
+        of its newest change, 0 for none; None when not known)."""
         return None
 
     def bind_lake(self, table_location: str | None, storage: Mapping[str, str]) -> None:

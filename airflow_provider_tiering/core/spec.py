@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 from airflow_provider_tiering.core.source_specs import SOURCE_SPEC_KINDS, SourceSpec
 from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list
+from airflow_provider_tiering.core.stream_spec import StreamGroupSpec, parse_streams, resolve_streams
 
 # Airflow task ids and asset names are derived from the table name.
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
@@ -411,11 +413,57 @@ def _check_stream_groups(specs: Iterable[TableSpec]) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Declaration:
+    """Tables, with the stream groups they read through (those declared, and those the tables name)."""
+
+    tables: list[TableSpec]
+    streams: dict[str, StreamGroupSpec] = field(default_factory=dict)
+
+
+def declare(
+    tables: Iterable[TableSpec | Mapping[str, Any]] | str | Path,
+    streams: Iterable[StreamGroupSpec | Mapping[str, Any]] = (),
+) -> Declaration:
+    """Validate tables (a list, or the path of a YAML file) and the stream groups they name (``streams``, and a YAML
+    file's own ``streams`` list): each table's ``source.stream`` that names a group gets the group's spec. A declared
+    group with no table still has a reader, which takes the tables it read out of its log."""
+    declared = list(streams)
+    if isinstance(tables, (str, Path)):
+        found, in_file = _read_declaration(Path(tables))
+        declared += in_file
+        try:
+            return _declared(found, declared)
+        except InvalidTableSpec as exc:
+            raise InvalidTableSpec(f"{tables}: {exc}") from exc
+    return _declared(list(tables), declared)
+
+
+def _declared(tables: list[Any], streams: Iterable[StreamGroupSpec | Mapping[str, Any]]) -> Declaration:
+    groups = parse_streams(streams)
+    specs = parse_table_specs(resolve_streams(tables, groups))
+    for spec in specs:
+        group = spec.source.stream_group()
+        if group is not None and groups.setdefault(group.name, group) != group:
+            raise InvalidTableSpec(
+                f"table {spec.name!r}: field 'source.stream': group {group.name!r} is declared differently in streams"
+            )
+    clash = sorted({s.name for s in specs} & set(groups))
+    if clash:
+        raise InvalidTableSpec(f"stream {clash[0]!r}: field 'name': a table of that name is declared too")
+    return Declaration(specs, groups)
+
+
 def load_table_specs(path: str | Path) -> list[TableSpec]:
-    """Read and validate a YAML file of tables: a list, or a mapping with a ``tables`` list."""
+    """Read and validate a YAML file of tables: a list, or a mapping with a ``tables`` list (and a ``streams`` list
+    of the stream groups its tables name)."""
+    return declare(path).tables
+
+
+def _read_declaration(path: Path) -> tuple[list[Any], list[Any]]:
+    """A YAML file's tables and streams."""
     import yaml
 
-    path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -429,7 +477,7 @@ def load_table_specs(path: str | Path) -> list[TableSpec]:
     tables = data.get("tables") if isinstance(data, Mapping) else data
     if not isinstance(tables, list):
         raise InvalidTableSpec(f"{path}: expected a list of tables (or a mapping with a 'tables' list)")
-    try:
-        return parse_table_specs(tables)
-    except InvalidTableSpec as exc:
-        raise InvalidTableSpec(f"{path}: {exc}") from exc
+    streams = data.get("streams") or [] if isinstance(data, Mapping) else []
+    if not isinstance(streams, list):
+        raise InvalidTableSpec(f"{path}: 'streams' must be a list of stream groups")
+    return tables, streams

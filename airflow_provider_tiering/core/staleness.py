@@ -13,6 +13,7 @@ from datetime import datetime
 
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState
+from airflow_provider_tiering.core.stream_state import StreamGroupState
 
 
 def stale_for_seconds(state: TableState | None, now: datetime) -> float | None:
@@ -76,4 +77,36 @@ def retained_wal_alert(spec: TableSpec, state: TableState | None) -> str | None:
         f"hot server (bound {bound / mib:.0f} MiB, source.max_retained_wal_mb), which fills its disk until a round "
         f"advances the slot: {why_behind(state)}. To let the server free it without tiering, drop the lake table "
         "and the slot (the next round loads the table again)"
+    )
+
+
+def stream_backlog_alert(spec: TableSpec, state: TableState | None) -> str | None:
+    """The alert for a table of a stream group with more changes waiting in the group's change log than the group's
+    bound (``backlog_alert_changes``), as its last round counted them; None when it has not."""
+    stream = None if state is None else state.change_stream
+    if state is None or not stream:
+        return None
+    waiting, bound = stream.get("log_backlog_changes"), stream.get("backlog_alert_changes")
+    if not isinstance(waiting, int) or not isinstance(bound, int) or waiting <= bound:
+        return None
+    return (
+        f"table {spec.name!r}: {waiting} of its changes wait in stream group {stream.get('stream_group')}'s change log "
+        f"{stream.get('change_log')} (bound {bound}, backlog_alert_changes): {why_behind(state)}. They wait there, "
+        "not on the hot server; the table catches up once its rounds succeed"
+    )
+
+
+def group_backlog_alert(spec: TableSpec, group: StreamGroupState | None) -> str | None:
+    """The alert for a table of a stream group with more changes waiting in the group's change log than the group's
+    bound, as the group's reader last counted them (a quarantined table's own rounds count nothing); None when not."""
+    bound = spec.source.stream_group()
+    member = None if group is None else group.table_named(spec.name)
+    if bound is None or member is None or member.backlog_changes is None:
+        return None
+    if member.backlog_changes <= bound.backlog_alert_changes:
+        return None
+    return (
+        f"table {spec.name!r}: {member.backlog_changes} of its changes wait in stream group {bound.name}'s change log "
+        f"(counted {member.backlog_counted_at}; bound {bound.backlog_alert_changes}, backlog_alert_changes): its "
+        "rounds are not applying them (see its last error). They wait in the lake, not on the hot server"
     )

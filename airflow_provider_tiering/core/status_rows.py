@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_provider_tiering.core.staleness import stale_for_seconds
 from airflow_provider_tiering.core.state import TableState, TableStatus
+from airflow_provider_tiering.core.stream_state import StreamGroupState
 
 #: The status table's name in its namespace (``sys`` unless configured otherwise).
 STATUS_TABLE = "lake_tiering_status"
@@ -51,6 +52,13 @@ class StatusRow:
     recent_error: str | None
     recent_error_time: datetime | None
     as_of: datetime
+    #: A table of a stream group: its group, its changes waiting in the group's change log, and the group's reader
+    #: (its status, its error while failing, and how long since it last read to the end of the database's log).
+    stream_group: str | None = None
+    log_backlog_changes: int | None = None
+    stream_reader_status: str | None = None
+    stream_reader_error: str | None = None
+    stream_reader_lag_seconds: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -69,9 +77,10 @@ def status_row(
     tiered_table: str,
     state: TableState | None,
     now: datetime,
+    group: StreamGroupState | None = None,
 ) -> StatusRow:
     """The status table's row of one tiered table (``namespace.table`` in the lake) from its state document (None:
-    never tiered, ``NEW``)."""
+    never tiered, ``NEW``), and a table of a stream group's from its group's document too (``group``)."""
     state = state or TableState(table=tiered_table)
     failing = state.status is TableStatus.FAILED or state.quarantined_since is not None
     last_round = state.last_round
@@ -103,7 +112,33 @@ def status_row(
         recent_error=state.last_error,
         recent_error_time=state.last_error_time,
         as_of=now,
+        stream_group=_str_or_none(stream.get("stream_group")) if group is None else group.group,
+        log_backlog_changes=_int_or_none(stream.get("log_backlog_changes"))
+        if group is None
+        else _backlog(group, state),
+        stream_reader_status=None if group is None else group.status,
+        stream_reader_error=None if group is None or group.status != "failed" else group.last_error,
+        stream_reader_lag_seconds=None if group is None else group.lag_seconds(now),
     )
+
+
+def _str_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _backlog(stream: StreamGroupState, state: TableState) -> int | None:
+    """A group's table's changes waiting in the change log: the later count of its last round's and the reader's."""
+    member = stream.table_named(state.table)
+    counted = (state.change_stream or {}).get("log_backlog_changes")
+    if member is None or member.backlog_changes is None or member.backlog_counted_at is None:
+        return _int_or_none(counted)
+    if (
+        counted is not None
+        and state.last_checked_time is not None
+        and state.last_checked_time > member.backlog_counted_at
+    ):
+        return _int_or_none(counted)
+    return member.backlog_changes
 
 
 def _int_or_none(value: object) -> int | None:

@@ -25,8 +25,10 @@ class StreamTableState:
     """One table of the group, as its reader knows it."""
 
     name: str
-    #: The log's position (the database's own form) from which the log holds every change of the table.
+    #: The log's position (the database's own form) where the table joined, and the position (an integer that orders
+    #: like the log) from which the log holds every one of its changes.
     joined_at: str | None = None
+    held_from: int | None = None
     #: The position of the table's last change the reader wrote (an integer that orders like the log), and of the
     #: last one it is writing (set before its commit, cleared once the commit is recorded).
     last_change_at: int | None = None

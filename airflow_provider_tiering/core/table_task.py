@@ -29,7 +29,7 @@ from airflow_provider_tiering.core.round_failure import (
 from airflow_provider_tiering.core.round_history import HistorySink, history_row, record_history
 from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.staleness import retained_wal_alert, staleness_alert
+from airflow_provider_tiering.core.staleness import retained_wal_alert, staleness_alert, stream_backlog_alert
 from airflow_provider_tiering.core.state import TableState, utcnow
 from airflow_provider_tiering.core.state_store import StateStore
 from airflow_provider_tiering.core.table_metrics import Metric, failed_round_metrics, round_metrics, table_gauges
@@ -261,6 +261,7 @@ class TableTask(Generic[BuiltT]):
         alert = (
             staleness_alert(self.spec, state, self.clock())
             or retained_wal_alert(self.spec, state)
+            or stream_backlog_alert(self.spec, state)
             or in_place_alert(self.spec, state)
         )
         if alert is not None:

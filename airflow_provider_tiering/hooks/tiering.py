@@ -147,9 +147,11 @@ class TieringHook(BaseHook):
 
     hook_name = "Tiering"
 
-    def __init__(self, spec: TableSpec) -> None:
+    def __init__(self, spec: TableSpec, *, announced: Callable[[str], tuple[int, int] | None] | None = None) -> None:
         super().__init__()
         self.spec = spec
+        #: A table of a stream group: what the group's reader announced of each table, which its probe asks.
+        self.announced = announced
 
     @cached_property
     def catalog_hook(self) -> IcebergCatalogHook:
@@ -160,7 +162,10 @@ class TieringHook(BaseHook):
         return IcebergCatalogHook(self.spec.lake.catalog_conn_id)
 
     def get_source(self) -> AnySource:
-        return TieringSourceHook(self.spec.source, self.spec.lake).get_source()
+        source = TieringSourceHook(self.spec.source, self.spec.lake).get_source()
+        if source.reads_change_log:
+            source.bind_change_log(None, self.announced)
+        return source
 
     def connections(self) -> TableConnections:
         from airflow_provider_tiering.build import TableConnections

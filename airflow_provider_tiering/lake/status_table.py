@@ -59,6 +59,11 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("recent_error", pa.string()),
     pa.field("recent_error_time", _TIME),
     pa.field("as_of", _TIME, nullable=False),
+    pa.field("stream_group", pa.string()),
+    pa.field("log_backlog_changes", pa.int64()),
+    pa.field("stream_reader_status", pa.string()),
+    pa.field("stream_reader_error", pa.string()),
+    pa.field("stream_reader_lag_seconds", pa.float64()),
 ]
 STATUS_SCHEMA = pa.schema(_FIELDS)
 #: How often a refresh that lost the commit race reads again and tries again.

@@ -9,11 +9,12 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_tiering.assets import table_asset
+from airflow_provider_tiering.assets import stream_asset, table_asset
 from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.staleness import staleness_alert
+from airflow_provider_tiering.core.staleness import group_backlog_alert, staleness_alert
 from airflow_provider_tiering.core.state import TableState, utcnow
 from airflow_provider_tiering.core.status_rows import StatusRow, status_row
+from airflow_provider_tiering.core.stream_state import StreamGroupState
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
 from airflow_provider_tiering.run_conf import selected_tables
 
@@ -46,7 +47,13 @@ class TieringSummaryOperator(BaseOperator):
     ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         self.tables = list(tables)
-        kwargs["inlets"] = [*kwargs.get("inlets", []), *(table_asset(spec) for spec in self.tables)]
+        groups = {g.name: g for spec in self.tables if (g := spec.source.stream_group()) is not None}
+        self.stream_assets = {name: stream_asset(group) for name, group in groups.items()}
+        kwargs["inlets"] = [
+            *kwargs.get("inlets", []),
+            *(table_asset(spec) for spec in self.tables),
+            *self.stream_assets.values(),
+        ]
         super().__init__(**kwargs)
         self.table_task_ids = list(table_task_ids)
         self.maintenance_task_ids = list(maintenance_task_ids)
@@ -82,10 +89,11 @@ class TieringSummaryOperator(BaseOperator):
             for spec, document in documents:
                 status = "NEW" if document is None else document.status.value
                 self.log.info("%s  %-11s epoch %s", spec.name, status, 0 if document is None else document.epoch)
-        stale = self._stale_tables(documents)
+        groups = self._stream_documents(context)
+        stale = self._stale_tables(documents, groups)
         for alert in stale.values():
             self.log.error("%s", alert)
-        self._refresh_status_tables(documents)
+        self._refresh_status_tables(documents, groups)
         problems = []
         if failed:
             problems.append(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")
@@ -98,16 +106,30 @@ class TieringSummaryOperator(BaseOperator):
     def _state_documents(self, context: Any) -> list[tuple[TableSpec, TableState | None]]:
         return [(spec, AssetStateStore(context["asset_state_store"][table_asset(spec)]).load()) for spec in self.tables]
 
-    def _stale_tables(self, states: list[tuple[TableSpec, TableState | None]]) -> dict[str, str]:
-        """The staleness alert of each table stale past its bound, by table name."""
+    def _stream_documents(self, context: Any) -> dict[str, StreamGroupState | None]:
+        """The state documents of the tables' stream groups, by group name (a group whose reader never ran: None)."""
+        from airflow_provider_tiering.hooks.stream_group import AssetStreamStateStore
+
+        return {
+            name: AssetStreamStateStore(context["asset_state_store"][asset]).load()
+            for name, asset in self.stream_assets.items()
+        }
+
+    def _stale_tables(
+        self, states: list[tuple[TableSpec, TableState | None]], groups: Mapping[str, StreamGroupState | None]
+    ) -> dict[str, str]:
+        """The alert of each table stale past its bound, or with more changes waiting in its stream group's change
+        log than the group's bound, by table name."""
         now, alerts = utcnow(), {}
         for spec, state in states:
-            alert = staleness_alert(spec, state, now)
+            alert = staleness_alert(spec, state, now) or group_backlog_alert(spec, _group_of(spec, groups))
             if alert is not None:
                 alerts[spec.name] = alert
         return alerts
 
-    def _refresh_status_tables(self, states: list[tuple[TableSpec, TableState | None]]) -> None:
+    def _refresh_status_tables(
+        self, states: list[tuple[TableSpec, TableState | None]], groups: Mapping[str, StreamGroupState | None]
+    ) -> None:
         """The run's tables' rows in their catalogs' status tables, whatever the run's outcome (failed tables with
         their errors); a refresh that fails is logged and counted, and never changes the run's outcome."""
         from airflow_provider_tiering.hooks.status_table import refresh_status_tables
@@ -119,7 +141,12 @@ class TieringSummaryOperator(BaseOperator):
                 status_row(
                     namespace=spec.lake.namespace, table=spec.lake.table, asset=spec.asset_name,
                     dag_id=self.table_dag_ids.get(spec.name, self.dag_id),
-                    tiered_table=spec.name, state=state, now=now,
+                    tiered_table=spec.name, state=state, now=now, group=_group_of(spec, groups),
                 )
             )  # fmt: skip
         refresh_status_tables(rows)
+
+
+def _group_of(spec: TableSpec, groups: Mapping[str, StreamGroupState | None]) -> StreamGroupState | None:
+    group = spec.source.stream_group()
+    return None if group is None else groups.get(group.name)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 
-from airflow_provider_tiering.assets import recovered_events_alias, table_asset
+from airflow_provider_tiering.assets import recovered_events_alias, stream_asset, table_asset
 from airflow_provider_tiering.core.errors import RoundTimedOut
 from airflow_provider_tiering.core.round_result import RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
@@ -69,7 +69,10 @@ class TierTableOperator(BaseOperator):
         kwargs.setdefault("max_active_tis_per_dag", 1)
         if spec.round_timeout_seconds is not None:
             kwargs.setdefault("execution_timeout", timedelta(seconds=spec.round_timeout_seconds))
-        kwargs["inlets"] = [*kwargs.get("inlets", []), asset]
+        group = spec.source.stream_group()
+        # A table of a stream group reads its group's state document (what the reader wrote of it) to probe.
+        self.stream_asset = None if group is None else stream_asset(group)
+        kwargs["inlets"] = [*kwargs.get("inlets", []), asset, *([self.stream_asset] if self.stream_asset else [])]
         alias = recovered_events_alias(spec)
         kwargs["outlets"] = [*kwargs.get("outlets", []), asset, alias]
         super().__init__(**kwargs)
@@ -84,12 +87,16 @@ class TierTableOperator(BaseOperator):
         # Imported here, not at module level: DAG files are parsed often and need none of pyarrow,
         # pyiceberg or pyspark (measured: 0.68 s -> 0.45 s to parse a 200-table DAG).
         from airflow_provider_tiering.hooks.history_table import history_sink
+        from airflow_provider_tiering.hooks.stream_group import AssetStreamStateStore, announced_by
         from airflow_provider_tiering.hooks.tiering import TieringHook
 
+        announced = None
+        if self.stream_asset is not None:
+            announced = announced_by(AssetStreamStateStore(context["asset_state_store"][self.stream_asset]))
         task = TableTask(
             self.table_spec,
             AssetStateStore(context["asset_state_store"][self.table_asset]),
-            TieringHook(self.table_spec),
+            TieringHook(self.table_spec, announced=announced),
             task_retry_delay(self, context),
             retried=context["ti"].try_number > 1,
             every_run_due=self.every_run_due,

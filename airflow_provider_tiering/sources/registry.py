@@ -155,6 +155,18 @@ def build_source(spec: SourceSpecBase, connection: ConnectionInfo | None) -> Any
     return source_kind(spec, connection).load()(spec, connection)
 
 
-def build_group_log(group: StreamGroupSpec, member: SourceSpecBase, connection: ConnectionInfo) -> GroupLog:
-    """The reader of a stream group's database log, for the kind of its tables (``member``: one of them)."""
-    return source_kind(member, connection).load_group_log()(group, connection)
+def build_group_log(group: StreamGroupSpec, connection: ConnectionInfo) -> GroupLog:
+    """The reader of a stream group's database log, for the type of its connection.
+
+    Raises:
+        ConnectionNotUsable: no change stream reads a database of that type through a group.
+        MissingDependency: its extra is not installed (the message names it).
+    """
+    for kind in SOURCE_KINDS:
+        if kind.group_log is not None and connection.type in kind.conn_types:
+            return kind.load_group_log()(group, connection)
+    supported = sorted(t for kind in SOURCE_KINDS if kind.group_log is not None for t in kind.conn_types)
+    raise ConnectionNotUsable(
+        f"stream {group.name!r}: connection {group.conn_id!r} has type {connection.conn_type!r}; a stream group reads "
+        f"{', '.join(supported)}"
+    )

@@ -35,6 +35,8 @@ class TieredAsset:
     lake_table: str
     dag_id: str | None
     task_id: str | None
+    #: A table of a stream group: the group's asset (its state document lives there).
+    stream_group: str | None = None
 
     @property
     def lake_identifier(self) -> str:
@@ -75,10 +77,29 @@ def tiered_assets(session: Any) -> list[TieredAsset]:
     assets = []
     for asset_id, name, uri, extra in rows:
         namespace, lake_table = _split_uri(uri)
-        table = (json_value(extra) or {}).get("tiered_table") or lake_table
+        extra = json_value(extra) or {}
+        table = extra.get("tiered_table") or lake_table
         dag_id, task_id = producers.get(asset_id, (None, None))
-        assets.append(TieredAsset(asset_id, name, uri, table, namespace, lake_table, dag_id, task_id))
+        group = extra.get("stream_group")
+        assets.append(TieredAsset(asset_id, name, uri, table, namespace, lake_table, dag_id, task_id, group))
     return assets
+
+
+def stream_group_ids(names: Sequence[str], session: Any) -> dict[str, int]:
+    """The ids of the active assets of these stream groups, by name."""
+    from airflow.models.asset import AssetModel
+    from sqlalchemy import select
+
+    from airflow_provider_tiering.assets import STREAM_ASSET_GROUP
+
+    if not names:
+        return {}
+    rows = session.execute(
+        select(AssetModel.id, AssetModel.name).where(
+            AssetModel.group == STREAM_ASSET_GROUP, AssetModel.name.in_(sorted(set(names))), AssetModel.active.has()
+        )
+    ).all()
+    return {name: asset_id for asset_id, name in rows}
 
 
 def unknown_table(ref: str, assets: Sequence[TieredAsset]) -> TableNotFound:

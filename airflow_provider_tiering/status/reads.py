@@ -12,6 +12,7 @@ from typing import Any
 from airflow_provider_tiering.core.errors import AmbiguousTable
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.state import TableState, TableStatus
+from airflow_provider_tiering.core.stream_state import STREAM_STATE_KEY, StreamGroupState
 from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
 from airflow_provider_tiering.status.assets import (
     ReadableFilter,
@@ -19,6 +20,7 @@ from airflow_provider_tiering.status.assets import (
     json_value,
     matching_assets,
     readable_of,
+    stream_group_ids,
     tiered_assets,
 )
 from airflow_provider_tiering.status.records import DataAgeRound, DataAges, TieringRound
@@ -41,7 +43,9 @@ def session_scope(session: Any | None) -> Iterator[Any]:
 _IN_CHUNK = 500  # ids per IN (...) list: far below every metadata database's limit on bound parameters
 
 
-def _stored_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, str], Any]:
+def _stored_values(
+    asset_ids: Sequence[int], session: Any, keys: tuple[str, ...] = (STATE_KEY, MAINTENANCE_KEY)
+) -> dict[tuple[int, str], Any]:
     """The state and maintenance documents of these assets, read through Airflow's configured state backend.
 
     ``BaseStoreBackend`` reads one key of one asset per call and has no bulk read. With Airflow's default backend,
@@ -51,7 +55,6 @@ def _stored_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, st
     from airflow.state import AssetScope, get_state_backend
     from airflow.state.metastore import MetastoreBackend
 
-    keys = (STATE_KEY, MAINTENANCE_KEY)
     backend = get_state_backend()
     found: dict[tuple[int, str], Any] = {}
     if type(backend) is MetastoreBackend:
@@ -79,8 +82,21 @@ def _stored_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, st
 NOT_RUN_YET = "no round has run yet"
 
 
+def _stream_groups(assets: Sequence[TieredAsset], session: Any) -> dict[str, StreamGroupState]:
+    """The state documents of the stream groups of these tables, by group asset name (one query for all)."""
+    ids = stream_group_ids([a.stream_group for a in assets if a.stream_group], session)
+    values = _stored_values(list(ids.values()), session, (STREAM_STATE_KEY,))
+    found = {}
+    for name, asset_id in ids.items():
+        doc = values.get((asset_id, STREAM_STATE_KEY))
+        if doc is not None:
+            found[name] = StreamGroupState.from_json(json_value(doc))
+    return found
+
+
 def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus]:
     values = _stored_values([a.id for a in assets], session)
+    groups = _stream_groups(assets, session)
     statuses = []
     for asset in assets:
         doc = values.get((asset.id, STATE_KEY))
@@ -99,6 +115,7 @@ def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus
                 asset.task_id,
                 state,
                 None if maintenance is None else MaintenanceStatus.from_json(json_value(maintenance)),
+                None if asset.stream_group is None else groups.get(asset.stream_group),
             )
         )
     return sorted(statuses, key=lambda s: (s.namespace, s.lake_table, s.table))

@@ -115,6 +115,14 @@ class TableStatusRecord(BaseModel):
         description="The hot table a round refused as another one (dropped and created again, or its rows "
         "replaced): what a reset with adopt_hot_table continues with",
     )
+    stream_group: dict[str, Any] | None = Field(
+        default=None,
+        description="A table of a stream group: its group's reader as its state document shows it (name, status, "
+        "position: the change log's, lag_seconds: since it last read to the end of the database's log, last_read_time, "
+        "last_error and its time, consecutive_failures, log: the server's side, its slot and retained WAL or the "
+        "binlog it needs) and the table in it (joined_at, backlog_changes: its changes waiting in the change log as "
+        "the reader last counted them, backlog_counted_at, note: why it is not read yet)",
+    )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.offsets import cursor_lag_seconds
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.status_rows import StatusRow, status_row
+from airflow_provider_tiering.core.stream_state import StreamGroupState
 from airflow_provider_tiering.status.records import TableStatusRecord
 
 
@@ -28,6 +29,8 @@ class TieringStatus:
     task_id: str | None
     state: TableState
     maintenance: MaintenanceStatus | None = None
+    #: A table of a stream group: its group's state document (None: not one, or its reader never ran).
+    stream: StreamGroupState | None = None
 
     @property
     def table(self) -> str:
@@ -42,7 +45,7 @@ class TieringStatus:
         """The table's row in its catalog's status table (``sys.lake_tiering_status``)."""
         return status_row(
             namespace=self.namespace, table=self.lake_table, asset=self.asset_name, dag_id=self.dag_id,
-            tiered_table=self.table, state=self.state, now=now,
+            tiered_table=self.table, state=self.state, now=now, group=self.stream,
         )  # fmt: skip
 
     @property
@@ -127,6 +130,7 @@ class TieringStatus:
                 "in_place_changes": _in_place_json(state.in_place_changes),
                 "shape_change": state.shape_change,
                 "replaced_hot_table": state.replaced_hot_table,
+                "stream_group": stream_group_json(self.stream, state, now or utcnow()),
                 **self._lake_deletes(),
             }
         )
@@ -141,6 +145,28 @@ class TieringStatus:
         if state.last_tiered_time is not None and state.last_tiered_time > maintenance.last_run_at:
             return from_round
         return {"lake_delete_files": maintenance.delete_files, "lake_deleted_rows": maintenance.deleted_rows}
+
+
+def stream_group_json(stream: StreamGroupState | None, state: TableState, now: datetime) -> dict[str, Any] | None:
+    """A table's stream group as the status shows it: its reader, and the table in it."""
+    if stream is None:
+        return None
+    member = stream.table_named(state.table)
+    return {
+        "name": stream.group,
+        "status": stream.status,
+        "position": stream.position,
+        "lag_seconds": stream.lag_seconds(now),
+        "last_read_time": stream.last_read_time,
+        "last_error": stream.last_error,
+        "last_error_time": stream.last_error_time,
+        "consecutive_failures": stream.consecutive_failures,
+        "log": stream.log,
+        "joined_at": None if member is None else member.joined_at,
+        "backlog_changes": None if member is None else member.backlog_changes,
+        "backlog_counted_at": None if member is None else member.backlog_counted_at,
+        "note": None if member is None else member.note,
+    }
 
 
 def _merge_json(state: TableState) -> dict[str, Any] | None:

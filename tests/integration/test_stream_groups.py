@@ -1,6 +1,7 @@
-"""PostgreSQL stream groups: one slot and one publication for many tables, the reader writing each table's changes
-to the group's change log, each table applying its own. Real PostgreSQL 15, real pyiceberg; the lake is read back by
-key with pyiceberg and the Parquet files (and DuckDB), never with code under test."""
+"""Stream groups on PostgreSQL (one slot and one publication for many tables) and on MariaDB (one binlog dump): the
+reader writes each table's changes to the group's change log, each table applies its own. Real PostgreSQL 15 and
+MariaDB 10.11, real pyiceberg; the lake is read back by key with pyiceberg and the Parquet files (and DuckDB), never
+with code under test."""
 
 from __future__ import annotations
 
@@ -14,100 +15,24 @@ import psycopg
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_tiering.build import build_stream_reader
-from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
-from airflow_provider_tiering.core.spec import TableSpec
-from airflow_provider_tiering.core.state_store import JsonFileStateStore, JsonFileStreamStateStore
+from airflow_provider_tiering.core.round_result import RoundOutcome
+from airflow_provider_tiering.core.state_store import JsonFileStateStore
 from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
-from airflow_provider_tiering.sources.change_stream.group_reader import GroupReader, ReaderRun
-from testbed.changing_table import ChangingTable, assert_lake_equals_hot
-from testbed.pg_server import PostgresServer
-from testbed.rounds import connections, round_parts
-
-NAMESPACE = "sg"
+from testbed.changing_table import assert_lake_equals_hot
+from testbed.rounds import round_parts
+from testbed.stream_groups import NAMESPACE, Group, member_spec
 
 
-def group_spec(name: str, **options: Any) -> dict[str, Any]:
-    return {"name": name, "conn_id": "hot", "change_log": {"namespace": NAMESPACE}, **options}
-
-
-def member_spec(table: str, group: dict[str, Any]) -> TableSpec:
-    return TableSpec.parse(
-        {
-            "name": table,
-            "source": {"kind": "postgres_cdc", "conn_id": "hot", "table": table, "stream": group},
-            "lake": {"namespace": NAMESPACE, "table": table},
-        }
-    )
-
-
-class Group:
-    """A stream group of ``ChangingTable`` tables, its reader and its tables' rounds, run without Airflow."""
-
-    def __init__(self, server: PostgresServer, tmp_path: Path, catalog: dict[str, str], name: str, tables: int,
-                 writer: Any, **options: Any) -> None:  # fmt: skip
-        self.server, self.tmp_path, self.catalog, self.writer = server, tmp_path, catalog, writer
-        self.group = group_spec(name, **options)
-        self.hot: dict[str, ChangingTable] = {}
-        for number in range(tables):
-            self.add(f"{name}_t{number:02d}", rows=20 + number)
-
-    def add(self, table: str, rows: int) -> ChangingTable:
-        hot = ChangingTable(self.server.dsn, table, seed=len(self.hot) + 1)
-        hot.create()
-        hot.insert(rows)
-        self.hot[table] = hot
-        return hot
-
-    def specs(self) -> list[TableSpec]:
-        return [member_spec(table, self.group) for table in self.hot]
-
-    def reader(self) -> GroupReader:
-        specs = self.specs()
-        return build_stream_reader(
-            StreamGroupSpec.parse(self.group), specs, connections(self.connection(), self.catalog),
-            JsonFileStreamStateStore(self.tmp_path / f"{self.group['name']}.json"),
-        )  # fmt: skip
-
-    def connection(self) -> Any:
-        return next(iter(self.hot.values())).connection()
-
-    def read(self) -> ReaderRun:
-        return self.reader().run()
-
-    def tier(self, table: str) -> RoundResult:
-        spec = member_spec(table, self.group)
-        with round_parts(spec, self.hot[table], self.catalog, writer=self.writer) as parts:
-            return parts.run(JsonFileStateStore(self.tmp_path / f"{table}.json"))
-
-    def tier_all(self) -> dict[str, RoundResult]:
-        return {table: self.tier(table) for table in self.hot}
-
-    def check(self, *, duckdb: bool = False) -> None:
-        for table, hot in self.hot.items():
-            assert_lake_equals_hot(hot, self.catalog, (NAMESPACE, table), duckdb=duckdb)
-
-    def close(self) -> None:
-        for hot in self.hot.values():
-            hot.close()
-        with psycopg.connect(self.server.dsn, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-                (StreamGroupSpec.parse(self.group).slot(),),
-            )
-
-
-@pytest.fixture
-def group(pg_server: PostgresServer, tmp_path: Path, catalog_properties: dict[str, str], local_writer: Any,
-          request: pytest.FixtureRequest) -> Iterator[Group]:  # fmt: skip
-    name = request.node.name.removeprefix("test_")[:12]
-    found = Group(pg_server, tmp_path, catalog_properties, name, 20, local_writer)
+@pytest.fixture(params=["postgres", "mariadb"])
+def group(request: pytest.FixtureRequest, tmp_path: Path, catalog_properties: dict[str, str],
+          local_writer: Any) -> Iterator[Group]:  # fmt: skip
+    """A stream group of 20 tables, on PostgreSQL or on MariaDB."""
+    mariadb = request.param == "mariadb"
+    server = request.getfixturevalue("mariadb_server" if mariadb else "pg_server")
+    name = request.node.name.removeprefix("test_")[:10] + ("_m" if mariadb else "_p")
+    found = Group(server, tmp_path, catalog_properties, name, 20, local_writer, mariadb=mariadb)
     yield found
     found.close()
-
-
-def qualified(tables: Any) -> set[str]:
-    return {f"public.{table}" for table in tables}
 
 
 def slots_of(dsn: str) -> int:
@@ -115,11 +40,12 @@ def slots_of(dsn: str) -> int:
         return int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])
 
 
-def test_twenty_tables_read_through_one_slot_apply_updates_deletes_and_key_changes(group: Group) -> None:
-    slots = slots_of(group.server.dsn)
+def test_twenty_tables_read_through_one_log_apply_updates_deletes_and_key_changes(group: Group) -> None:
+    slots = None if group.mariadb else slots_of(group.server.dsn)
     first = group.read()
-    assert set(first.joined) == qualified(group.hot), first
-    assert slots_of(group.server.dsn) == slots + 1, "one slot for the whole group"
+    assert set(first.joined) == group.qualified(group.hot), first
+    if slots is not None:
+        assert slots_of(group.server.dsn) == slots + 1, "one slot for the whole group"
     loads = group.tier_all()
     assert all(r.outcome is RoundOutcome.TIERED for r in loads.values()), loads
     group.check()
@@ -129,7 +55,7 @@ def test_twenty_tables_read_through_one_slot_apply_updates_deletes_and_key_chang
         for table in busy:
             group.hot[table].random_changes(30)
         run = group.read()
-        assert set(run.changes) == qualified(busy), run
+        assert set(run.changes) == group.qualified(busy), run
         rounds = group.tier_all()
         for table, result in rounds.items():
             expected = RoundOutcome.TIERED if table in busy else RoundOutcome.NOTHING_TO_TIER
@@ -144,7 +70,7 @@ def test_a_table_joins_a_running_stream_with_a_writer_and_loses_no_change(group:
     group.read()
     group.tier_all()
     late = group.add(f"{list(group.hot)[0][:-4]}_late", rows=200)
-    writer = ChangingTable(group.server.dsn, late.table, seed=77)
+    writer = group.new_table(late.table, seed=77)
     writer.next_id = 100_000
     stop = threading.Event()
 
@@ -157,7 +83,7 @@ def test_a_table_joins_a_running_stream_with_a_writer_and_loses_no_change(group:
     thread.start()
     try:
         run = group.read()
-        assert f"public.{late.table}" in run.joined, run
+        assert group.qualified([late.table]) <= set(run.joined), run
         assert group.tier(late.table).outcome is RoundOutcome.TIERED  # the first load, the writer running
         for _ in range(3):
             group.read()
@@ -178,16 +104,50 @@ def test_a_table_removed_from_the_group_stops_being_read_and_keeps_its_lake_tabl
     hot = group.hot.pop(gone)
     try:
         run = group.read()
-        assert run.left == (f"public.{gone}",), run
-        with psycopg.connect(group.server.dsn) as conn:
-            published = conn.execute(
-                "SELECT tablename FROM pg_publication_tables WHERE pubname = %s",
-                (StreamGroupSpec.parse(group.group).publication(),),
-            ).fetchall()
-        assert gone not in {name for (name,) in published}
+        assert set(run.left) == group.qualified([gone]), run
+        if not group.mariadb:
+            with psycopg.connect(group.server.dsn) as conn:
+                published = conn.execute(
+                    "SELECT tablename FROM pg_publication_tables WHERE pubname = %s",
+                    (StreamGroupSpec.parse(group.group).publication(),),
+                ).fetchall()
+            assert gone not in {name for (name,) in published}
         hot.random_changes(10)
-        assert f"public.{gone}" not in group.read().changes
+        assert not group.qualified([gone]) & set(group.read().changes)
         lake = load_catalog("default", **group.catalog).load_table((NAMESPACE, gone))
         assert lake.scan().to_arrow().num_rows > 0
     finally:
         hot.close()
+
+
+def test_a_table_with_a_stream_of_its_own_moves_into_the_group_without_a_new_load(group: Group) -> None:
+    mover = group.add(f"{list(group.hot)[0][:-4]}_mover", rows=50)
+    own = member_spec(mover.table, group.group, group.kind)
+    own = own.model_copy(update={"source": own.source.model_copy(update={"stream": None})})  # its own slot or dump
+    store = JsonFileStateStore(group.tmp_path / f"{mover.table}.json")
+
+    def own_round() -> RoundOutcome:
+        with round_parts(own, mover, group.catalog, writer=group.writer) as parts:
+            return parts.run(store).outcome
+
+    assert own_round() is RoundOutcome.TIERED  # its first load, through its own stream
+    mover.random_changes(20)
+    assert own_round() is RoundOutcome.TIERED
+    mover.random_changes(20)  # committed before it joins: only its own log holds these
+    run = group.read()
+    assert group.qualified([mover.table]) <= set(run.joined), run
+    mover.random_changes(20)  # after: the change log holds these
+    group.read()
+    first, second = group.tier(mover.table), group.tier(mover.table)
+    assert first.outcome is RoundOutcome.TIERED and first.epoch > 2, "no new load: the lake went on from its offsets"
+    assert second.outcome is RoundOutcome.TIERED
+    assert_lake_equals_hot(mover, group.catalog, (NAMESPACE, mover.table))
+    if not group.mariadb:
+        with psycopg.connect(group.server.dsn) as conn:
+            left = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                                (own.source.slot(),)).fetchone()[0]  # fmt: skip
+        assert left == 0, "its own slot is dropped once the change log holds it"
+    mover.random_changes(10)
+    group.read()
+    assert group.tier(mover.table).outcome is RoundOutcome.TIERED
+    assert_lake_equals_hot(mover, group.catalog, (NAMESPACE, mover.table))

@@ -147,3 +147,89 @@ def test_maintenance_on_a_schedule_of_its_own():
     assert [t.task_id for t in nightly.tasks] == ["orders.maintain"] and not nightly.get_task(
         "orders.maintain"
     ).upstream_task_ids
+
+
+def member(name: str, stream: object = "db", kind: str = "postgres_cdc", conn_id: str = "hot", **options: object):
+    return {"name": name, "source": {"kind": kind, "conn_id": conn_id, "table": name, "stream": stream},
+            "lake": {"namespace": "sales", "table": name}, **options}  # fmt: skip
+
+
+GROUP = {"name": "db", "conn_id": "hot", "change_log": {"namespace": "sales"}}
+
+
+def test_a_stream_group_is_declared_once_and_named_by_its_tables():
+    from airflow_provider_tiering.core.spec import declare
+
+    found = declare(
+        [member("orders"), member("items"), spec(name="log", lake={"namespace": "sales", "table": "log"})], [GROUP]
+    )
+    assert [s.source.stream_group() for s in found.tables[:2]] == [found.streams["db"]] * 2
+    assert found.tables[2].source.stream_group() is None
+    assert found.streams["db"].slot() == "tiering_group_db" and found.streams["db"].change_log_table == "db_changes"
+    unused = declare([spec()], [GROUP])  # a group no table names keeps its reader: its tables leave its log
+    assert list(unused.streams) == ["db"]
+
+
+@pytest.mark.parametrize(
+    ("tables", "streams", "message"),
+    [
+        ([member("orders", stream="nope")], [GROUP], "field 'source.stream': no stream 'nope' is declared"),
+        ([member("orders", conn_id="other")], [GROUP], "reads connection 'hot', not this table's 'other'"),
+        (
+            [member("orders", lake={"namespace": "s", "table": "o", "catalog_conn_id": "c2"})],
+            [GROUP],
+            "a group's tables and its change log share one catalog",
+        ),
+        (
+            [member("orders", eviction={"enabled": True, "age_column": "ts"})],
+            [GROUP],
+            "eviction is not supported for a table of a stream group",
+        ),
+        ([member("orders"), member("items", kind="mysql_cdc")], [GROUP], "one group is one database's log"),
+        ([member("orders")], [GROUP, GROUP], "stream 'db': field 'name': declared more than once"),
+        ([member("db")], [GROUP], "stream 'db': field 'name': a table of that name is declared too"),
+        ([member("orders")], [{**GROUP, "read_every_seconds": 0}], "stream 'db': field 'read_every_seconds'"),
+    ],
+)
+def test_a_bad_stream_group_fails_the_parse_naming_the_field(tables, streams, message):
+    from airflow_provider_tiering.core.spec import declare
+
+    with pytest.raises(InvalidTableSpec, match=message.replace("(", r"\(").replace(")", r"\)")):
+        declare(tables, streams)
+
+
+def test_a_yaml_file_declares_its_stream_groups_beside_its_tables(tmp_path):
+    from airflow_provider_tiering.core.spec import declare
+
+    path = tmp_path / "tables.yaml"
+    path.write_text(
+        "streams:\n  - {name: db, conn_id: hot, change_log: {namespace: sales}}\n"
+        "tables:\n  - {name: orders, source: {kind: postgres_cdc, conn_id: hot, table: orders, stream: db},"
+        " lake: {namespace: sales, table: orders}}\n"
+    )
+    found = declare(path)
+    assert found.tables[0].source.stream_group() == found.streams["db"]
+
+
+def test_a_stream_groups_reader_runs_before_its_tables_or_on_a_clock_of_its_own():
+    from datetime import timedelta
+
+    from airflow_provider_tiering.dag_factory import build_table_dags, build_tiering_dag
+
+    tables = [member("orders"), member("items"), spec(name="log", lake={"namespace": "sales", "table": "log"})]
+    dag = build_tiering_dag("one", tables, streams=[GROUP], maintenance=False)
+    reader = dag.get_task("db.read_changes")
+    assert reader.downstream_task_ids == {"orders", "items", "tiering_summary"}
+    assert dag.get_task("orders").trigger_rule == "all_done", "a failed read leaves the log's changes to apply"
+    assert dag.get_task("log").upstream_task_ids == set()
+    assert [a.name for a in reader.outlets] == ["tiering-stream/sales/db_changes"]
+    assert "tiering-stream/sales/db_changes" in [a.name for a in dag.get_task("orders").inlets]
+    assert reader.priority_weight > dag.get_task("orders").priority_weight
+
+    dags = build_table_dags("own", tables, streams=[{**GROUP, "read_every_seconds": 15}])
+    assert set(dags) == {"own", "own.db", "own.orders", "own.items", "own.log", "own_maintenance"}
+    assert dags["own.db"].schedule == timedelta(seconds=15) and dags["own.db"].max_active_runs == 1
+    (read,) = dags["own.db"].tasks
+    assert [t.name for t in read.tables] == ["orders", "items"]
+    summary = dags["own"].get_task("tiering_summary")
+    assert "tiering-stream/sales/db_changes" in [a.name for a in summary.inlets]

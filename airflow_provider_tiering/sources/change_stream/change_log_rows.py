@@ -36,6 +36,7 @@ from airflow_provider_tiering.sources.change_stream.messages import (
     Origin,
     Relation,
     Truncate,
+    Unreadable,
     Value,
 )
 
@@ -177,9 +178,19 @@ class LogRowsReader:
             self._change(message)
         elif isinstance(message, Commit):
             return self._commit(message)
-        elif isinstance(message, Origin) and self._pending is not None:
-            pass  # an origin tags a whole transaction: a group's tables are never evicted, so none is skipped
+        elif isinstance(message, Unreadable):
+            self._unreadable(message)
         return False
+
+    def _unreadable(self, message: Unreadable) -> None:
+        """A change the stream cannot apply to one of the group's tables: a row that fails its task there."""
+        pending, table = self._pending, f"{message.namespace}.{message.name}"
+        if pending is None or table not in self.window.joined:
+            return
+        if pending.begin.commit_at < self.window.joined[table]:
+            return
+        pending.rows.append(refused_row(table, REPLACED if message.replaced else UNREADABLE, message.reason))
+        pending.changes[table] = pending.changes.get(table, 0) + 1
 
     def _change(self, message: Change | Truncate) -> None:
         pending = self._pending

@@ -9,9 +9,12 @@ after the lake's commit (the reader moves the slot). The lake's offsets are the 
 own: an LSN, a binlog position), so a table's offsets read the same in a group and on a stream of its own.
 
 A table is read from the log only after it joined it (its ``joined_at``): its first round waits for the reader to take
-it in (the reader runs every ``read_every_seconds``), and a lake whose position lies before what the log holds of the
-table (it joined later, or the log expired its changes) fails loudly, asking for a new load. A probe asks the group's
-state document (what the reader announced it wrote of the table), not the lake: one read through Airflow's API.
+it in (the reader runs every ``read_every_seconds``). A table that moves into a group from a stream of its own has a
+lake standing before the log holds its changes: its rounds read its own log (its slot, or the binlog) up to the
+position it joined at, then the change log (its own slot and publication are dropped once the lake passes there). A
+lake standing before what the log holds, with no such log of its own left (the log expired its changes, the slot is
+gone), fails loudly, asking for a new load. A probe asks the group's state document (what the reader announced it
+wrote of the table), not the lake: one read through Airflow's API.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from airflow_provider_tiering.core.documents import JsonObject
 from airflow_provider_tiering.core.errors import ChangeStreamUnavailable, SourceError
-from airflow_provider_tiering.core.offsets import Offsets
+from airflow_provider_tiering.core.offsets import Offsets, SafeEnd
 from airflow_provider_tiering.core.ports import ChangeLogState, ChangeLogTable, SafeWatermark, StreamMember
 from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 from airflow_provider_tiering.sources.change_stream.change_log_rows import SEEN_BY_LOAD, messages_of
@@ -37,9 +40,9 @@ log = logging.getLogger(__name__)
 #: How long a table's first round waits for the group's reader to take it into the change log, and how often it looks.
 JOIN_WAIT_SECONDS = 90.0
 JOIN_POLL_SECONDS = 2.0
-#: What a probe is told of a table's changes in the log: the position of the newest one (0: none written), or None
-#: when it is not known (the table is not in the group's state document yet).
-Announced = Callable[[str], "int | None"]
+#: What a probe is told of a table: the position from which the log holds its changes and the position of the newest
+#: one (0: none written), or None when it is not known (the table is not in the group's state document yet).
+Announced = Callable[[str], "tuple[int, int] | None"]
 
 
 class GroupMember(ChangeStreamSource):
@@ -56,6 +59,9 @@ class GroupMember(ChangeStreamSource):
     #: The change log as this round last read it, and the lake's position it checked (None: not yet).
     _log_state: ChangeLogState | None = None
     _lake_at: int | None = None
+    #: A lake standing before the change log holds the table, which its own log still holds: this round reads that
+    #: log up to this position (where the table joined the group), after which the change log holds it.
+    _bridge_to: int | None = None
 
     def bind_change_log(self, change_log: ChangeLogTable | None, announced: Announced | None = None) -> None:
         """The group's change log (a round's), or only what the reader announced (a probe's)."""
@@ -63,7 +69,7 @@ class GroupMember(ChangeStreamSource):
 
     def _begin_round(self) -> None:
         super()._begin_round()
-        self._log_state, self._lake_at = None, None
+        self._log_state, self._lake_at, self._bridge_to = None, None, None
 
     # -- the change log ------------------------------------------------------------------------------------
     def _require_log(self) -> ChangeLogTable:
@@ -95,11 +101,15 @@ class GroupMember(ChangeStreamSource):
             time.sleep(JOIN_POLL_SECONDS)
 
     def _log_session(self) -> AbstractContextManager[Any]:
+        if self._bridge_to is not None:  # the database's own (the class after this one in a member's bases)
+            return super()._log_session()  # type: ignore[safe-super]
         return nullcontext(self._require_log())  # the change log holds its own reads: no session to open
 
     def _messages(
         self, session: Any, start: int, end: int | None, budget: int | None
     ) -> AbstractContextManager[Iterator[Message]]:
+        if self._bridge_to is not None:
+            return super()._messages(session, start, end, budget)  # type: ignore[safe-super]
         batches = self._require_log().changes(self.member_table, start, end)
         return closing_messages(messages_of(batches, self.display_name, skip=self._seen_by_load()))
 
@@ -120,13 +130,20 @@ class GroupMember(ChangeStreamSource):
         stop_after: int | None = None,
         spill: bool = False,
     ) -> ChangeSet:
+        if self._bridge_to is not None:
+            return super()._changes(session, start, end, max_changes=max_changes, stop_after=stop_after, spill=spill)
         # The kernel's own: the change log reads no more than it is asked (a database's may re-read its log).
         return ChangeStreamSource._changes(
             self, session, start, end, max_changes=max_changes, stop_after=stop_after, spill=spill
         )
 
     def _stream_position(self, session: Any, committed: Offsets) -> int:
-        """The lake's position, after checking the change log holds every change of the table since it."""
+        """The lake's position, after checking the change log holds every change of the table since it (or, while
+        the table moves into the group, that its own log does)."""
+        if self._bridge_to is not None:
+            position = super()._stream_position(session, committed)  # type: ignore[safe-super]
+            self._lake_at = position
+            return position
         position = self._position(committed)
         _, member = self._member_state(wait=False)
         if position < member.held_from:
@@ -141,10 +158,20 @@ class GroupMember(ChangeStreamSource):
         return position
 
     def _log_end(self, session: Any) -> int:
+        if self._bridge_to is not None:
+            return self._bridge_to
         state = self._log_state or self._member_state(wait=False)[0]
         if state.end is None:
             raise SourceError(f"{self.display_name}: the change log has no position yet")
         return self._position(state.end)
+
+    def _safe_end(self, end: SafeEnd) -> tuple[int, int | None]:
+        if self._bridge_to is not None:
+            return super()._safe_end(end)
+        # The change log's position is where a reader's commit ended: a round with nothing of the table left before
+        # it ends there, so the lake says it holds everything the log held then.
+        position = self._position(end)
+        return position, position
 
     def _worth_advancing(self, start: int, end: int) -> bool:
         return False  # nothing of the server's is held for the table: its lake moves with its own changes
@@ -153,14 +180,37 @@ class GroupMember(ChangeStreamSource):
         """The table's own checks, every round (its key carried by the log, its privileges)."""
         return None
 
+    # -- moving into a group from a stream of its own ----------------------------------------------------------
+    def _own_log_holds(self, position: int) -> bool:
+        """Whether the table's own log (its stream before it joined the group) still holds its changes after
+        ``position`` (a database says how: its slot, the binlog)."""
+        return False
+
+    def _bridge_end(self, position: int) -> Offsets:
+        """The safe end of a round that reads the table's own log up to ``position`` (where it joined)."""
+        return self._offsets(position)
+
+    def _release_own_log(self) -> None:
+        """Let the table's own log go, once the lake stands where the change log holds the table."""
+        return None
+
     # -- what a round asks -----------------------------------------------------------------------------------
     def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
         """Every change the log holds is committed: a round may read to the log's position. Its first round waits
         for the reader to take the table in."""
         self._check_table()
-        state, _ = self._member_state(wait=committed is None)
+        state, member = self._member_state(wait=committed is None)
         end = state.end
         assert end is not None  # a member's log has a position
+        if committed is not None and self._position(committed) < member.held_from:
+            if self._own_log_holds(self._position(committed)):
+                self._bridge_to = member.held_from
+                log.info(
+                    "%s: moving into stream group %s: its own log read up to %s, where the change log takes over",
+                    self.display_name, self.stream.name, self.describe_position(member.held_from),
+                )  # fmt: skip
+                bridge = self._bridge_end(member.held_from)
+                return SafeWatermark(end=bridge, observed=bridge)
         if committed is not None and self._stream_position(None, committed) >= self._position(end):
             return SafeWatermark(end=committed, observed=end)
         return SafeWatermark(end=end, observed=end)
@@ -168,17 +218,23 @@ class GroupMember(ChangeStreamSource):
     def has_rows_after(self, committed: Offsets | None) -> bool:
         """Whether the reader wrote (or is writing) a change of the table past the lake's position: asked of what it
         announced when that is bound (a probe), else of the change log."""
-        if committed is None:
-            return True
+        if committed is None or (self.announced is None and self.change_log is None):
+            return True  # nothing to ask (a deferred sensor's trigger): "maybe"
         position = self._position(committed)
         if self.announced is not None:
-            newest = self.announced(self.member_table)
-            return newest is None or newest > position
+            found = self.announced(self.member_table)
+            # Unknown, or a lake standing before the log holds the table (moving into the group): "maybe".
+            return found is None or position < found[0] or found[1] > position
+        _, member = self._member_state(wait=False)
+        if position < member.held_from:
+            return True
         self._stream_position(None, committed)
         return self._require_log().changes_after(self.member_table, position) > 0
 
     def after_commit(self, committed: Offsets) -> int:
         self._lake_at = self._position(committed)  # the reader moves the server's retention point, not the table
+        if self._bridge_to is not None and self._lake_at >= self._bridge_to:
+            self._release_own_log()
         return 0
 
     def stream_status(self) -> JsonObject:

@@ -378,6 +378,7 @@ class GroupReader:
         for table, member in members.items():
             found = self._table_state(state, table)
             found.name, found.joined_at, found.note = member.name, self.log.describe(member.joined_at), None
+            found.held_from = member.held_from
         for table, note in run.waiting.items():
             self._table_state(state, table).note = note
         for table in list(state.tables):

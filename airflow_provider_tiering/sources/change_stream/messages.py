@@ -94,10 +94,22 @@ class Truncate:
 
 
 @dataclass(frozen=True)
+class Unreadable:
+    """A change of a group's table that the log carries in a form the stream cannot apply (a statement logged as text
+    that replaced the table, ``replaced``, or changed its rows without a row event each): a group's reader writes it
+    to the change log, and the table's task fails when it reaches it. (A table's own stream fails at once instead.)"""
+
+    namespace: str
+    name: str
+    replaced: bool
+    reason: str
+
+
+@dataclass(frozen=True)
 class Other:
     """A message a tiering round has no use for."""
 
     kind: str
 
 
-Message = Relation | Begin | Commit | Origin | Change | Truncate | Other
+Message = Relation | Begin | Commit | Origin | Change | Truncate | Unreadable | Other

@@ -33,6 +33,7 @@ from airflow_provider_tiering.sources.change_stream.messages import (
     Origin,
     Relation,
     Truncate,
+    Unreadable,
 )
 from airflow_provider_tiering.sources.mysql import binlog_events as events
 from airflow_provider_tiering.sources.mysql.binlog_positions import BinlogFiles, describe, pack, unpack
@@ -64,6 +65,15 @@ class BinlogSettings:
     connect_timeout: int = 10
     #: A read that hears nothing from the server for this long fails (the server ends a non-blocking read itself).
     read_timeout: int = 600
+    #: A stream group's read: the tables (database, table) whose changes it hands on (``table``'s alone when empty).
+    #: A statement that changes one of them without row events becomes an :class:`Unreadable` message, not an error.
+    group: frozenset[tuple[str, str]] = frozenset()
+
+    def reads(self, schema: str, table: str) -> bool:
+        """Whether the read hands on ``schema.table``'s changes."""
+        if self.group:
+            return (schema, table) in self.group
+        return schema == self.database and table == self.table
 
     def connection(self) -> dict[str, Any]:
         return {
@@ -134,11 +144,13 @@ class _TableEvents:
         self.mariadb = True
         self.begun: Begin | None = None
         self.standalone = False
-        #: table id -> the table's name, its columns' names and its images' decoder: the table's or the marker
-        #: table's (absent: another table's, whose rows are passed over).
-        self.described: dict[int, tuple[str, tuple[str, ...], RowImages]] = {}
+        #: table id -> the table's database and name, its columns' names and its images' decoder: a table read's, or
+        #: the marker table's (absent: another table's, whose rows are passed over).
+        self.described: dict[int, tuple[tuple[str, str], tuple[str, ...], RowImages]] = {}
         #: A table map's bytes -> what they described (a table map comes before each rows event, most alike).
-        self._seen: dict[bytes, tuple[str, tuple[str, ...], RowImages] | None] = {}
+        self._seen: dict[bytes, tuple[tuple[str, str], tuple[str, ...], RowImages] | None] = {}
+        #: The ids a group's read gives the tables a statement truncates (negative: no table map has them).
+        self._statement_ids: dict[tuple[str, str], int] = {}
 
     def begin(self, at: int, *, standalone: bool) -> Begin:
         self.begun, self.standalone = Begin(at), standalone
@@ -164,18 +176,20 @@ class _TableEvents:
         if described is None:
             self.described.pop(number, None)
             return
-        if self.described.get(number) is not described and described[0] == self.settings.table:
-            names, images = described[1], described[2]
-            yield Relation(number, names, images.type_ids)
+        (schema, table), names, images = described
+        if self.described.get(number) is not described and self.settings.reads(schema, table):
+            yield Relation(number, names, images.type_ids, schema, table)
         self.described[number] = described
 
-    def _describe(self, mapped: events.TableMap) -> tuple[str, tuple[str, ...], RowImages] | None:
+    def _describe(self, mapped: events.TableMap) -> tuple[tuple[str, str], tuple[str, ...], RowImages] | None:
         settings = self.settings
-        if mapped.schema != settings.database or mapped.table not in (settings.table, settings.marker_table):
+        read = settings.reads(mapped.schema, mapped.table)
+        marker = not settings.group and mapped.schema == settings.database and mapped.table == settings.marker_table
+        if not read and not marker:
             return None
-        old_key = self.old_key if mapped.table == settings.table else None
+        old_key = self.old_key if read else None
         images = RowImages(mapped.columns, settings.display_name, old_key)
-        return mapped.table, images.names, images
+        return (mapped.schema, mapped.table), images.names, images
 
     def statement(self, data: bytes, at: int, end: int, files: BinlogFiles) -> Generator[Message, None, None]:
         schema, query = events.query(data)
@@ -188,26 +202,46 @@ class _TableEvents:
         if query.upper() == "COMMIT":  # a non-transactional table's statement group
             yield self.commit(end)
             return
+        if self.settings.group:
+            yield from self._group_statement(query, schema, at, end, files)
+            return
         effect = effect_on(query, schema, self.settings.database, self.settings.table)
         if self.begun is None:  # a statement outside a group (an older server): one of its own
             yield self.begin(at, standalone=True)
         if effect is Effect.TRUNCATED:
             yield Truncate((0,))
         elif effect is Effect.REPLACED:
-            raise HotTableReplaced(
-                f"{self.settings.display_name} was dropped, renamed away, swapped with another table or created anew "
-                f"(at {describe(at, files)} of the binlog: {query[:200]!r}): the rows under its name are not the ones "
-                "the lake holds, and the binlog carries no delete for those it lost. Ways out: drop the lake table "
-                "and reset the table to load it again; or keep the lake's rows as history and tier the table as it "
-                "is now from its start: airflow tiering reset <table> --adopt-hot-table. Nothing was tiered"
-            )
+            raise HotTableReplaced(replaced_reason(self.settings.display_name, query, describe(at, files)))
         elif effect is Effect.STATEMENT:
-            raise ChangeStreamUnavailable(
-                f"{self.settings.display_name} was changed by a statement logged as text (at {describe(at, files)}: "
-                f"{query[:200]!r}): its session ran with binlog_format other than ROW, and a change stream reads rows. "
-                "Set binlog_format = ROW for every session (it is a session setting too), then load the table again "
-                "(drop the lake table, then reset the table). Nothing was tiered"
-            )
+            raise ChangeStreamUnavailable(statement_reason(self.settings.display_name, query, describe(at, files)))
+        if self.standalone:
+            yield self.commit(end)
+
+    def _group_statement(
+        self, query: str, schema: str, at: int, end: int, files: BinlogFiles
+    ) -> Generator[Message, None, None]:
+        """A statement of a group's read: for each table it truncates, a Truncate; for each it replaced or changed
+        by statement, an Unreadable message (the table's task fails there; the others go on)."""
+        found = []
+        for database, table in sorted(self.settings.group):
+            effect = effect_on(query, schema, database, table)
+            if effect in (Effect.TRUNCATED, Effect.REPLACED, Effect.STATEMENT):
+                found.append((database, table, effect))
+        if not found:
+            return
+        if self.begun is None:  # a statement outside a group (an older server): one of its own
+            yield self.begin(at, standalone=True)
+        where = describe(at, files)
+        for database, table, effect in found:
+            name = f"table {database}.{table}"
+            if effect is Effect.TRUNCATED:
+                number = self._statement_ids.setdefault((database, table), -1 - len(self._statement_ids))
+                yield Relation(number, (), (), database, table)
+                yield Truncate((number,))
+            elif effect is Effect.REPLACED:
+                yield Unreadable(database, table, True, replaced_reason(name, query, where))
+            else:
+                yield Unreadable(database, table, False, statement_reason(name, query, where))
         if self.standalone:
             yield self.commit(end)
 
@@ -216,12 +250,12 @@ class _TableEvents:
         described = self.described.get(relation)
         if described is None:  # another table's
             return
-        table, names, images = described
+        (_, table), names, images = described
         found = events.rows(data, kind)
         update, deleted = kind in events.UPDATES, kind in events.DELETES
         rows = images.rows(found.body, found.present, found.present_after, old=deleted)
         settings = self.settings
-        if table == settings.marker_table:  # eviction marks its transactions by writing the table's row
+        if not settings.group and table == settings.marker_table:  # eviction marks its transactions by its row
             at = names.index("table_name") if "table_name" in names else None
             written = [after for _, after in rows] if update else [] if deleted else rows
             if at is not None and any(row[at] == settings.table for row in written):
@@ -237,6 +271,27 @@ class _TableEvents:
         else:
             for row in rows:
                 yield Change("I", relation, new=row)
+
+
+def replaced_reason(table: str, query: str, where: str) -> str:
+    """Why a table's stream stops at a statement that dropped, renamed away, swapped or re-created it."""
+    return (
+        f"{table} was dropped, renamed away, swapped with another table or created anew (at {where} of the binlog: "
+        f"{query[:200]!r}): the rows under its name are not the ones the lake holds, and the binlog carries no delete "
+        "for those it lost. Ways out: drop the lake table and reset the table to load it again; or keep the lake's "
+        "rows as history and tier the table as it is now from its start: airflow tiering reset <table> "
+        "--adopt-hot-table. Nothing was tiered"
+    )
+
+
+def statement_reason(table: str, query: str, where: str) -> str:
+    """Why a table's stream stops at its rows changed by a statement logged as text."""
+    return (
+        f"{table} was changed by a statement logged as text (at {where}: {query[:200]!r}): its session ran with "
+        "binlog_format other than ROW, and a change stream reads rows. Set binlog_format = ROW for every session (it "
+        "is a session setting too), then load the table again (drop the lake table, then reset the table). Nothing "
+        "was tiered"
+    )
 
 
 def _dump(settings: BinlogSettings, start: int, files: BinlogFiles) -> events.BinlogDump:

@@ -42,9 +42,10 @@ class BinlogServer:
     def _fail(self, what: str) -> ChangeStreamUnavailable:
         return ChangeStreamUnavailable(f"{self.display_name}: {what}. Nothing was tiered")
 
-    def check(self, conn: Any, table_ref: str) -> None:
+    def check(self, conn: Any, table_ref: str | None) -> None:
         """Fail with what to change when the server or the user cannot stream the table's changes: its settings, the
-        reader's server id, the user's privileges (replication, binlog monitoring, SELECT on the table)."""
+        reader's server id, the user's privileges (replication, binlog monitoring, SELECT on the table; no table: a
+        stream group's reader, which reads no table itself)."""
         import pymysql
 
         with conn.cursor() as cur:
@@ -70,6 +71,8 @@ class BinlogServer:
                 raise self._fail(f"the server's binlog cannot carry the table's changes: set {'; '.join(wrong)}")
             self._check_server_id(cur, int(found[len(REQUIRED_SETTINGS)]))
             self._check_privileges(cur)
+            if table_ref is None:
+                return
             try:
                 cur.execute(f"SELECT 1 FROM {table_ref} LIMIT 0")
             except pymysql.MySQLError as exc:

@@ -16,6 +16,7 @@ version of a row is the later. Once the lake's LSN passes ``until`` the offsets 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
@@ -32,6 +33,9 @@ from airflow_provider_tiering.sources.postgres.change_stream_source import (
 )
 from airflow_provider_tiering.sources.postgres.pgoutput import format_lsn, parse_lsn
 from airflow_provider_tiering.sources.postgres.table import psycopg_connect
+from airflow_provider_tiering.sources.sql_table import quote_identifier
+
+log = logging.getLogger(__name__)
 
 _XID_SPAN = 2**32
 
@@ -80,6 +84,35 @@ class PostgresGroupMember(GroupMember, PostgresCdcSource):
         group's: its publication is the reader's business)."""
         with self.replication.connect() as conn:
             self._check_server(conn)
+
+    # -- moving in from a stream of its own: its slot up to where it joined ----------------------------------------
+    def _own_log_holds(self, position: int) -> bool:
+        """Its own slot is there, not past the lake, and its own publication still publishes it."""
+        with self.replication.connect() as conn:
+            own = self.replication.position(conn)
+            return own is not None and 0 <= own <= position and self.replication.publication_problem(conn) is None
+
+    def _bridge_end(self, position: int) -> Offsets:
+        # Where it joined is a WAL record boundary (the insert position the reader read): the round ends exactly there.
+        return {"lsn": format_lsn(position), "boundary": format_lsn(position)}
+
+    def _release_own_log(self) -> None:
+        """Drop its own slot, and its own publication when that publishes this table alone."""
+        with self.replication.connect() as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s "
+                "AND NOT active",
+                (self.replication.slot,),
+            )
+            (tables,) = conn.execute(
+                "SELECT count(*) FROM pg_publication_tables WHERE pubname = %s", (self.replication.publication,)
+            ).fetchone()
+            if int(tables) <= 1:
+                conn.execute(f"DROP PUBLICATION IF EXISTS {quote_identifier(self.replication.publication)}")
+        log.info(
+            "%s: now read from stream group %s's change log; its own slot %s dropped", self.display_name,
+            self.stream.name, self.replication.slot,
+        )  # fmt: skip
 
     # -- the first load's snapshot in the offsets ------------------------------------------------------------
     def _position(self, offsets: Offsets | LsnOffsets) -> int:  # type: ignore[override]  # the same kinds

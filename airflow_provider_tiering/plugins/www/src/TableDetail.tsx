@@ -108,6 +108,9 @@ function modeFacts(t: TieredTable): Fact[] {
     ]);
   }
   const s = t.change_stream;
+  if ((s && s.stream_group) || t.stream_group) {
+    return [...found, ...streamGroupFacts(t)];
+  }
   if (s && !s.slot) {
     found.push(["Binlog position", `${s.position || DASH} (the server's ends at ${s.binlog_end || DASH})`]);
     found.push([
@@ -129,6 +132,37 @@ function modeFacts(t: TieredTable): Fact[] {
         </Text>,
       ]);
     }
+  }
+  return found;
+}
+
+/** A table of a stream group: where its lake and the group's change log stand, its changes waiting there, and the
+ * group's reader (its lag, its error, the server's side of the stream). */
+function streamGroupFacts(t: TieredTable): Fact[] {
+  const s = t.change_stream ?? {};
+  const g = t.stream_group;
+  const waiting = s.log_backlog_changes ?? g?.backlog_changes ?? null;
+  const found: Fact[] = [
+    ["Stream group", `${g?.name ?? s.stream_group ?? DASH}: change log ${s.change_log || DASH}, joined at ${g?.joined_at || s.joined_at || DASH}`],
+    ["Log position", `lake at ${s.position || DASH}, change log at ${g?.position || s.log_position || DASH}`],
+    ["Backlog (change log)", <span id="stream-backlog">{waiting === null ? DASH : `${fmtInt(waiting)} changes`}</span>],
+  ];
+  if (g) {
+    const failing = g.consecutive_failures > 0;
+    found.push([
+      "Group reader",
+      <Text as="span" id="stream-reader" color={failing ? "fg.error" : undefined}>
+        {`${g.status}, read to the log's end ${fmtSeconds(g.lag_seconds)} ago` +
+          (failing ? `; failing (${g.consecutive_failures} runs): ${g.last_error ?? ""}` : "")}
+      </Text>,
+    ]);
+    const log = g.log;
+    if (log && log.slot) {
+      found.push(["Group slot", `${log.slot} at ${log.confirmed_flush_lsn || DASH}, retaining ${fmtBytes(log.retained_wal_bytes)} of WAL`]);
+    } else if (log && log.binlog_end) {
+      found.push(["Group binlog", `at ${log.position || DASH} of ${log.binlog_end}; ${fmtBytes(log.log_needed_bytes)} still needed`]);
+    }
+    if (g.note) found.push(["Stream note", g.note]);
   }
   return found;
 }

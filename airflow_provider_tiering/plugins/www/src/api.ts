@@ -40,6 +40,29 @@ export interface ChangeStream {
   binlog_end?: string | null;
   oldest_binlog_file?: string | null;
   binlog_files?: number | null;
+  /** A table of a stream group: its group, the change log's position, its changes waiting there. */
+  stream_group?: string | null;
+  change_log?: string | null;
+  log_position?: string | null;
+  joined_at?: string | null;
+  log_backlog_changes?: number | null;
+}
+
+/** A table's stream group: its reader (one read of the database's log for all its tables) and the table in it. */
+export interface StreamGroup {
+  name: string;
+  status: string;
+  position: string | null;
+  lag_seconds: number | null;
+  last_read_time: string | null;
+  last_error: string | null;
+  last_error_time: string | null;
+  consecutive_failures: number;
+  log: ChangeStream | null;
+  joined_at: string | null;
+  backlog_changes: number | null;
+  backlog_counted_at: string | null;
+  note: string | null;
 }
 
 export interface InPlaceChanges {
@@ -92,6 +115,7 @@ export interface TieredTable {
   last_round_updated_rows: number | null;
   last_round_deleted_rows: number | null;
   change_stream: ChangeStream | null;
+  stream_group: StreamGroup | null;
   in_place_changes: InPlaceChanges | null;
   shape_change: ShapeChange | null;
   lake_delete_files: number | null;

@@ -1,0 +1,94 @@
+"""Running a stream group's DAGs under a real Airflow (``testbed/stream_group_dags.py``'s file): the reader's DAG,
+then the DAGs of the tables it changed, back to back, each run waited for; the e2e tests of PostgreSQL's and
+MariaDB's groups share it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from testbed.airflow_cluster import AirflowCluster
+
+
+class GroupRuns:
+    """The DAGs of one stream group: ``<dag_group>.<stream>`` reads, ``<dag_group>.<table>`` applies."""
+
+    def __init__(self, af: AirflowCluster, dag_group: str, stream: str) -> None:
+        self.af, self.dag_group, self.stream = af, dag_group, stream
+
+    def dag(self, name: str) -> str:
+        return f"{self.dag_group}.{name}"
+
+    def settled(self, dag_ids: Sequence[str], timeout: float = 600) -> None:
+        """Wait until no run of these DAGs is queued or running (the scheduled runs their creation started)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            busy = [d for d in dag_ids if self._active_runs(d)]
+            if not busy:
+                return
+            time.sleep(1)
+        raise AssertionError(f"runs of {busy} still active after {timeout:.0f} s")
+
+    def _active_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        runs = self.af.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", params={"state": ["queued", "running"]})
+        return list(runs["dag_runs"])
+
+    def run(self, name: str, timeout: float = 600) -> tuple[str, str | None]:
+        """Trigger a run of ``name``'s DAG (the reader's: the stream's name) and wait; its outcome and its task's."""
+        dag_id = self.dag(name)
+        self.settled([dag_id], timeout)
+        run_id = self.af.trigger_dag(dag_id)
+        outcome = self.af.wait_for_run(dag_id, run_id, timeout=timeout)
+        states = self.af.task_instances(dag_id, run_id)
+        return outcome, next(iter(states.values()), None)
+
+    def read(self) -> str | None:
+        """A run of the reader; its task's outcome."""
+        return self.run(self.stream)[1]
+
+    def tier(self, tables: Sequence[str]) -> dict[str, str | None]:
+        """A run of each table's DAG, at once; each one's task outcome."""
+        started = {}
+        for table in tables:
+            dag_id = self.dag(table)
+            self.settled([dag_id])
+            started[table] = (dag_id, self.af.trigger_dag(dag_id))
+        found = {}
+        for table, (dag_id, run_id) in started.items():
+            self.af.wait_for_run(dag_id, run_id, timeout=600)
+            found[table] = next(iter(self.af.task_instances(dag_id, run_id).values()), None)
+        return found
+
+
+class Writers:
+    """A writer per table (``ChangingTable``-like sessions, from ``open_table``), changing rows (updates, deletes,
+    key changes, re-inserts) until stopped; each writer inserts keys of a range of its own."""
+
+    started = 0
+
+    def __init__(self, open_table: Callable[[str, int], Any], tables: Sequence[str]) -> None:
+        self.hot = [open_table(t, 500 + n) for n, t in enumerate(tables)]
+        for hot in self.hot:
+            Writers.started += 1
+            hot.next_id = 1_000_000 * Writers.started
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for hot in self.hot:
+                hot.random_changes(3)
+            time.sleep(0.05)
+
+    def __enter__(self) -> Writers:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        for hot in self.hot:
+            hot.close()
