@@ -275,7 +275,7 @@ def _busy_seconds() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _tree_seconds(process: Any) -> float:
+def tree_seconds(process: Any) -> float:
     """A process's CPU, its reaped children's and its live descendants' (each live one with its own reaped)."""
     import psutil
 
@@ -296,14 +296,14 @@ def cpu_snapshot(af: Any, postgres_pid: int | None, writer_pid: int | None = Non
     own = psutil.Process().cpu_times()  # this process alone: Airflow's processes are its children too
     found = {"machine_busy": _busy_seconds(), "bench_and_writer": own.user + own.system}
     if writer_pid is not None:
-        found["bench_and_writer"] += _tree_seconds(psutil.Process(writer_pid))
+        found["bench_and_writer"] += tree_seconds(psutil.Process(writer_pid))
     for name, popen in af.processes.items():
         try:
             top = psutil.Process(popen.pid)
         except psutil.Error:
             continue
         if name != "scheduler":
-            found[name] = _tree_seconds(top)
+            found[name] = tree_seconds(top)
             continue
         own = top.cpu_times()
         found["scheduler"] = own.user + own.system + own.children_user + own.children_system
@@ -317,12 +317,12 @@ def cpu_snapshot(af: Any, postgres_pid: int | None, writer_pid: int | None = Non
             tasks += times.children_user + times.children_system
             for task in worker.children():
                 try:
-                    tasks += _tree_seconds(task)
+                    tasks += tree_seconds(task)
                 except psutil.Error:
                     continue
         found["supervisors"], found["tasks"] = supervisors, tasks
     if postgres_pid is not None:
-        found["postgres"] = _tree_seconds(psutil.Process(postgres_pid))
+        found["postgres"] = tree_seconds(psutil.Process(postgres_pid))
     return found
 
 

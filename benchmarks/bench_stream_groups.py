@@ -49,11 +49,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: make ``testbed`` and ``benchmarks`` importable
     sys.path.insert(0, str(REPO))
+
+from benchmarks import bench_cdc_lag as lag_bench  # noqa: E402  (after the path above)
 
 DEFAULT_OUTPUT = REPO / "benchmarks" / "results" / "stream_groups.json"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -69,15 +72,9 @@ def tree_cpu(pid: int) -> float:
     """A process's CPU and its live descendants' (a server's backends, its reaped ones included)."""
     import psutil
 
-    total = 0.0
-    root = psutil.Process(pid)
-    for each in [root, *root.children(recursive=True)]:
-        try:
-            times = each.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
+    from benchmarks.bench_freshness import tree_seconds
+
+    return tree_seconds(psutil.Process(pid))
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -88,8 +85,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 # -- the stores ----------------------------------------------------------------------------------------------------
-class PostgresStore:
-    """A throw-away PostgreSQL 15 allowing a slot per table (``max_replication_slots`` raised for it)."""
+class PostgresStore(lag_bench.Store):
+    """A throw-away PostgreSQL 15 allowing a slot per table (``max_replication_slots`` raised for it); where its log
+    ends and where a lake stands in it are ``bench_cdc_lag``'s."""
 
     name = "postgres"
     kind = "postgres_cdc"
@@ -101,6 +99,7 @@ class PostgresStore:
         self.server = PostgresServer(
             workdir / "pg", settings={"max_replication_slots": slots, "max_wal_senders": slots}
         ).start()
+        super().__init__(self.server.dsn)
         self.schema = "public"
 
     @property
@@ -112,25 +111,10 @@ class PostgresStore:
 
         return ChangingTable(self.server.dsn, table, seed=seed)
 
-    @property
-    def uri(self) -> str:
-        return str(self.server.dsn)
-
     def connection(self) -> Any:
         from airflow_provider_tiering.core.connections import ConnectionInfo
 
         return ConnectionInfo.from_uri(self.uri)
-
-    def position(self, conn: Any) -> int:
-        """Where the log ends after this session's last commit (the WAL insert position)."""
-        from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
-
-        return parse_lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
-
-    def lake_position(self, offsets: dict[str, Any]) -> int:
-        from airflow_provider_tiering.sources.postgres.pgoutput import parse_lsn
-
-        return parse_lsn(offsets["lsn"])
 
     def replication(self) -> dict[str, Any]:
         return replication_of(self.server.dsn)
@@ -160,8 +144,9 @@ def replication_of(dsn: str) -> dict[str, Any]:
     return {"slots": int(slots), "wal_senders": int(senders), "retained_wal_bytes": int(retained)}
 
 
-class MariaDBStore:
-    """A throw-away MariaDB 10.11 writing a row binlog."""
+class MariaDBStore(lag_bench.MariaDBStore):
+    """A throw-away MariaDB 10.11 writing a row binlog; where its log ends and where a lake stands in it are
+    ``bench_cdc_lag``'s."""
 
     name = "mariadb"
     kind = "mysql_cdc"
@@ -169,9 +154,10 @@ class MariaDBStore:
     def __init__(self, workdir: Path, tables: int) -> None:
         from testbed.mariadb_server import MariaDBServer
 
-        self.server = MariaDBServer(workdir / "maria", binlog=True)
-        self.server.start()
-        self.schema = self.server.database
+        server = MariaDBServer(workdir / "maria", binlog=True)
+        server.start()
+        super().__init__(server)
+        self.schema = server.database
 
     @property
     def pid(self) -> int:
@@ -184,27 +170,10 @@ class MariaDBStore:
 
         return ChangingMariaDBTable(self.server.url, table, seed=seed)
 
-    @property
-    def uri(self) -> str:
-        return str(self.server.url)
-
     def connection(self) -> Any:
         from airflow_provider_tiering.core.connections import ConnectionInfo
 
         return ConnectionInfo.from_uri(self.uri)
-
-    def position(self, conn: Any) -> int:
-        from airflow_provider_tiering.sources.mysql.binlog_positions import pack
-
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, offset = cur.fetchone()[:2]
-        return pack(str(file), int(offset))
-
-    def lake_position(self, offsets: dict[str, Any]) -> int:
-        from airflow_provider_tiering.sources.mysql.binlog_positions import pack
-
-        return pack(offsets["binlog_file"], int(offsets["binlog_pos"]))
 
     def replication(self) -> dict[str, Any]:
         return {"slots": 0, "wal_senders": 0, "retained_wal_bytes": None}
@@ -324,8 +293,9 @@ def _binlog_decode(
 def writer_main(config: dict[str, Any]) -> None:
     """The writers' process: a thread per busy table, each committing changes until the stop file exists, each
     commit's log position and time recorded; written to ``config["out"]``."""
-    store = STORES[config["store"]].__new__(STORES[config["store"]])
     uri, found, lock = config["uri"], {}, threading.Lock()
+    # Where the log ends after each commit, as bench_cdc_lag's stores tell it (from the URI alone).
+    store = lag_bench.MariaDBStore(SimpleNamespace(url=uri)) if config["store"] == "mariadb" else lag_bench.Store(uri)
 
     def write(table: str, seed: int) -> None:
         hot = _open_by_uri(config["store"], uri, table, seed)
@@ -334,7 +304,7 @@ def writer_main(config: dict[str, Any]) -> None:
         mine = []
         while not Path(config["stop"]).exists():
             hot.random_changes(1)
-            mine.append((store.position(hot.conn), time.time()))
+            mine.append((store.log_end(hot.conn), time.time()))
             time.sleep(pause)
         hot.close()
         with lock:

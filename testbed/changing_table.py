@@ -77,7 +77,7 @@ class _ChangingRows:
     def _insert_one(self, key: int) -> None:
         doc = self._big() if self.rng.random() < 0.2 else f"doc {key}"
         self._run(
-            f"INSERT INTO {self.ref} VALUES (%s, %s, %s, %s, %s)",
+            f"INSERT INTO {self.ref} ({', '.join(COLUMNS)}) VALUES (%s, %s, %s, %s, %s)",  # a column added: default
             (key, f"row {key}", round(self.rng.uniform(0, 1000), 2), doc, self._tags(key)),
         )
         self.counts["insert"] += 1

@@ -22,17 +22,20 @@ def pg_conn(server: Any, password: str) -> str:
     )
 
 
-def embedded_setup(directory: Path, pg_server: Any, dag_file: str) -> tuple[Path, dict[str, str], dict[str, str]]:
+def embedded_setup(
+    directory: Path, pg_server: Any | None, dag_file: str
+) -> tuple[Path, dict[str, str], dict[str, str]]:
     """Under ``directory``: a dags folder holding ``dag_file``, an embedded catalog (a SQL catalog on SQLite, a local
-    warehouse), and the env with connections ``hot_pg`` (``pg_server``) and ``iceberg_default``."""
+    warehouse), and the env with connections ``hot_pg`` (``pg_server``; None: none) and ``iceberg_default``."""
     catalog = {"type": "sql", "uri": f"sqlite:///{directory}/catalog.db", "warehouse": f"file://{directory}/warehouse"}
     dags = directory / "dags"
     dags.mkdir()
     (dags / "tiering_dags.py").write_text(dag_file)
     env = {
-        "AIRFLOW_CONN_HOT_PG": pg_conn(pg_server, pg_server.password),
-        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}}),
+        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"name": "default", **catalog}})
     }
+    if pg_server is not None:
+        env["AIRFLOW_CONN_HOT_PG"] = pg_conn(pg_server, pg_server.password)
     return dags, catalog, env
 
 

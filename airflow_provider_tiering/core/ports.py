@@ -1058,5 +1058,6 @@ class ChangeLogTable(Protocol):
         ...
 
     def changes_after(self, table: str, after: int) -> int:
-        """How many of ``table``'s changes committed after ``after`` the log holds (its backlog)."""
+        """How many of ``table``'s changes committed after ``after`` the log holds now (its backlog: read fresh, not
+        from the snapshot :meth:`state` read)."""
         ...

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.partitions import PartitionField, parse_partition_field
 from airflow_provider_tiering.core.source_specs import SOURCE_SPEC_KINDS, SourceSpec
-from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list
+from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list, dotted, validated
 from airflow_provider_tiering.core.stream_spec import StreamGroupSpec, parse_streams, resolve_streams
 
 # Airflow task ids and asset names are derived from the table name.
@@ -356,21 +356,14 @@ class TableSpec(StrictModel):
     @classmethod
     def parse(cls, data: TableSpec | Mapping[str, Any]) -> TableSpec:
         """Build a spec from a mapping (YAML, JSON, Python), raising InvalidTableSpec that names the field."""
-        if isinstance(data, TableSpec):
-            return data
-        name = data.get("name", "<unnamed>") if isinstance(data, Mapping) else "<not a mapping>"
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(f"field '{_error_location(err['loc'])}': {err['msg']}" for err in exc.errors())
-            raise InvalidTableSpec(f"table {name!r}: {problems}") from exc
+        return validated(cls, data, "table", _error_location)
 
 
 def _error_location(loc: tuple[int | str, ...]) -> str:
     # The source union adds its tag to the location: source.files.columns reads as source.columns.
     if len(loc) >= 2 and loc[0] == "source" and loc[1] in SOURCE_SPEC_KINDS:
         loc = (loc[0], *loc[2:])
-    return ".".join(str(p) for p in loc) or "<root>"
+    return dotted(loc)
 
 
 def parse_table_specs(tables: Iterable[TableSpec | Mapping[str, Any]]) -> list[TableSpec]:

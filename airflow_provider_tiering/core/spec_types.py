@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+
+from airflow_provider_tiering.core.errors import InvalidTableSpec
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 # Plain identifiers only: they are also quoted when used, this keeps names portable and readable.
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -41,3 +46,23 @@ class StrictModel(BaseModel):
     """A spec part: unknown fields are an error, and a built spec never changes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def dotted(loc: tuple[int | str, ...]) -> str:
+    """A validation error's location as a field path (``lake.partition_by``)."""
+    return ".".join(str(p) for p in loc) or "<root>"
+
+
+def validated(
+    model: type[ModelT], data: ModelT | Mapping[str, Any], what: str, location: Callable[[tuple[int | str, ...]], str]
+) -> ModelT:
+    """``data`` as a ``model``, or InvalidTableSpec naming what it is (``what``: "table", "stream"), its name and each
+    field that failed (``location`` writes a field's path)."""
+    if isinstance(data, model):
+        return data
+    name = data.get("name", "<unnamed>") if isinstance(data, Mapping) else "<not a mapping>"
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"field '{location(err['loc'])}': {err['msg']}" for err in exc.errors())
+        raise InvalidTableSpec(f"{what} {name!r}: {problems}") from exc

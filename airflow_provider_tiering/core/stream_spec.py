@@ -15,10 +15,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from airflow_provider_tiering.core.errors import InvalidTableSpec
-from airflow_provider_tiering.core.spec_types import Identifier, StrictModel
+from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, dotted, validated
 
 
 class ChangeLogSpec(StrictModel):
@@ -125,16 +125,7 @@ class StreamGroupSpec(StrictModel):
     @classmethod
     def parse(cls, data: StreamGroupSpec | Mapping[str, Any]) -> StreamGroupSpec:
         """A group from a mapping, raising InvalidTableSpec that names the field."""
-        if isinstance(data, StreamGroupSpec):
-            return data
-        name = data.get("name", "<unnamed>") if isinstance(data, Mapping) else "<not a mapping>"
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"field '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in exc.errors()
-            )
-            raise InvalidTableSpec(f"stream {name!r}: {problems}") from exc
+        return validated(cls, data, "stream", dotted)
 
 
 def parse_streams(streams: Iterable[StreamGroupSpec | Mapping[str, Any]]) -> dict[str, StreamGroupSpec]:

@@ -169,7 +169,9 @@ class TableTask(Generic[BuiltT]):
             # CPU-seconds, most of a nothing-to-tier round.
             with self._setup_failure_recorded(started, _Started(state, now)):
                 source = self.builder.get_source()
-            decision = probe_hot_store(source.probe, decision)
+                # A probe's own errors mean "maybe" (``probe_hot_store``); a timeout while it waits (a hot table
+                # locked) is recorded as the table's failed round.
+                decision = probe_hot_store(source.probe, decision)
         changed = record_decision(state, decision, now)
         if changed is not None:
             self.state_store.save(changed)
@@ -202,14 +204,19 @@ class TableTask(Generic[BuiltT]):
             # Recorded by the round already (a NotRetryable one quarantined the table): no retry can help.
             raise _Ended(self._failed_round(str(exc), exc)) from exc
         except BaseException as exc:
-            if self.interruption is None or not isinstance(exc, self.interrupted_by):
-                raise
-            # Stopped wherever it was (not an error the round records): recorded here as the table's failed round.
-            record_interrupted_round(
-                self.spec, self.state_store, self.interruption(), secrets=self.builder.secrets(),
-                retry_delay=self.retry_delay,
-            )  # fmt: skip
+            self._record_interruption(exc)
             raise
+
+    def _record_interruption(self, exc: BaseException) -> None:
+        """A task stopped from outside (a timeout) wherever it was, its round or the probe before it (a hot table
+        locked by another session): recorded as the table's failed round (its round's parts, if any, still held:
+        their Spark job is cancelled after the record). Anything else is left to whoever raised it."""
+        if self.interruption is None or not isinstance(exc, self.interrupted_by):
+            return
+        record_interrupted_round(
+            self.spec, self.state_store, self.interruption(), secrets=self.builder.secrets(),
+            retry_delay=self.retry_delay,
+        )  # fmt: skip
 
     def _reported(self, result: RoundResult) -> TaskOutcome:
         state = self.load_quietly()
@@ -241,9 +248,12 @@ class TableTask(Generic[BuiltT]):
         the task without retries."""
         try:
             yield
-        except Exception as exc:
+        except BaseException as exc:
             if not started:
                 started.append(begun)
+            if not isinstance(exc, Exception):  # stopped from outside (a timeout): the table's failed round too
+                self._record_interruption(exc)
+                raise
             try:
                 record_failure_before_round(
                     self.spec, self.state_store, exc, secrets=self.builder.secrets(), retry_delay=self.retry_delay

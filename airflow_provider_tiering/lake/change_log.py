@@ -136,7 +136,7 @@ class IcebergChangeLog:
                 yield from rows.sort_by([("position", "ascending"), ("seq", "ascending")]).to_batches()
 
     def changes_after(self, table: str, after: int) -> int:
-        loaded = self._loaded or self.load_table()
+        loaded = self.load_table()  # as it is now: a backlog counted after a commit counts what it added
         if loaded is None or loaded.current_snapshot() is None:
             return 0
         return loaded.scan(row_filter=_rows_of(table, after, None), selected_fields=("position",)).to_arrow().num_rows

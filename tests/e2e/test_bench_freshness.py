@@ -45,3 +45,18 @@ def test_bench_idle_tables_smoke(tmp_path: Path) -> None:
     (result,) = json.loads(output.read_text())["results"]
     assert result["setup"] == "own-clocks" and result["tables"] == 3
     assert result["machine_cpu_s_per_hour"] > 0 and result["airflow_own_cpu_s_per_hour"] > 0, result
+
+
+@pytest.mark.timeout(1200)
+def test_bench_stream_groups_under_the_scheduler_smoke(tmp_path: Path) -> None:
+    from benchmarks.bench_stream_groups import main as groups_main
+
+    output = tmp_path / "groups.json"
+    argv = ["--parts", "scheduler", "--tables", "4", "--busy", "2", "--minutes", "0.5", "--busy-freshness", "10",
+            "--idle-freshness", "30", "--read-every", "5", "--workdir", str(tmp_path / "w")]  # fmt: skip
+    assert groups_main([*argv, "--output", str(output)]) == 0
+    per_table, group = json.loads(output.read_text())["scheduler"]
+    assert (per_table["setup"], group["setup"]) == ("per_table", "group")
+    assert (per_table["slots"], group["slots"]) == (4, 1)
+    for result in (per_table, group):
+        assert set(result["data_age_seconds"]) == {"10s", "30s"} and result["task_starts_per_minute"] > 0, result

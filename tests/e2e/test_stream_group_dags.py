@@ -95,8 +95,8 @@ def test_a_group_of_twenty_tables_reads_its_database_once_through_dag_runs(datab
     hot[failing]._run(f"ALTER TABLE {hot[failing].ref} ADD COLUMN note TEXT")
     markers = tmp_path / "markers"
     markers.mkdir()
-    dags, catalog, env = embedded_setup(tmp_path, database.server, dag_file(dag_group, group,
-                                        [member(t) for t in tables], markers))  # fmt: skip
+    dags, catalog, env = embedded_setup(tmp_path, None if database.mariadb else database.server,
+                                        dag_file(dag_group, group, [member(t) for t in tables], markers))  # fmt: skip
     env.update(database.env())
 
     def check(which: list[str], *, duckdb: bool = False) -> None:
@@ -117,7 +117,9 @@ def test_a_group_of_twenty_tables_reads_its_database_once_through_dag_runs(datab
             runs = GroupRuns(af, dag_group, stream)
             # Each DAG's first scheduled run: the reader takes the tables in, each table loads.
             runs.settled(dag_ids)
-            assert runs.tier(tables) and runs.read() == "success"  # a table that loaded before the join: nothing new
+            lakes = load_catalog("default", **catalog)
+            unloaded = [t for t in tables if not lakes.table_exists((namespace, t))]  # a first round that gave up
+            assert runs.read() == "success" and set(runs.tier(unloaded).values()) <= {"success"}
             check(tables)
             if slots_before is not None:
                 assert slots() == slots_before + 1, "one slot for the group's 20 tables"
@@ -137,25 +139,30 @@ def test_a_group_of_twenty_tables_reads_its_database_once_through_dag_runs(datab
                     assert runs.read() == "failed", reader_phase
                     (markers / f"kill-{busy[0]}-{round_phase}").touch()
                     assert runs.read() == "success"
-                    outcomes = runs.tier(busy)
-                    assert outcomes[busy[0]] == "failed" and set(outcomes.values()) == {"success", "failed"}, outcomes
+                    assert runs.tier(busy[:1]) == {busy[0]: "failed"}, round_phase
                     assert not list(markers.iterdir()), f"the kill switches fired ({reader_phase}, {round_phase})"
             assert runs.read() == "success"
             runs.tier(busy)
             check(tables)
 
             # One table fails for several rounds while its siblings keep up; fixed, it catches up from the log.
-            if database.mariadb:
-                hot[failing]._run(f"LOCK TABLES {hot[failing].ref} WRITE")
-            else:
+            # PostgreSQL: a migration renamed a column its spec names. MariaDB: a session holds the table locked while
+            # its rounds run, which wait on it past their timeout (a table lock ends with a transaction: the changes
+            # are made between two locks).
+            locker = database.open(failing, 99)
+            if not database.mariadb:
                 hot[failing]._run(f"ALTER TABLE {hot[failing].ref} RENAME COLUMN note TO note_renamed")
             for _ in range(3):
-                for table in [failing, *busy]:
+                for table in [failing, busy[1]]:
                     hot[table].random_changes(10)
                 assert runs.read() == "success"
-                outcomes = runs.tier([failing, *busy])
-                assert outcomes.pop(failing) == "failed" and set(outcomes.values()) == {"success"}, outcomes
-                check(busy)
+                if database.mariadb:
+                    locker._run(f"LOCK TABLES {locker.ref} WRITE")
+                assert runs.tier([failing, busy[1]]) == {failing: "failed", busy[1]: "success"}
+                if database.mariadb:
+                    locker._run("UNLOCK TABLES")
+                check(busy[1:2])
+            locker.close()
             failed = af.asset_state_store(f"tiering/{namespace}/{failing}")["tiering_state"]
             assert failed["consecutive_failures"] >= 3, failed
             read = af.asset_state_store(f"tiering-stream/{namespace}/{stream}_changes")["tiering_stream_state"]
@@ -167,12 +174,10 @@ def test_a_group_of_twenty_tables_reads_its_database_once_through_dag_runs(datab
             assert waiting["backlog_changes"] == len(mine) >= 10 and waiting["held_from"] <= min(
                 r["position"] for r in mine
             ), (waiting, lake)
-            if database.mariadb:
-                hot[failing]._run("UNLOCK TABLES")
-            else:
+            if not database.mariadb:
                 hot[failing]._run(f"ALTER TABLE {hot[failing].ref} RENAME COLUMN note_renamed TO note")
             assert runs.tier([failing]) == {failing: "success"}
-            check([failing, *busy])
+            check([failing, busy[1]])
 
             # A table joins the running stream, a writer on it; its DAG's first run waits for the reader.
             hot[late].create()

@@ -197,3 +197,23 @@ def test_binlog_decoding_benchmark_compares_both_decoders_at_small_size(tmp_path
     assert report["changes"] == 1500 and set(report["cpu_us_per_change"]) == {"round", "whole", "library", "events"}
     assert 0 < report["reader_share_of_round_cpu"] < 1, report
     assert "µs of CPU per change" in capsys.readouterr().out
+
+
+def test_stream_groups_benchmark_decodes_and_tiers_both_setups_on_both_stores_at_small_size(tmp_path, capsys):
+    from benchmarks.bench_stream_groups import main as groups_main
+
+    output = tmp_path / "groups.json"
+    argv = ["--tables", "6", "--busy", "2", "--seconds", "6", "--rate", "40", "--decode-tables", "1,3",
+            "--decode-changes", "300"]  # fmt: skip
+    assert groups_main([*argv, "--workdir", str(tmp_path / "w"), "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    for hot in ("postgres", "mariadb"):
+        decode = report[hot]["decode"]
+        assert [d["tables"] for d in decode] == [1, 3] and all(d["group"]["messages"] > 0 for d in decode), decode
+        per_table, group = report[hot]["lag"]
+        assert (per_table["setup"], group["setup"]) == ("per_table", "group")
+        assert group["changes"] > 0 and group["lags_measured"] > 0 and group["lag_p95_s"] >= group["lag_p50_s"]
+        assert group["change_log_expiry"]["seconds"] > 0, group
+    pg_per_table, pg_group = report["postgres"]["lag"]
+    assert (pg_per_table["slots"], pg_group["slots"]) == (6, 1)
+    assert "lag group" in capsys.readouterr().out

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_tiering.core.errors import NotRetryable, SourceError
-from airflow_provider_tiering.core.ports import Source
+from airflow_provider_tiering.core.ports import Probe, Source
 from airflow_provider_tiering.core.round import run_round
 from airflow_provider_tiering.core.round_result import RoundOutcome, RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
@@ -259,3 +259,26 @@ def test_a_set_up_that_fails_before_the_probe_or_the_round_is_a_failed_round_in_
     assert state is not None and state.consecutive_failures == 1
     assert [r.outcome for r in history.rows] == ["tiered", "failed"]
     assert "does not exist" in (history.rows[-1].error or "") and history.rows[-1].started_at == table.now
+
+
+def test_a_probe_stopped_from_outside_is_the_tables_failed_round_too() -> None:
+    """A due table's probe that waits past the task's timeout (its hot table locked by another session) is recorded
+    as a failed round, with its row in the history, as a round stopped so is: the task's failure is never silent."""
+    table = Table()
+    history = History()
+    table.hot.insert(5)
+    assert table.task(history=history).run().end is TaskEnd.SUCCEEDED
+    table.now = T0 + timedelta(seconds=400)
+
+    def waits(*args: object) -> Probe:
+        raise Interrupted()
+
+    table.hot.probe = waits  # type: ignore[method-assign,assignment]  # waits on a lock until the timeout
+    task = table.task(history=history, interrupted_by=(Interrupted,),
+                      interruption=lambda: RuntimeError("ran past its timeout"))  # fmt: skip
+    with pytest.raises(Interrupted):
+        task.run()
+    state = table.store.load()
+    assert state is not None and state.status is TableStatus.FAILED and state.consecutive_failures == 1
+    assert "ran past its timeout" in (state.last_error or "")
+    assert [r.outcome for r in history.rows] == ["tiered", "failed"]

@@ -29,7 +29,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -102,6 +102,11 @@ class GroupLog(ABC):
     @abstractmethod
     def leave(self, tables: Sequence[str], members: Sequence[str]) -> None:
         """Stop carrying ``tables`` (``members``: those that stay)."""
+
+    def lost(self, members: Sequence[str]) -> list[str]:
+        """The tables the log no longer carries although they joined (PostgreSQL: dropped and created again, the
+        publication lost them): they join again, from a later position (their lakes, older, then need a new load)."""
+        return []
 
     @abstractmethod
     def release(self, position: int) -> None:
@@ -261,13 +266,20 @@ class GroupReader:
 
     def _run(self, state: StreamGroupState) -> ReaderRun:
         self.log.check()
-        self.change_log.ensure()
         found = self.change_log.state()
+        if found is None:  # the group's first run
+            self.change_log.ensure()
+            found = self.change_log.state()
         members = dict(found.members) if found is not None else {}
         epoch = (found.epoch if found is not None else 0) + 1
         start_offsets = None if found is None else found.end
         start = self.log.start() if start_offsets is None else self.log.position(start_offsets)
         self.log.held_from(start)
+        lost = self.log.lost(sorted(members))
+        for table in lost:
+            log.warning("%s: table %s is no longer in the log (dropped and created again?): it joins again",
+                        self.group.name, table)  # fmt: skip
+            del members[table]
         left = tuple(sorted(set(members) - set(self.members)))
         if left:
             self.log.leave(left, [t for t in members if t not in left])
@@ -294,7 +306,7 @@ class GroupReader:
         new_end = rows.last_end if rows.last_end is not None else start
         if not capped and not rows.cut and boundary is not None:
             new_end = max(new_end, boundary)
-        worth = rows.count > 0 or joined or left or start_offsets is None
+        worth = rows.count > 0 or joined or left or lost or start_offsets is None
         worth = worth or self.log.log_bytes(start, new_end) >= self.log.idle_advance_bytes()
         run = ReaderRun(
             self.group.name, epoch, self.log.describe(start), self.log.describe(new_end), dict(rows.changes),
@@ -309,9 +321,8 @@ class GroupReader:
             self.observe(RECORDED)
         expired = self._expire_if_due(state, run.epoch, members, left)
         if expired is not None:
-            run = ReaderRun(**{**run.__dict__, "expired": expired})
             self.observe(EXPIRED)
-        return ReaderRun(**{**run.__dict__, "alert": self.log.alert(state.log or {})})
+        return replace(run, expired=expired, alert=self.log.alert(state.log or {}))
 
     def _join(self, members: dict[str, StreamMember], start: int) -> tuple[dict[str, int], dict[str, str]]:
         """Tables declared but not read yet join the log (see :meth:`GroupLog.join`)."""
@@ -362,7 +373,7 @@ class GroupReader:
             state.tables.pop(name, None)
         if rows.last_committed_us is not None:
             state.last_commit_time = datetime.fromtimestamp(rows.last_committed_us / 1e6, UTC)
-        return ReaderRun(**{**run.__dict__, "snapshot_id": snapshot_id})
+        return replace(run, snapshot_id=snapshot_id)
 
     def _recorded(
         self, state: StreamGroupState, run: ReaderRun, rows: LogRows, members: Mapping[str, StreamMember],

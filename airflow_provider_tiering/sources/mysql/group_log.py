@@ -27,7 +27,7 @@ from airflow_provider_tiering.sources.change_stream.source import IDLE_ADVANCE_B
 from airflow_provider_tiering.sources.mysql.binlog import BinlogSettings, binlog_messages
 from airflow_provider_tiering.sources.mysql.binlog_positions import BinlogFiles, describe, log_bytes, pack, unpack
 from airflow_provider_tiering.sources.mysql.binlog_server import BinlogEnd, BinlogServer
-from airflow_provider_tiering.sources.mysql.table import SESSION_TIME_ZONE
+from airflow_provider_tiering.sources.mysql.table import session_connect
 
 
 class MySqlGroupLog(GroupLog):
@@ -59,20 +59,7 @@ class MySqlGroupLog(GroupLog):
         return f"{source.db_schema or self.database}.{source.table}"
 
     def _connect(self) -> Any:
-        import pymysql
-
-        from airflow_provider_tiering.sources.mysql.connections import connect
-
-        extra = self.connection.extra
-        try:
-            return connect(
-                host=self.connection.host or "localhost", port=self.connection.port or 3306,
-                user=self.connection.login, password=self.connection.password or "", database=self.database,
-                charset=str(extra.get("charset", "utf8mb4")), connect_timeout=int(extra.get("connect_timeout", 10)),
-                autocommit=True, init_command=SESSION_TIME_ZONE,
-            )  # fmt: skip
-        except pymysql.MySQLError as exc:
-            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
+        return session_connect(self.connection, self.database, self.display_name)
 
     def _read_end(self, conn: Any) -> BinlogEnd:
         self._end = self.server.end(conn)

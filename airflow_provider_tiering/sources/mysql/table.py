@@ -154,6 +154,33 @@ def rows_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordB
         raise SourceError(f"cannot convert MariaDB values to {schema}: {exc}") from exc
 
 
+def session_connect(connection: ConnectionInfo, database: str, display_name: str) -> Any:
+    """A PyMySQL session on ``database``, autocommit, in UTC (every small query's and the binlog readers' own).
+
+    Raises:
+        SourceError: it cannot connect (the message starts with ``display_name``).
+    """
+    import pymysql
+
+    from airflow_provider_tiering.sources.mysql.connections import connect
+
+    extra = connection.extra
+    try:
+        return connect(
+            host=connection.host or "localhost",
+            port=connection.port or 3306,
+            user=connection.login,
+            password=connection.password or "",
+            database=database,
+            charset=str(extra.get("charset", "utf8mb4")),
+            connect_timeout=int(extra.get("connect_timeout", 10)),
+            autocommit=True,
+            init_command=SESSION_TIME_ZONE,
+        )
+    except pymysql.MySQLError as exc:
+        raise SourceError(f"{display_name}: cannot connect: {exc}") from exc
+
+
 class MySqlTable(SqlTable):
     """A MariaDB or MySQL table, reached with the fields of a ``mysql`` (or ``mariadb``) connection; the connection's
     schema is the database unless the spec's ``db_schema`` names another."""
@@ -206,25 +233,7 @@ class MySqlTable(SqlTable):
         return url.render_as_string(hide_password=False)
 
     def _connect(self) -> Any:
-        import pymysql
-
-        from airflow_provider_tiering.sources.mysql.connections import connect
-
-        extra = self.connection.extra
-        try:
-            return connect(
-                host=self.connection.host or "localhost",
-                port=self.connection.port or 3306,
-                user=self.connection.login,
-                password=self.connection.password or "",
-                database=self.database,
-                charset=str(extra.get("charset", "utf8mb4")),
-                connect_timeout=int(extra.get("connect_timeout", 10)),
-                autocommit=True,
-                init_command=SESSION_TIME_ZONE,
-            )
-        except pymysql.MySQLError as exc:
-            raise SourceError(f"{self.display_name}: cannot connect: {exc}") from exc
+        return session_connect(self.connection, self.database, self.display_name)
 
     def _placeholder(self, position: int) -> str:
         return "%s"

@@ -271,18 +271,15 @@ class PostgresCdcSource(ChangeStreamSource):
         has passed it (every transaction committing before it has then been read)."""
         with self.replication.connect() as conn:
             self._check_server(conn)
-            try:
-                (insert,) = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-                (flushed,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-            except Exception as exc:
-                raise SourceError(f"{self.display_name}: reading the WAL position failed: {exc}") from exc
-            boundary = insert if parse_lsn(insert) <= parse_lsn(flushed) else None
+            at, boundary = self.replication.wal_end(conn)
+            flushed = format_lsn(at)
             if committed is None:
                 return SafeWatermark(end={"lsn": flushed}, observed={"lsn": flushed})
             self.replication.check_publication(conn)
-            if self._stream_position(conn, committed) >= parse_lsn(flushed):
+            if self._stream_position(conn, committed) >= at:
                 return SafeWatermark(end=committed, observed={"lsn": flushed})
-        return SafeWatermark(end={"lsn": flushed, "boundary": boundary}, observed={"lsn": flushed})
+        end = None if boundary is None else format_lsn(boundary)
+        return SafeWatermark(end={"lsn": flushed, "boundary": end}, observed={"lsn": flushed})
 
     # -- the first load: the slot's exported snapshot -------------------------------------------
     def _plan_first_load(self) -> ChangePlan:

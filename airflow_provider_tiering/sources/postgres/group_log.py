@@ -70,21 +70,7 @@ class PostgresGroupLog(GroupLog):
     # -- the server ------------------------------------------------------------------------------------
     def check(self) -> None:
         with self.replication.connect() as conn:
-            (wal_level,) = conn.execute("SHOW wal_level").fetchone()
-            if wal_level != "logical":
-                raise ChangeStreamUnavailable(
-                    f"{self.display_name}: the server runs with wal_level = {wal_level}; a change stream needs "
-                    "wal_level = logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL). Nothing "
-                    "was read"
-                )
-            (may_replicate,) = conn.execute(
-                "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            if not may_replicate:
-                raise ChangeStreamUnavailable(
-                    f"{self.display_name}: the connection's role may not use replication slots: ALTER ROLE <the "
-                    "role> WITH REPLICATION. Nothing was read"
-                )
+            self.replication.check_replication(conn)
 
     def start(self) -> int:
         """The publication (empty until tables join: pgoutput reads it as of each change, so it must exist before the
@@ -133,10 +119,7 @@ class PostgresGroupLog(GroupLog):
 
     def end(self) -> tuple[int, int | None]:
         with self.replication.connect() as conn:
-            (insert,) = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-            (flushed,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-        boundary = parse_lsn(insert) if parse_lsn(insert) <= parse_lsn(flushed) else None
-        return parse_lsn(flushed), boundary
+            return self.replication.wal_end(conn)
 
     def messages(
         self, start: int, end: int | None, tables: Sequence[str], budget: int | None = None
@@ -189,6 +172,15 @@ class PostgresGroupLog(GroupLog):
                 names = ", ".join(qualified(t) for t in gone)
                 conn.execute(f"ALTER PUBLICATION {quote_identifier(self.replication.publication)} DROP TABLE {names}")
                 log.info("%s: %s left the publication", self.display_name, ", ".join(gone))
+
+    def lost(self, members: Sequence[str]) -> list[str]:
+        """Members the publication no longer holds (a table dropped, and perhaps created again: the publication held
+        the dropped one); a renamed table is lost under its old name too (its spec names the old one)."""
+        if not members:
+            return []
+        with self.replication.connect() as conn:
+            published = self._published(conn)
+        return [t for t in members if t not in published]
 
     def _not_joinable(self, conn: Any, table: str) -> str | None:
         """Why ``table`` cannot join (None: it can): it does not exist, or has no replica identity (PostgreSQL would

@@ -32,6 +32,7 @@ from airflow_provider_tiering.sources.postgres.change_stream_source import (
     SnapshotLoad,
 )
 from airflow_provider_tiering.sources.postgres.pgoutput import format_lsn, parse_lsn
+from airflow_provider_tiering.sources.postgres.replication import Replication
 from airflow_provider_tiering.sources.postgres.table import psycopg_connect
 from airflow_provider_tiering.sources.sql_table import quote_identifier
 
@@ -80,10 +81,22 @@ class PostgresGroupMember(GroupMember, PostgresCdcSource):
         self._loaded = None
 
     def _check_table(self) -> None:
-        """The server, the role and the table: the replica identity must carry the merge key (the slot is the
-        group's: its publication is the reader's business)."""
+        """The server, the role and the table: the replica identity must carry the merge key, and the group's
+        publication must publish this very table (one dropped and created again is out of it until the reader adds it
+        again: its changes would never reach the log)."""
         with self.replication.connect() as conn:
             self._check_server(conn)
+            group = Replication(
+                self.display_name, self.table.conninfo, self.replication.qualified, self.stream.slot(),
+                self.stream.publication(),
+            )  # fmt: skip
+            problem = group.publication_problem(conn)
+        if problem is not None:
+            raise SourceError(
+                f"{self.display_name}: stream group {self.stream.name}'s publication {self.stream.publication()} "
+                f"{problem}: the group's reader adds it (again) at its next run, from a later position; a lake "
+                "older than that needs a new load (drop its lake table, then reset the table)"
+            )
 
     # -- moving in from a stream of its own: its slot up to where it joined ----------------------------------------
     def _own_log_holds(self, position: int) -> bool:

@@ -63,11 +63,8 @@ class Replication:
         """A new autocommit psycopg connection (a replication one, for replication commands)."""
         return psycopg_connect(self.display_name, self.conninfo, **({"replication": "database"} if replication else {}))
 
-    def check_server(
-        self, conn: Any, tiered_columns: Callable[[], Sequence[str]], key: Callable[[], Sequence[str]]
-    ) -> None:
-        """Fail with what to change when the server, the role or the table cannot stream this table's changes.
-        ``tiered_columns`` and ``key`` (the merge key) are asked once the table is found."""
+    def check_replication(self, conn: Any) -> None:
+        """Fail with what to change when the server or the role cannot use logical replication at all."""
         (wal_level,) = conn.execute("SHOW wal_level").fetchone()
         if wal_level != "logical":
             raise ChangeStreamUnavailable(
@@ -83,6 +80,13 @@ class Replication:
                 f"{self.display_name}: the connection's role may not use replication slots: ALTER ROLE <the role> "
                 "WITH REPLICATION. Nothing was tiered"
             )
+
+    def check_server(
+        self, conn: Any, tiered_columns: Callable[[], Sequence[str]], key: Callable[[], Sequence[str]]
+    ) -> None:
+        """Fail with what to change when the server, the role or the table cannot stream this table's changes.
+        ``tiered_columns`` and ``key`` (the merge key) are asked once the table is found."""
+        self.check_replication(conn)
         found = conn.execute(
             "SELECT c.relreplident, "
             "ARRAY(SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
@@ -171,6 +175,17 @@ class Replication:
                 f"{self.publication} FOR TABLE {self.qualified}). Nothing was tiered"
             ) from exc
         self.check_publication(conn)
+
+    def wal_end(self, conn: Any) -> tuple[int, int | None]:
+        """The server's flushed WAL position, and the insert position read before it when the flush has passed it
+        (a record boundary; None when it has not): where a read of the slot may end, and may stand."""
+        try:
+            (insert,) = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            (flushed,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        except Exception as exc:
+            raise SourceError(f"{self.display_name}: reading the WAL position failed: {exc}") from exc
+        boundary = parse_lsn(insert) if parse_lsn(insert) <= parse_lsn(flushed) else None
+        return parse_lsn(flushed), boundary
 
     def status(self) -> SlotStatus:
         """The slot as the server shows it (retained WAL, position)."""
