@@ -20,6 +20,7 @@ from airflow_provider_tiering.operators.read_changes import ReadChangesOperator
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
 from airflow_provider_tiering.sensors.table_due import TableDueSensor
+from airflow_provider_tiering.timetables import StaggeredInterval, phase_of
 
 SUMMARY_TASK_ID = "tiering_summary"
 
@@ -150,8 +151,9 @@ def build_table_dags(
     A stream group (``streams``: each read by one log reader for all of its tables, named by their
     ``source.stream``) becomes DAG ``<group>.<stream>``, running its :class:`ReadChangesOperator` every
     ``read_every_seconds``, one run at a time; its tables' own DAGs apply what it wrote of them (their probe asks
-    the group's state document, not the hot database). A table's data age is then at most about its freshness plus
-    the reader's interval.
+    the group's state document, not the hot database), each every ``freshness_seconds`` less the reader's interval
+    (at least half its freshness), so that its data age stays about its freshness. Every DAG runs at a phase of its
+    own within its interval (``timetables.py``).
     """
     declared = declare(tables, streams)
     specs = declared.tables
@@ -159,8 +161,8 @@ def build_table_dags(
     dags: dict[str, DAG] = {}
     for name, stream in declared.streams.items():
         reader = DAG(
-            dag_id=f"{group}.{name}", schedule=timedelta(seconds=stream.read_every_seconds), start_date=start,
-            catchup=False, max_active_runs=1, tags=[*tags, group], **dag_kwargs,
+            dag_id=f"{group}.{name}", schedule=_staggered(f"{group}.{name}", stream.read_every_seconds),
+            start_date=start, catchup=False, max_active_runs=1, tags=[*tags, group], **dag_kwargs,
         )  # fmt: skip
         with reader:
             ReadChangesOperator(stream=stream, tables=_members(declared, name))
@@ -168,7 +170,7 @@ def build_table_dags(
     for spec in specs:
         dag = DAG(
             dag_id=f"{group}.{spec.name}",
-            schedule=timedelta(seconds=spec.freshness_seconds),
+            schedule=_staggered(f"{group}.{spec.name}", _interval(spec)),
             start_date=start,
             catchup=False,
             max_active_runs=1,
@@ -195,6 +197,22 @@ def build_table_dags(
         )  # fmt: skip
         dags[maintenance.dag_id] = maintenance
     return dags
+
+
+def _interval(spec: TableSpec) -> float:
+    """How often a table's DAG runs: every ``freshness_seconds``; a table of a stream group that much less its
+    reader's interval (at least half of it), as a change waits for the reader before its table's round."""
+    group = spec.source.stream_group()
+    if group is None:
+        return spec.freshness_seconds
+    return max(spec.freshness_seconds - group.read_every_seconds, spec.freshness_seconds / 2)
+
+
+def _staggered(dag_id: str, seconds: float) -> StaggeredInterval:
+    """Every ``seconds``, at the DAG's own phase (``timetables.py``): tables on the same clock do not all queue at
+    the same instant."""
+    every = timedelta(seconds=seconds)
+    return StaggeredInterval(every, phase_of(dag_id, every))
 
 
 def _maintenance_task(spec: TableSpec, tier: TierTableOperator, task_id: str) -> MaintainTableOperator | None:

@@ -12,14 +12,16 @@ Three parts (``--parts``):
   is reported too (a binlog is decoded by the reader, not the server).
 * ``lag``: ``--tables`` change-stream tables (100), ``--busy`` of them (10) changed by writers (a process of their
   own, one thread per table, about ``--rate`` changes a second in all, each recording its commit's log position and
-  time) for ``--seconds``. This process runs the streams back to back, as ``bench_cdc_lag`` runs a table's rounds:
-  with a group, a run of the reader then a round of each table it wrote changes of; with a stream per table, every
-  table's probe (its own stream: does its slot, or the binlog, hold a change past the lake?) and a round of those that
-  say so. Each round is built as a task builds it (one split, in this process). Reported: each change's lag (from
-  its commit to its table's lake commit) at p50 and p95, the server's CPU (every process of the server), the task's
-  CPU per change (this process: the reader and the rounds), WAL retained by the slots (PostgreSQL) and the slots and
-  WAL senders the server has; the change log's rows and files, and how fast the reader expires them. Then the
-  writers stop, the streams catch up, and each busy table's lake is compared with the hot table by key.
+  time) for ``--seconds``. Worker processes, as Airflow's task slots, run the streams back to back, as
+  ``bench_cdc_lag`` runs a table's rounds: ``--round-workers`` (2) of them each pass over their share of the tables,
+  and a group has one more, its reader, run after run. A group's table's probe asks what the reader announced (as
+  the operator's probe does), a table with a stream of its own asks that stream (its slot, or the binlog: a change
+  past the lake?); a round runs for those that say so. Each round is built as a task
+  builds it (one split, in the worker). Reported: each change's lag (from its commit to its table's lake commit) at
+  p50 and p95, the server's CPU (every process of the server), the workers' CPU per change (the reader and the
+  rounds), WAL retained by the slots (PostgreSQL) and the slots and WAL senders the server has (the most of each
+  sampled every 5 s); the change log's rows and files, and how fast the reader expires them. Then the writers stop,
+  the streams catch up, and each busy table's lake is compared with the hot table by key.
 * ``scheduler`` (PostgreSQL): the same tables under Airflow's real scheduler and a LocalExecutor, each table a DAG of
   its own (``build_table_dags``; the busy ones every ``--busy-freshness`` seconds, the idle every
   ``--idle-freshness``), with a stream per table against a stream group read every ``--read-every`` seconds, for
@@ -96,9 +98,8 @@ class PostgresStore(lag_bench.Store):
         from testbed.pg_server import PostgresServer
 
         slots = max(40, tables + 10)
-        self.server = PostgresServer(
-            workdir / "pg", settings={"max_replication_slots": slots, "max_wal_senders": slots}
-        ).start()
+        settings = {"max_replication_slots": slots, "max_wal_senders": slots, "max_connections": 2 * slots + 100}
+        self.server = PostgresServer(workdir / "pg", settings=settings).start()
         super().__init__(self.server.dsn)
         self.schema = "public"
 
@@ -189,14 +190,22 @@ STORES = {"postgres": PostgresStore, "mariadb": MariaDBStore}
 
 
 # -- part 1: what the server pays to decode ---------------------------------------------------------------------
+def create_tables(store: Any, names: list[str], rows: int) -> None:
+    """The tables, ``rows`` each, each through a session closed at once (a hundred open sessions would pass the
+    server's ``max_connections``)."""
+    for n, name in enumerate(names):
+        table = store.open(name, n)
+        table.create()
+        table.insert(rows)
+        table.close()
+
+
 def decode(store: Any, tables: int, changes: int) -> dict[str, Any]:
     """Per-table streams against one group's, decoding the same ``changes`` for ``tables`` tables."""
     names = [f"dec{tables}_{n:03d}" for n in range(tables)]
-    hot = {name: store.open(name, n) for n, name in enumerate(names)}
-    for table in hot.values():
-        table.create()
-        table.insert(10)
+    create_tables(store, names, 10)
     busy = names[: min(tables, 10)]
+    hot = {name: store.open(name, n) for n, name in enumerate(busy)}
     found = (_pg_decode if store.name == "postgres" else _binlog_decode)(store, names, busy, changes, hot)
     for table in hot.values():
         table.close()
@@ -259,10 +268,10 @@ def _binlog_decode(
 
     info = store.connection()
     server = BinlogServer("bench", store.schema, "", 0)
-    with closing(hot[names[0]]._connect()) as conn:
+    with closing(hot[busy[0]]._connect()) as conn:
         start = server.end(conn)
     _write_changes(hot, busy, changes)
-    with closing(hot[names[0]]._connect()) as conn:
+    with closing(hot[busy[0]]._connect()) as conn:
         end = server.end(conn)
     read = log_bytes(start.position, end.position, end.sizes)
     files = BinlogFiles.of(end.files.name(unpack(end.position)[0]))
@@ -342,9 +351,26 @@ def writers(store: Any, busy: list[str], rate: float, workdir: Path) -> Iterator
         process.wait(timeout=120)
 
 
+class StoreView:
+    """A store as a worker process sees it (from its URI): its connection and where a lake stands in its log."""
+
+    def __init__(self, name: str, uri: str) -> None:
+        self.name, self.uri, self.kind = name, uri, STORES[name].kind
+        self.positions = lag_bench.MariaDBStore(SimpleNamespace(url=uri)) if name == "mariadb" else lag_bench.Store(uri)
+
+    def connection(self) -> Any:
+        from airflow_provider_tiering.core.connections import ConnectionInfo
+
+        return ConnectionInfo.from_uri(self.uri)
+
+    def lake_position(self, offsets: dict[str, Any]) -> int:
+        return int(self.positions.lake_position(offsets))
+
+
 class Streams:
-    """The tables of one setup and how they are tiered back to back: ``group`` (a reader and each table's round) or
-    ``per_table`` (each table's probe of its own stream, and a round of those with changes)."""
+    """The tables of one setup and how they are tiered: ``group`` (runs of the reader; each table's probe of what
+    the reader announced, and a round of those with changes) or ``per_table`` (each table's probe of its own stream,
+    and a round of those with changes)."""
 
     def __init__(self, setup: str, store: Any, names: list[str], workdir: Path, catalog: dict[str, str]) -> None:
         from airflow_provider_tiering.build import build_writer
@@ -370,6 +396,11 @@ class Streams:
 
         return JsonFileStateStore(self.workdir / f"{self.setup}-{table}.json")
 
+    def group_store(self) -> Any:
+        from airflow_provider_tiering.core.state_store import JsonFileStreamStateStore
+
+        return JsonFileStreamStateStore(self.workdir / "group.json")
+
     def tier(self, table: str) -> None:
         from testbed.rounds import round_parts
 
@@ -381,13 +412,12 @@ class Streams:
     def read(self, **options: Any) -> dict[str, int]:
         """A run of the group's reader (``options``: the group's settings for it); the tables it wrote changes of."""
         from airflow_provider_tiering.build import build_stream_reader
-        from airflow_provider_tiering.core.state_store import JsonFileStreamStateStore
         from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
         from testbed.rounds import connections
 
         reader = build_stream_reader(
             StreamGroupSpec.parse({**self.group, **options}), [self.spec(t) for t in self.names],
-            connections(self.store.connection(), self.catalog), JsonFileStreamStateStore(self.workdir / "group.json"),
+            connections(self.store.connection(), self.catalog), self.group_store(),
         )  # fmt: skip
         run = reader.run()
         self.reads += 1
@@ -407,24 +437,120 @@ class Streams:
         return {"before": before, "after": change_log_size(self.catalog, name),
                 "seconds": round(time.monotonic() - started, 2)}  # fmt: skip
 
-    def cycle(self) -> int:
-        """One pass back to back; the rounds it ran."""
-        if self.setup == "group":
-            changed = self.read()
-            for table in changed:
-                self.tier(table)
-            return len(changed)
+    def rounds(self) -> int:
+        """One pass over the tables, as their tasks run: each one's probe (its own stream's, or what the group's
+        reader announced, as the operator asks) and a round of those that say so; the rounds it ran."""
+        from airflow_provider_tiering.hooks.stream_group import announced_by
         from airflow_provider_tiering.sources.registry import build_source
 
-        rounds = 0
+        announced = announced_by(self.group_store()) if self.setup == "group" else None
+        ran = 0
         for table in self.names:
             state = self.store_of(table).load()
             committed = None if state is None or state.committed is None else state.committed.end_offsets
             source = build_source(self.spec(table).source, self.store.connection())
-            if committed is None or source.has_rows_after(committed):  # the task's probe
+            if announced is not None:
+                source.bind_change_log(None, announced)
+            if committed is None or source.has_rows_after(committed):
                 self.tier(table)
-                rounds += 1
-        return rounds
+                ran += 1
+        return ran
+
+    def cycle(self) -> int:
+        """A run of the reader (a group's), then a pass over the tables; the rounds it ran."""
+        if self.setup == "group":
+            self.read()
+        return self.rounds()
+
+
+def worker_main(config: dict[str, Any]) -> None:
+    """A worker process of the lag part: the group's reader run after run (``role`` "reader"), or passes over
+    ``tables`` (``role`` "rounds"). Once its imports are done it says so (``<out>.ready``), waits for the file
+    ``go`` (the window's end, in epoch seconds) and runs until then; its rounds' lake commits, its passes and its
+    CPU written to ``config["out"]``."""
+    import importlib
+
+    # Imported before the window, as a task's process has them when its round starts.
+    for module in ("airflow_provider_tiering.build", "airflow_provider_tiering.hooks.stream_group",
+                   "airflow_provider_tiering.sources.registry", "testbed.rounds"):  # fmt: skip
+        importlib.import_module(module)
+
+    store = StoreView(config["store"], config["uri"])
+    streams = Streams(config["setup"], store, config["names"], Path(config["run_dir"]), config["catalog"])
+    streams.names = config["tables"] if config["role"] == "rounds" else config["names"]
+    Path(config["out"] + ".ready").touch()
+    go = Path(config["go"])
+    while not go.exists():
+        time.sleep(0.1)
+    until = float(go.read_text())
+    passes = rounds = 0
+    cpu_before = time.process_time()  # the window's, not the imports'
+    try:
+        while time.time() < until:
+            if config["role"] == "reader":
+                found = streams.read()
+            else:
+                found = streams.rounds()
+                rounds += found
+            passes += 1
+            if not found:
+                time.sleep(0.2)  # nothing new: a task's next try comes a moment later
+    finally:
+        streams.writer.stop()
+    Path(config["out"]).write_text(json.dumps({
+        "commits": streams.commits, "passes": passes, "rounds": rounds, "cpu_s": time.process_time() - cpu_before,
+    }))  # fmt: skip
+
+
+class Workers:
+    """The worker processes (:func:`worker_main`), as Airflow's task slots: ``round_workers`` of them each running
+    the rounds of its share of the tables, and a group's reader beside them; started, and ready once their imports
+    are done."""
+
+    def __init__(
+        self, store: Any, setup: str, names: list[str], run_dir: Path, catalog: dict[str, str], round_workers: int
+    ) -> None:
+        self.store, self.go = store, run_dir / "go"
+        self.go.unlink(missing_ok=True)
+        reader = [("reader", names)] if setup == "group" else []
+        roles = reader + [("rounds", names[k::round_workers]) for k in range(round_workers)]
+        self.processes: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
+        for n, (role, tables) in enumerate(roles):
+            out = run_dir / f"worker{n}.json"
+            config = {"store": store.name, "uri": store.uri, "setup": setup, "role": role, "names": names,
+                      "tables": tables, "run_dir": str(run_dir), "catalog": catalog, "go": str(self.go),
+                      "out": str(out)}  # fmt: skip
+            command = [sys.executable, "-m", "benchmarks.bench_stream_groups", "--worker", json.dumps(config)]
+            self.processes.append((role, out, subprocess.Popen(command, cwd=REPO)))
+        deadline = time.monotonic() + 300
+        while not all(Path(f"{out}.ready").exists() for _, out, _ in self.processes):
+            if time.monotonic() > deadline or any(p.poll() is not None for _, _, p in self.processes):
+                self.stop()
+                raise RuntimeError("a worker did not get ready: see its output above")
+            time.sleep(0.2)
+
+    def run(self, seconds: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The workers' window of ``seconds``: their reports, and the server's slots, WAL senders and retained WAL
+        sampled every 5 s meanwhile."""
+        until = time.time() + seconds
+        self.go.write_text(str(until))
+        samples = []
+        while any(p.poll() is None for _, _, p in self.processes):
+            if self.store.name == "postgres" and time.time() < until:
+                samples.append(self.store.replication())
+            time.sleep(5)
+        reports = []
+        for role, out, process in self.processes:
+            if process.returncode != 0:
+                raise RuntimeError(f"a {role} worker failed (exit code {process.returncode}): see its output above")
+            reports.append({"role": role, **json.loads(out.read_text())})
+        return reports, samples or [self.store.replication()]
+
+    def stop(self) -> None:
+        for _, _, process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 def lags(streams: Streams, commits: dict[str, list[tuple[int, float]]]) -> list[float]:
@@ -458,44 +584,47 @@ def lag(store: Any, setup: str, args: argparse.Namespace, workdir: Path) -> dict
 
     prefix = "g" if setup == "group" else "o"
     names = [f"{prefix}{n:03d}" for n in range(args.tables)]
-    hot = {name: store.open(name, n) for n, name in enumerate(names)}
-    for table in hot.values():
-        table.create()
-        table.insert(20)
+    create_tables(store, names, 20)
     run_dir = workdir / f"{store.name}-{setup}"
     run_dir.mkdir(parents=True)
     catalog = {"type": "sql", "uri": f"sqlite:///{run_dir}/catalog.db", "warehouse": f"file://{run_dir}/warehouse"}
     streams = Streams(setup, store, names, run_dir, catalog)
     streams.load()
     busy = names[: args.busy]
-    server_before, own_before, started = tree_cpu(store.pid), time.process_time(), time.monotonic()
-    rounds = cycles = 0
-    with writers(store, busy, args.rate, run_dir) as out:
-        deadline = time.monotonic() + args.seconds
-        while time.monotonic() < deadline:
-            rounds += streams.cycle()
-            cycles += 1
-        replication = store.replication()
+    pool = Workers(store, setup, names, run_dir, catalog, args.round_workers)
+    server_before, started = tree_cpu(store.pid), time.monotonic()
+    try:
+        with writers(store, busy, args.rate, run_dir) as out:
+            workers, samples = pool.run(args.seconds)
+    finally:
+        pool.stop()
     elapsed = time.monotonic() - started
-    server_cpu, task_cpu = tree_cpu(store.pid) - server_before, time.process_time() - own_before
-    streams.cycle()
+    server_cpu = tree_cpu(store.pid) - server_before
+    for found_commits in (w["commits"] for w in workers):
+        for table, done in found_commits.items():
+            streams.commits[table].extend((int(p), float(a)) for p, a in done)
+    streams.cycle()  # the writers stopped: the streams catch up
     streams.cycle()
     commits = {t: [(int(p), float(a)) for p, a in v] for t, v in json.loads(out.read_text()).items()}
     changes = sum(len(v) for v in commits.values())
     found = lags(streams, commits)
-    for table in busy:
-        hot[table].reconnect()
-        assert_lake_equals_hot(hot[table], catalog, ("bench", table))
-    for table in hot.values():
-        table.close()
+    task_cpu = sum(w["cpu_s"] for w in workers)
+    for n, table in enumerate(busy):
+        hot = store.open(table, n)
+        assert_lake_equals_hot(hot, catalog, ("bench", table))
+        hot.close()
     result = {
         "setup": setup, "tables": args.tables, "busy_tables": len(busy), "seconds": round(elapsed, 1),
-        "changes": changes, "changes_per_second": round(changes / elapsed, 1), "cycles": cycles, "rounds": rounds,
+        "changes": changes, "changes_per_second": round(changes / elapsed, 1),
+        "reader_runs": sum(w["passes"] for w in workers if w["role"] == "reader"),
+        "passes": sum(w["passes"] for w in workers if w["role"] == "rounds"),
+        "rounds": sum(w["rounds"] for w in workers),
         "lag_p50_s": percentile(found, 0.5), "lag_p95_s": percentile(found, 0.95), "lag_max_s": percentile(found, 1.0),
         "lags_measured": len(found), "server_cpu_s": round(server_cpu, 2),
         "server_cpu_us_per_change": round(server_cpu / max(changes, 1) * 1e6, 1),
         "task_cpu_s": round(task_cpu, 2), "task_cpu_us_per_change": round(task_cpu / max(changes, 1) * 1e6, 1),
-        **replication, "load_average": [round(v, 2) for v in os.getloadavg()],
+        **{k: max(v[k] for v in samples) if samples else None for k in ("slots", "wal_senders", "retained_wal_bytes")},
+        "load_average": [round(v, 2) for v in os.getloadavg()],
     }  # fmt: skip
     if setup == "group":
         result["change_log_expiry"] = streams.expire(streams.group["name"])
@@ -517,7 +646,8 @@ def scheduler(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     home = workdir / f"scheduler-{setup}"
     home.mkdir(parents=True)
     slots = max(40, args.tables + 10)
-    server = PostgresServer(home / "pg", settings={"max_replication_slots": slots, "max_wal_senders": slots}).start()
+    settings = {"max_replication_slots": slots, "max_wal_senders": slots, "max_connections": 2 * slots + 100}
+    server = PostgresServer(home / "pg", settings=settings).start()
     stop_file, writer = home / "stop-writing", None
     try:
         freshness.create_tables(server.dsn, tables)
@@ -589,6 +719,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, default=10)
     parser.add_argument("--rate", type=float, default=200.0, help="changes a second the writers commit in all")
     parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--round-workers", type=int, default=2, help="the lag part's processes running rounds")
     parser.add_argument("--decode-tables", default="1,10,100")
     parser.add_argument("--decode-changes", type=int, default=20_000)
     parser.add_argument("--minutes", type=float, default=10.0, help="the scheduler part's window, per setup")
@@ -600,31 +731,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--writer", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.writer:
         writer_main(json.loads(args.writer))
+        return 0
+    if args.worker:
+        worker_main(json.loads(args.worker))
         return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tiering-bench-stream-groups-"))
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     report: dict[str, Any] = {"measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                               "arguments": {k: str(v) for k, v in vars(args).items() if k != "writer"}}  # fmt: skip
+
+    def save() -> None:  # after each part: a long run keeps what it measured if a later part fails
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=1))
+
     if "scheduler" in parts:
-        report["scheduler"] = [scheduler(setup, args, workdir) for setup in ("per_table", "group")]
+        report["scheduler"] = []
+        for setup in ("per_table", "group"):
+            report["scheduler"].append(scheduler(setup, args, workdir))
+            save()
     for hot in [h.strip() for h in args.hot.split(",") if h.strip()]:
         if not parts & {"decode", "lag"}:
             break
         store = STORES[hot](workdir / hot, args.tables)
         try:
-            found: dict[str, Any] = {}
+            found: dict[str, Any] = report.setdefault(hot, {})
             if "decode" in parts:
                 found["decode"] = [decode(store, int(n), args.decode_changes) for n in args.decode_tables.split(",")]
+                save()
             if "lag" in parts:
-                found["lag"] = [lag(store, setup, args, workdir / hot) for setup in ("per_table", "group")]
-            report[hot] = found
+                found["lag"] = []
+                for setup in ("per_table", "group"):
+                    found["lag"].append(lag(store, setup, args, workdir / hot))
+                    save()
         finally:
             store.stop()
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1))
+    save()
     print(summary(report))
     return 0
 
@@ -664,7 +809,8 @@ def summary(report: dict[str, Any]) -> str:
                 f"{hot} lag {row['setup']:<9}: p50 {row['lag_p50_s']} s, p95 {row['lag_p95_s']} s; server "
                 f"{row['server_cpu_us_per_change']} us/change, task {row['task_cpu_us_per_change']} us/change; "
                 f"slots {row['slots']}, senders {row['wal_senders']}, retained {row['retained_wal_bytes']}; "
-                f"{row['changes']} changes, {row['rounds']} rounds in {row['cycles']} cycles"
+                f"{row['changes']} changes, {row['rounds']} rounds in {row['passes']} passes, "
+                f"{row['reader_runs']} reader runs"
             )
     return "\n".join(lines)
 

@@ -87,6 +87,14 @@ class Writers:
         self.thread.start()
         return self
 
+    def counts(self) -> dict[str, int]:
+        """The kinds of change the writers made (inserts, updates, key changes, deletes, re-inserts...), in all."""
+        found: dict[str, int] = {}
+        for hot in self.hot:
+            for kind, number in hot.counts.items():
+                found[kind] = found.get(kind, 0) + number
+        return found
+
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()

@@ -141,6 +141,28 @@ class IcebergChangeLog:
             return 0
         return loaded.scan(row_filter=_rows_of(table, after, None), selected_fields=("position",)).to_arrow().num_rows
 
+    def backlogs(self, after: Mapping[str, int]) -> dict[str, int]:
+        """Each table's changes past its position in ``after`` (see ``ChangeLogWriter``): one scan of the log's
+        tables and positions, counted per table."""
+        import pyarrow.compute as pc
+        from pyiceberg.expressions import In
+
+        found = dict.fromkeys(after, 0)
+        loaded = self.load_table()  # as it is now, like changes_after
+        if not after or loaded is None or loaded.current_snapshot() is None:
+            return found
+        names = list(after)
+        where = In(term="source_table", literals=names)
+        rows = loaded.scan(row_filter=where, selected_fields=("source_table", "position")).to_arrow()
+        each = pc.index_in(rows["source_table"], pa.array(names))
+        thresholds = pc.take(pa.array([after[t] for t in names], pa.int64()), each)
+        past = rows.filter(pc.greater(rows["position"], thresholds))
+        counted = past.group_by("source_table").aggregate([("position", "count")])
+        tables, counts = counted["source_table"].to_pylist(), counted["position_count"].to_pylist()
+        for table, waiting in zip(tables, counts, strict=True):
+            found[str(table)] = int(waiting or 0)
+        return found
+
     # -- the reader's writes -------------------------------------------------------------------------------
     def append(
         self,
@@ -186,17 +208,6 @@ class IcebergChangeLog:
         ``before`` when given) and every row of the tables that ``left``, recording ``members`` (their
         ``expired_upto``) in the same swap; only while the log's latest reader commit is ``epoch``'s. Returns how many
         rows went. Then expire old snapshots and remove the files only they held."""
-        from pyiceberg.expressions import And, EqualTo, LessThan, LessThanOrEqual, Or
-
-        parts: list[BooleanExpression] = []
-        for table, position in applied.items():
-            where: BooleanExpression = And(
-                EqualTo(term="source_table", value=table), LessThanOrEqual(term="position", value=position)
-            )
-            if before is not None:
-                where = And(where, LessThan(term="commit_time", value=before.isoformat()))
-            parts.append(where)
-        parts.extend(EqualTo(term="source_table", value=table) for table in left)
         loaded = self.load_table()
         if loaded is None:
             return 0
@@ -207,17 +218,66 @@ class IcebergChangeLog:
                 raise FencedError(f"change log {self.name}: another reader run committed; expiry left to it")
 
         fence(loaded)
-        doomed = 0
-        if parts:
-            expression = parts[0] if len(parts) == 1 else Or(*parts)
-            doomed = loaded.scan(row_filter=expression, selected_fields=("position",)).to_arrow().num_rows
+        doomed, expression = self._doomed(loaded, applied, left, before)
         tx = fenced_transaction(loaded, fence)
         if doomed:
+            assert expression is not None
             tx.delete(delete_filter=expression)
         tx.set_properties({MEMBERS_PROPERTY: _members_json(members)})
         tx.commit_transaction()
         self._expire_snapshots()
         return doomed
+
+    def _doomed(
+        self, loaded: Table, applied: Mapping[str, int], left: Sequence[str], before: datetime | None
+    ) -> tuple[int, BooleanExpression | None]:
+        """How many rows expiry deletes, and the filter that deletes them (over the tables that hold such rows
+        only). Counted from each file's statistics (a file holds one table's rows): whole files by their row count,
+        only the files that straddle a table's applied position read. A filter over a hundred tables, evaluated on
+        every file of a log a reader appends to twice a second, took a minute; this takes the files' listing."""
+        from pyiceberg.expressions import And, EqualTo, LessThan, LessThanOrEqual, Or
+
+        def where_of(table: str) -> BooleanExpression:
+            if table in left:
+                return EqualTo(term="source_table", value=table)
+            found: BooleanExpression = And(
+                EqualTo(term="source_table", value=table), LessThanOrEqual(term="position", value=applied[table])
+            )
+            if before is not None:
+                found = And(found, LessThan(term="commit_time", value=before.isoformat()))
+            return found
+
+        if loaded.current_snapshot() is None:
+            return 0, None
+        cutoff = None if before is None else int(before.timestamp() * 1_000_000)
+        doomed, tables, straddling = 0, set(), []
+        for task in loaded.scan().plan_files():
+            table = str(task.file.partition[0])
+            if table in left:
+                doomed += task.file.record_count
+                tables.add(table)
+                continue
+            if table not in applied:
+                continue
+            low, high = _bounds(loaded, task.file, "position")
+            times = _bounds(loaded, task.file, "commit_time")
+            if low > applied[table] or (cutoff is not None and times[0] >= cutoff):
+                continue
+            tables.add(table)
+            untimed = cutoff is not None and (task.file.null_value_counts or {}).get(_field_id(loaded, "commit_time"))
+            if high <= applied[table] and (cutoff is None or (times[1] < cutoff and not untimed)):
+                doomed += task.file.record_count
+            else:
+                straddling.append(task)
+        if not tables:
+            return 0, None
+        expression = Or(*map(where_of, sorted(tables))) if len(tables) > 1 else where_of(next(iter(tables)))
+        if straddling:
+            from pyiceberg.io.pyarrow import ArrowScan
+
+            scan = ArrowScan(loaded.metadata, loaded.io, loaded.schema(), expression)
+            doomed += scan.to_table(straddling).num_rows
+        return doomed, expression
 
     def _expire_snapshots(self, now: datetime | None = None) -> None:
         """Snapshots older than :data:`KEEP_SNAPSHOTS_FOR` beyond the newest few, and the files only they held
@@ -271,9 +331,23 @@ def _rows_of(table: str, after: int, upto: int | None) -> BooleanExpression:
 
 def _lower_position(table: Table, data_file: Any) -> int:
     """The least ``position`` a data file holds, from its statistics (0 when it has none)."""
-    from pyiceberg.conversions import from_bytes
-    from pyiceberg.types import LongType
+    return _bounds(table, data_file, "position")[0]
 
-    field = table.schema().find_field("position")
-    bound = (data_file.lower_bounds or {}).get(field.field_id)
-    return 0 if bound is None else int(from_bytes(LongType(), bound))
+
+def _field_id(table: Table, column: str) -> int:
+    return table.schema().find_field(column).field_id
+
+
+def _bounds(table: Table, data_file: Any, column: str) -> tuple[int, int]:
+    """The least and greatest value of an integer or timestamp ``column`` in a data file, from its statistics (the
+    widest range when it has none)."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import PrimitiveType
+
+    field = table.schema().find_field(column)
+    assert isinstance(field.field_type, PrimitiveType)
+    low, high = (data_file.lower_bounds or {}).get(field.field_id), (data_file.upper_bounds or {}).get(field.field_id)
+    return (
+        -(2**63) if low is None else int(from_bytes(field.field_type, low)),
+        2**63 - 1 if high is None else int(from_bytes(field.field_type, high)),
+    )

@@ -17,6 +17,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_tiering.plugins.addresses import BUNDLE, PAGE_ROUTE, URL_PREFIX
+from airflow_provider_tiering.timetables import StaggeredInterval
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -47,7 +48,8 @@ class LazyTieringApp:
 
 
 class TieringPlugin(AirflowPlugin):
-    """Every tiered table's status in the Airflow UI (Browse → Tiering) and as JSON under ``/tiering/api``."""
+    """Every tiered table's status in the Airflow UI (Browse → Tiering) and as JSON under ``/tiering/api``; and the
+    timetable of the tables' own DAGs (``timetables.py``), which Airflow finds only through a plugin."""
 
     name = "tiering"
     fastapi_apps = [{"name": "tiering", "app": LazyTieringApp(), "url_prefix": URL_PREFIX}]
@@ -61,3 +63,4 @@ class TieringPlugin(AirflowPlugin):
             "category": "browse",
         }
     ]
+    timetables = [StaggeredInterval]

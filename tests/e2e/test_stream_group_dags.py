@@ -124,10 +124,12 @@ def test_a_group_of_twenty_tables_reads_its_database_once_through_dag_runs(datab
             if slots_before is not None:
                 assert slots() == slots_before + 1, "one slot for the group's 20 tables"
 
-            with Writers(database.open, busy):
+            with Writers(database.open, busy) as writers:
                 for _ in range(2):
                     assert runs.read() == "success"
                     assert set(runs.tier(busy).values()) == {"success"}
+            made = writers.counts()
+            assert all(made[k] for k in ("update", "key_update", "delete", "reinsert")), made
             assert runs.read() == "success"
             runs.tier(busy)
             check(tables)
@@ -217,8 +219,7 @@ def test_a_group_of_twenty_tables_reads_its_database_once_through_dag_runs(datab
             assert runs.read() == "success"
             assert len(load_catalog("default", **catalog).load_table((namespace, gone)).scan().to_arrow()) > 0
             runs.tier(busy)
-            check([t for t in kept if t != late])
-            check(busy[:2], duckdb=True)
+            check(kept, duckdb=True)  # and read by DuckDB's Iceberg reader
             if slots_before is not None:
                 assert slots() == slots_before + 1
 

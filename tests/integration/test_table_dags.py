@@ -37,7 +37,8 @@ bag = DagBag({dags!r})
 found = {{}}
 for dag_id, dag in bag.dags.items():
     found[dag_id] = {{
-        "schedule": str(getattr(dag.timetable, "delta", dag.timetable)),
+        "schedule": str(getattr(dag.timetable, "every", dag.timetable)),
+        "phase": dag.timetable.phase.total_seconds() if hasattr(dag.timetable, "phase") else None,
         "max_active_runs": dag.max_active_runs,
         "tasks": {{t.task_id: [type(t).__name__, getattr(t, "every_run_due", None)] for t in dag.tasks}},
     }}
@@ -66,6 +67,7 @@ def test_each_table_gets_its_own_dag_on_its_freshness_beside_the_groups_status_a
     assert dags["sales.orders"]["tasks"] == {"orders": ["TierTableOperator", True]}
     assert dags["sales.customers"]["tasks"] == {"customers": ["TierTableOperator", True]}
     assert dags["sales.orders"]["schedule"] == "0:00:30" and dags["sales.customers"]["schedule"] == "0:05:00"
+    assert 0 <= dags["sales.orders"]["phase"] < 30 and 0 <= dags["sales.customers"]["phase"] < 300
     assert dags["sales.orders"]["max_active_runs"] == dags["sales.customers"]["max_active_runs"] == 1
     assert dags["sales"]["tasks"] == {"tiering_summary": ["TieringSummaryOperator", None]}
     maintained = {"orders.maintain": ["MaintainTableOperator", None]}  # customers opted out

@@ -145,6 +145,9 @@ class MemoryChangeLog:
     def changes_after(self, table: str, after: int) -> int:
         return sum(1 for r in self.rows.to_pylist() if r["source_table"] == table and r["position"] > after)
 
+    def backlogs(self, after: Mapping[str, int]) -> dict[str, int]:
+        return {table: self.changes_after(table, position) for table, position in after.items()}
+
 
 class MemoryStore:
     def __init__(self) -> None:

@@ -216,7 +216,8 @@ def test_a_stream_groups_reader_runs_before_its_tables_or_on_a_clock_of_its_own(
 
     from airflow_provider_tiering.dag_factory import build_table_dags, build_tiering_dag
 
-    tables = [member("orders"), member("items"), spec(name="log", lake={"namespace": "sales", "table": "log"})]
+    tables = [member("orders", freshness_seconds=60), member("items", freshness_seconds=20),
+              spec(name="log", lake={"namespace": "sales", "table": "log"}, freshness_seconds=60)]  # fmt: skip
     dag = build_tiering_dag("one", tables, streams=[GROUP], maintenance=False)
     reader = dag.get_task("db.read_changes")
     assert reader.downstream_task_ids == {"orders", "items", "tiering_summary"}
@@ -228,7 +229,12 @@ def test_a_stream_groups_reader_runs_before_its_tables_or_on_a_clock_of_its_own(
 
     dags = build_table_dags("own", tables, streams=[{**GROUP, "read_every_seconds": 15}])
     assert set(dags) == {"own", "own.db", "own.orders", "own.items", "own.log", "own_maintenance"}
-    assert dags["own.db"].schedule == timedelta(seconds=15) and dags["own.db"].max_active_runs == 1
+    assert dags["own.db"].timetable.every == timedelta(seconds=15) and dags["own.db"].max_active_runs == 1
+    # A table of the group runs every freshness less the reader's interval (at least half its freshness): its data
+    # age waits for the reader, then for its round. A table on its own stream runs every freshness.
+    every = {name: dags[f"own.{name}"].timetable.every.total_seconds() for name in ("orders", "items", "log")}
+    assert every == {"orders": 45.0, "items": 10.0, "log": 60.0}
+    assert len({dags[f"own.{name}"].timetable.phase for name in ("orders", "log")}) == 2, "each at its own phase"
     (read,) = dags["own.db"].tasks
     assert [t.name for t in read.tables] == ["orders", "items"]
     summary = dags["own"].get_task("tiering_summary")

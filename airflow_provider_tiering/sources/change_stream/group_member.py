@@ -37,8 +37,11 @@ from airflow_provider_tiering.sources.change_stream.source import ChangeStreamSo
 
 log = logging.getLogger(__name__)
 
-#: How long a table's first round waits for the group's reader to take it into the change log, and how often it looks.
+#: How long a table's first round waits for the group's reader to take it into the change log (at least two of the
+#: reader's runs), and how often it looks.
 JOIN_WAIT_SECONDS = 90.0
+#: Two of the reader's intervals, but never more than this: a waiting round holds a worker slot.
+JOIN_WAIT_MAX_SECONDS = 600.0
 JOIN_POLL_SECONDS = 2.0
 #: What a probe is told of a table: the position from which the log holds its changes and the position of the newest
 #: one (0: none written), or None when it is not known (the table is not in the group's state document yet).
@@ -84,7 +87,8 @@ class GroupMember(ChangeStreamSource):
         Raises:
             SourceError: the reader has not taken the table in (after the wait).
         """
-        deadline = time.monotonic() + (JOIN_WAIT_SECONDS if wait else 0)
+        waits = max(JOIN_WAIT_SECONDS, min(2 * self.stream.read_every_seconds, JOIN_WAIT_MAX_SECONDS)) if wait else 0
+        deadline = time.monotonic() + waits
         while True:
             state = self._require_log().state()
             member = None if state is None else state.member(self.member_table)
@@ -197,9 +201,9 @@ class GroupMember(ChangeStreamSource):
     # -- what a round asks -----------------------------------------------------------------------------------
     def safe_watermark(self, committed: Offsets | None, candidate: JsonObject | None) -> SafeWatermark:
         """Every change the log holds is committed: a round may read to the log's position. Its first round waits
-        for the reader to take the table in."""
-        self._check_table()
+        for the reader to take the table in (its checks follow: before that, the group's publication lacks it)."""
         state, member = self._member_state(wait=committed is None)
+        self._check_table()
         end = state.end
         assert end is not None  # a member's log has a position
         if committed is not None and self._position(committed) < member.held_from:

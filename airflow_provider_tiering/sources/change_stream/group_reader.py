@@ -183,6 +183,11 @@ class ChangeLogWriter(Protocol):
 
     def changes_after(self, table: str, after: int) -> int: ...
 
+    def backlogs(self, after: Mapping[str, int]) -> dict[str, int]:
+        """How many changes of each table of ``after`` committed past its position there the log holds now, in one
+        read of the log (a hundred tables' counts in one scan, not a hundred)."""
+        ...
+
 
 class StreamStateStore(Protocol):
     """Where the group's state document lives (Airflow's asset state store, in a task)."""
@@ -443,9 +448,8 @@ class GroupReader:
     def _count_backlogs(
         self, state: StreamGroupState, applied: Mapping[str, int], members: Mapping[str, StreamMember], now: datetime
     ) -> None:
-        for table, member in members.items():
-            after = applied.get(table, member.held_from)
-            waiting = self.change_log.changes_after(table, after)
+        after = {table: applied.get(table, member.held_from) for table, member in members.items()}
+        for table, waiting in self.change_log.backlogs(after).items():
             found = self._table_state(state, table)
             found.backlog_changes, found.backlog_counted_at = waiting, now
 
