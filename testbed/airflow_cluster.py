@@ -213,8 +213,8 @@ class AirflowCluster:
                 if attempt == 0:
                     self._prepare_database()
                     self.timings["db_migrate"] = time.monotonic() - t0
-                self._spawn_all()
                 try:
+                    self._spawn_all()
                     self._wait_healthy()
                     break
                 except _PortTaken:
@@ -463,6 +463,17 @@ class AirflowCluster:
                 commands[worker] = self.celery.command(worker)
                 environments[worker] = self.celery.environment(worker, env)
                 directories[worker] = self.celery.home(worker)
+        # The api-server first, answering: the dag-processor and scheduler of a deployment whose DAGs are unpaused
+        # at creation queue the first runs at once, and a task that cannot reach the execution API (a loaded
+        # machine took 18 s to start the api-server) fails before its first line runs.
+        first = {"api-server": commands.pop("api-server")}
+        self._spawn(first, environments, directories)
+        self._wait_api()
+        self._spawn(commands, environments, directories)
+
+    def _spawn(
+        self, commands: dict[str, list[str]], environments: dict[str, dict[str, str]], directories: dict[str, Path]
+    ) -> None:
         for name, args in commands.items():
             log_path = self.proc_log_dir / f"{name}.log"
             with log_path.open("ab") as log:
@@ -495,6 +506,31 @@ class AirflowCluster:
             parts.append(f"----- {path.name} (last {lines} lines) -----\n{_tail(path, lines)}")
         return "\n".join(parts) + "\n"
 
+    def _wait_api(self) -> None:
+        """Wait for the api-server to answer, its execution API warmed up."""
+        deadline = time.monotonic() + self.startup_timeout
+        last: Any = None
+        with httpx.Client(base_url=self.base_url, timeout=30, trust_env=False) as client:
+            while time.monotonic() < deadline:
+                self.check_processes()
+                try:
+                    resp = client.get("/api/v2/monitor/health")
+                    last = resp.text
+                    if resp.status_code == 200:
+                        # Cadwyn builds the execution API's versioned routers lazily on its
+                        # first request: 5-25 s of CPU inside the event loop, which stalls the
+                        # whole api-server and makes the first task's "run" call exceed
+                        # [workers] execution_api_timeout (5 s) and retry. Pay it now, before
+                        # any task can start.
+                        client.get("/execution/health", timeout=180).raise_for_status()
+                        return
+                except httpx.TransportError as err:
+                    last = repr(err)
+                time.sleep(0.5)
+        raise AirflowClusterError(
+            f"api-server not up after {self.startup_timeout}s (last: {last})\n{self.diagnostics()}"
+        )
+
     def _wait_healthy(self) -> None:
         """Wait for /api/v2/monitor/health to report every started component healthy."""
         components = ["metadatabase", "scheduler", "dag_processor"]
@@ -502,22 +538,12 @@ class AirflowCluster:
             components.append("triggerer")
         deadline = time.monotonic() + self.startup_timeout
         last: Any = None
-        warmed_up = False
         with httpx.Client(base_url=self.base_url, timeout=30, trust_env=False) as client:
             while time.monotonic() < deadline:
                 self.check_processes()
                 try:
                     resp = client.get("/api/v2/monitor/health")
                     last = resp.text
-                    if resp.status_code == 200 and not warmed_up:
-                        # Cadwyn builds the execution API's versioned routers lazily on its
-                        # first request: 5-25 s of CPU inside the event loop, which stalls the
-                        # whole api-server and makes the first task's "run" call exceed
-                        # [workers] execution_api_timeout (5 s) and retry. Pay it now, while
-                        # the other components are still booting.
-                        client.get("/execution/health", timeout=180).raise_for_status()
-                        warmed_up = True
-                        continue
                     if resp.status_code == 200:
                         body = resp.json()
                         statuses = [(body.get(c) or {}).get("status") for c in components]
