@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 #: reader's runs), and how often it looks.
 JOIN_WAIT_SECONDS = 90.0
 #: Two of the reader's intervals, but never more than this: a waiting round holds a worker slot.
-JOIN_WAIT_MAX_SECONDS = 600.0
+JOIN_WAIT_MAX_SECONDS = 300.0
 JOIN_POLL_SECONDS = 2.0
 #: What a probe is told of a table: the position from which the log holds its changes and the position of the newest
 #: one (0: none written), or None when it is not known (the table is not in the group's state document yet).
