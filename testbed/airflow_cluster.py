@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -508,34 +508,35 @@ class AirflowCluster:
 
     def _wait_api(self) -> None:
         """Wait for the api-server to answer, its execution API warmed up."""
-        deadline = time.monotonic() + self.startup_timeout
-        last: Any = None
-        with httpx.Client(base_url=self.base_url, timeout=30, trust_env=False) as client:
-            while time.monotonic() < deadline:
-                self.check_processes()
-                try:
-                    resp = client.get("/api/v2/monitor/health")
-                    last = resp.text
-                    if resp.status_code == 200:
-                        # Cadwyn builds the execution API's versioned routers lazily on its
-                        # first request: 5-25 s of CPU inside the event loop, which stalls the
-                        # whole api-server and makes the first task's "run" call exceed
-                        # [workers] execution_api_timeout (5 s) and retry. Pay it now, before
-                        # any task can start.
-                        client.get("/execution/health", timeout=180).raise_for_status()
-                        return
-                except httpx.TransportError as err:
-                    last = repr(err)
-                time.sleep(0.5)
-        raise AirflowClusterError(
-            f"api-server not up after {self.startup_timeout}s (last: {last})\n{self.diagnostics()}"
-        )
+
+        def warmed_up(client: httpx.Client, health: httpx.Response) -> bool:
+            # Cadwyn builds the execution API's versioned routers lazily on its first request: 5-25 s of CPU inside
+            # the event loop, which stalls the whole api-server and makes the first task's "run" call exceed
+            # [workers] execution_api_timeout (5 s) and retry. Pay it now, before any task can start.
+            client.get("/execution/health", timeout=180).raise_for_status()
+            return True
+
+        self._poll_health(warmed_up, lambda: "api-server not up")
 
     def _wait_healthy(self) -> None:
         """Wait for /api/v2/monitor/health to report every started component healthy."""
         components = ["metadatabase", "scheduler", "dag_processor"]
         if self.with_triggerer:
             components.append("triggerer")
+
+        def healthy(client: httpx.Client, health: httpx.Response) -> bool:
+            body = health.json()
+            statuses = [(body.get(c) or {}).get("status") for c in components]
+            return all(s == "healthy" for s in statuses) and self._workers_ready()
+
+        self._poll_health(
+            healthy,
+            lambda: "api-server not healthy" + ("" if self._workers_ready() else ", or a Celery worker not ready"),
+        )
+
+    def _poll_health(self, ready: Callable[[httpx.Client, httpx.Response], bool], failure: Callable[[], str]) -> None:
+        """Ask /api/v2/monitor/health every 0.5 s until ``ready`` says so of an answer (each component's process
+        checked alive meanwhile); past the start-up timeout, raise with ``failure()``'s words."""
         deadline = time.monotonic() + self.startup_timeout
         last: Any = None
         with httpx.Client(base_url=self.base_url, timeout=30, trust_env=False) as client:
@@ -544,18 +545,12 @@ class AirflowCluster:
                 try:
                     resp = client.get("/api/v2/monitor/health")
                     last = resp.text
-                    if resp.status_code == 200:
-                        body = resp.json()
-                        statuses = [(body.get(c) or {}).get("status") for c in components]
-                        if all(s == "healthy" for s in statuses) and self._workers_ready():
-                            return
+                    if resp.status_code == 200 and ready(client, resp):
+                        return
                 except httpx.TransportError as err:
                     last = repr(err)
                 time.sleep(0.5)
-        workers = "" if self._workers_ready() else ", or a Celery worker not ready"
-        raise AirflowClusterError(
-            f"api-server not healthy{workers} after {self.startup_timeout}s (last: {last})\n{self.diagnostics()}"
-        )
+        raise AirflowClusterError(f"{failure()} after {self.startup_timeout}s (last: {last})\n{self.diagnostics()}")
 
     def _workers_ready(self) -> bool:
         """Every Celery worker has said it is ready (the health endpoint does not report workers)."""

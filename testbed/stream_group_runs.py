@@ -22,15 +22,19 @@ class GroupRuns:
     def dag(self, name: str) -> str:
         return f"{self.dag_group}.{name}"
 
-    def settled(self, dag_ids: Sequence[str], timeout: float = 600) -> None:
-        """Wait until no run of these DAGs is queued or running (the scheduled runs their creation started)."""
+    def settled(self, dag_ids: Sequence[str], timeout: float = 600, *, first_runs: bool = False) -> None:
+        """Wait until no run of these DAGs is queued or running; with ``first_runs``, until each one's first
+        scheduled run (which its creation starts, a scheduler loop after it was parsed) has been and gone."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            busy = [d for d in dag_ids if self._active_runs(d)]
+            busy = [d for d in dag_ids if self._active_runs(d) or (first_runs and not self._runs(d))]
             if not busy:
                 return
             time.sleep(1)
-        raise AssertionError(f"runs of {busy} still active after {timeout:.0f} s")
+        raise AssertionError(f"runs of {busy} still active (or not started) after {timeout:.0f} s")
+
+    def _runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return list(self.af.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns")["dag_runs"])
 
     def _active_runs(self, dag_id: str) -> list[dict[str, Any]]:
         runs = self.af.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", params={"state": ["queued", "running"]})
