@@ -40,6 +40,7 @@ from airflow_provider_tiering.lake.tiering_commits import (
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
+    from pyiceberg.types import NestedField
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,8 @@ class IcebergChangeLog:
         tasks = list(loaded.scan(row_filter=where).plan_files())
         # A file is one reader commit's rows of the table, written in commit order: files in the order of their
         # first position, each one's rows in order, make the table's changes in commit order.
-        tasks.sort(key=lambda task: _lower_position(loaded, task.file))
+        position = loaded.schema().find_field("position")
+        tasks.sort(key=lambda task: _bounds(position, task.file)[0])
         scan = ArrowScan(loaded.metadata, loaded.io, loaded.schema(), where)
         for task in tasks:
             rows = scan.to_table([task])
@@ -250,6 +252,8 @@ class IcebergChangeLog:
         if loaded.current_snapshot() is None:
             return 0, None
         cutoff = None if before is None else int(before.timestamp() * 1_000_000)
+        schema = loaded.schema()
+        position, commit_time = schema.find_field("position"), schema.find_field("commit_time")
         doomed, tables, straddling = 0, set(), []
         for task in loaded.scan().plan_files():
             table = str(task.file.partition[0])
@@ -259,12 +263,12 @@ class IcebergChangeLog:
                 continue
             if table not in applied:
                 continue
-            low, high = _bounds(loaded, task.file, "position")
-            times = _bounds(loaded, task.file, "commit_time")
+            low, high = _bounds(position, task.file)
+            times = _bounds(commit_time, task.file)
             if low > applied[table] or (cutoff is not None and times[0] >= cutoff):
                 continue
             tables.add(table)
-            untimed = cutoff is not None and (task.file.null_value_counts or {}).get(_field_id(loaded, "commit_time"))
+            untimed = cutoff is not None and (task.file.null_value_counts or {}).get(commit_time.field_id)
             if high <= applied[table] and (cutoff is None or (times[1] < cutoff and not untimed)):
                 doomed += task.file.record_count
             else:
@@ -329,22 +333,12 @@ def _rows_of(table: str, after: int, upto: int | None) -> BooleanExpression:
     return where if upto is None else And(where, LessThanOrEqual(term="position", value=upto))
 
 
-def _lower_position(table: Table, data_file: Any) -> int:
-    """The least ``position`` a data file holds, from its statistics (0 when it has none)."""
-    return _bounds(table, data_file, "position")[0]
-
-
-def _field_id(table: Table, column: str) -> int:
-    return table.schema().find_field(column).field_id
-
-
-def _bounds(table: Table, data_file: Any, column: str) -> tuple[int, int]:
-    """The least and greatest value of an integer or timestamp ``column`` in a data file, from its statistics (the
-    widest range when it has none)."""
+def _bounds(field: NestedField, data_file: Any) -> tuple[int, int]:
+    """The least and greatest value of an integer or timestamp column (``field``, looked up once by the caller for
+    all its files) in a data file, from its statistics (the widest range when it has none)."""
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import PrimitiveType
 
-    field = table.schema().find_field(column)
     assert isinstance(field.field_type, PrimitiveType)
     low, high = (data_file.lower_bounds or {}).get(field.field_id), (data_file.upper_bounds or {}).get(field.field_id)
     return (

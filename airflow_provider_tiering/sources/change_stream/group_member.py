@@ -37,10 +37,9 @@ from airflow_provider_tiering.sources.change_stream.source import ChangeStreamSo
 
 log = logging.getLogger(__name__)
 
-#: How long a table's first round waits for the group's reader to take it into the change log (at least two of the
-#: reader's runs), and how often it looks.
+#: How long a table's first round waits for the group's reader to take it into the change log (two of the reader's
+#: intervals, at least the first and at most the second: a waiting round holds a worker slot), and how often it looks.
 JOIN_WAIT_SECONDS = 90.0
-#: Two of the reader's intervals, but never more than this: a waiting round holds a worker slot.
 JOIN_WAIT_MAX_SECONDS = 300.0
 JOIN_POLL_SECONDS = 2.0
 #: What a probe is told of a table: the position from which the log holds its changes and the position of the newest
