@@ -30,23 +30,28 @@ from testbed.rounds import lake_of
 COLUMNS = (
     "id bigint PRIMARY KEY, i2 smallint, i4 integer, f4 real, f8 double precision, b boolean, t text, "
     "vc varchar(20), ch char(5), n numeric(12,3), nu numeric, d date, ts timestamp, tz timestamptz, u uuid, "
-    "j json, jb jsonb, m {mood}"
+    "j json, jb jsonb, m {mood}, ta text[], ua uuid[], ma {mood}[]"
 )
-NAMES = ("id", "i2", "i4", "f4", "f8", "b", "t", "vc", "ch", "n", "nu", "d", "ts", "tz", "u", "j", "jb", "m")
-#: Values Arrow parses from their text exactly: extremes, special floats, padding, zones, text that needs quoting.
+NAMES = ("id", "i2", "i4", "f4", "f8", "b", "t", "vc", "ch", "n", "nu", "d", "ts", "tz", "u", "j", "jb", "m",
+         "ta", "ua", "ma")  # fmt: skip
+#: Values Arrow (or psycopg's array loader) parses from their text exactly: extremes, special floats, padding, zones,
+#: text that needs quoting, arrays with NULLs, quotes, backslashes, braces and bounds.
 PARSED_ROWS = [
     "(10, 1, 2, 1.1, 0.1, true, 'plain', 'v', 'ab', 1.5, 2.25, '2026-11-02', '2026-11-02 09:30:00.123456', "
-    "'2026-11-02 09:30:00+05:30', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{\"a\":  1}', '{\"b\": [1, 2]}', 'ok')",
+    "'2026-11-02 09:30:00+05:30', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{\"a\":  1}', '{\"b\": [1, 2]}', 'ok', "
+    "ARRAY['a', 'b c', NULL, 'NULL', 'q\"uote', 'back\\slash', '', '{x}', 'é漢字'], "
+    "ARRAY['A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'::uuid, NULL], '{\"happy, really\",sad}')",
     "(11, -32768, 2147483647, 'NaN', 'Infinity', false, E'line\\nbreak \"q\" \\\\ é漢字', 'é', 'x', -99999999.999, "
     "0.000000000000000001, '0001-01-01', '1900-01-01 00:00:00', '1969-12-31 23:59:59.999999-08', "
-    "'00000000-0000-0000-0000-000000000000', '[]', '{\"z\": 1, \"a\": 2}', 'happy, really')",
+    "'00000000-0000-0000-0000-000000000000', '[]', '{\"z\": 1, \"a\": 2}', 'happy, really', '{}', '{}', '{}')",
     "(12, 32767, -2147483648, '-0', '-Infinity', true, '', '', '', 0, -12345678901234567890.123456789012345678, "
     "'9999-12-31', '9999-12-31 23:59:59.999999', '2000-02-29 12:00:00+00', "
-    "'ffffffff-ffff-ffff-ffff-ffffffffffff', 'null', 'null', 'sad')",
+    "'ffffffff-ffff-ffff-ffff-ffffffffffff', 'null', 'null', 'sad', '[0:1]={x,y}', NULL, '{ok}')",
     "(13, NULL, NULL, 3.4028235e38, 1e-300, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-    "NULL, NULL)",
+    "NULL, NULL, NULL, NULL, NULL)",
     "(14, 7, 7, 0.30000001, 0.30000000000000004, false, 'seven', 'seven', 'seven', 7.007, 7, '2024-02-29', "
-    "'2024-02-29 00:00:00', '2024-02-29 23:30:00-01', '0e1f0e1f-0e1f-0e1f-0e1f-0e1f0e1f0e1f', '7', '7', 'ok')",
+    "'2024-02-29 00:00:00', '2024-02-29 23:30:00-01', '0e1f0e1f-0e1f-0e1f-0e1f-0e1f0e1f0e1f', '7', '7', 'ok', "
+    "'{NULL}', '{}', NULL)",
 ]
 
 
@@ -134,7 +139,7 @@ def test_values_typed_in_this_process_equal_the_servers_typing(
     assert digest(comparable(here)) == digest(comparable(by_server))
     conn.execute("SET DateStyle = ISO; SET extra_float_digits = 1")  # for psycopg's own reading of the hot rows
     # The lake's terms: a real's exact value, json's text as written, jsonb's as the server normalises it.
-    as_lake = {"f4": "f4::float8", "j": "j::text", "jb": "jb::text"}
+    as_lake = {"f4": "f4::float8", "j": "j::text", "jb": "jb::text", "ua": "ua::text[]", "ma": "ma::text[]"}
     hot = conn.execute(f"SELECT {', '.join(as_lake.get(c, c) for c in NAMES)} FROM typed_here").fetchall()
     assert digest(zip(*(here.column(c).to_pylist() for c in NAMES), strict=True)) == digest(hot)
     assert here.num_rows == len(hot) == 6

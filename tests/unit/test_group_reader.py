@@ -31,6 +31,13 @@ class Killed(BaseException):
     """A SIGKILL at a phase: nothing after it runs (a BaseException: no ``except Exception`` records it)."""
 
 
+class MemoryConnection:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class MemoryLog(GroupLog):
     """A database's log in memory: transactions, each ending 10 past its commit, a slot that only moves forward."""
 
@@ -40,6 +47,12 @@ class MemoryLog(GroupLog):
         self.transactions: list[tuple[int, int, list[tuple[str, int]]]] = []
         self.slot: int | None = None
         self.end_at = 0
+        self.connections: list[MemoryConnection] = []
+        self.used: list[MemoryConnection] = []
+
+    def _connect(self) -> MemoryConnection:
+        self.connections.append(MemoryConnection())
+        return self.connections[-1]
 
     def write(self, *changes: tuple[str, int]) -> None:
         commit_at = self.end_at + 5
@@ -50,7 +63,13 @@ class MemoryLog(GroupLog):
         return f"s.{source.table}"
 
     def check(self) -> None:
-        return None
+        with self._connection() as conn:
+            self.used.append(conn)
+
+    def end(self) -> tuple[int, int | None]:
+        with self._connection() as conn:
+            self.used.append(conn)
+        return self.end_at, self.end_at
 
     def start(self) -> int:
         if self.slot is None:
@@ -62,9 +81,6 @@ class MemoryLog(GroupLog):
         if self.slot > position:
             raise AssertionError(f"the slot ({self.slot}) passed the change log ({position})")
         self.slot = position
-
-    def end(self) -> tuple[int, int | None]:
-        return self.end_at, self.end_at
 
     def messages(
         self, start: int, end: int | None, tables: Sequence[str], budget: int | None
@@ -200,6 +216,19 @@ def test_a_run_killed_at_any_phase_then_the_next_write_every_transaction_once(ph
     state = store.load()
     assert state is not None and state.status == "read"
     assert {t: s.announced() for t, s in state.tables.items()} == {"s.a": 30, "s.b": 15, "s.c": 45}
+
+
+def test_a_run_s_steps_share_one_connection_closed_when_it_ends_or_dies() -> None:
+    log, change_log, store = MemoryLog(), MemoryChangeLog(), MemoryStore()
+    reader(log, change_log, store).run()
+    assert len(log.connections) == 1 and log.connections[0].closed
+    assert log.used == [log.connections[0]] * 2
+    log.write(("s.a", 1))
+    with pytest.raises(Killed):
+        reader(log, change_log, store, kill_at="read").run()
+    assert len(log.connections) == 2 and all(c.closed for c in log.connections)
+    log.end()  # outside a run: a connection of its own
+    assert len(log.connections) == 3 and log.used[-1] is log.connections[2] and log.connections[2].closed
 
 
 def test_a_stale_run_is_fenced_and_commits_nothing() -> None:

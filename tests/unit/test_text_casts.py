@@ -39,8 +39,31 @@ def typed(col: PgColumn, texts: list[str | None]) -> list[object] | None:
         (column("character", "character(3)"), ["a  "], ["a  "]),
         (column("jsonb"), ['{"a": 1}'], ['{"a": 1}']),
         (column("USER-DEFINED", "mood", kind="e"), ["happy, really"], ["happy, really"]),
+        (
+            column("ARRAY", "text[]", element="text", element_kind="b"),
+            ['{a,"b c",NULL,"NULL","q\\"uote","back\\\\slash",""}', "{}", None, "[0:1]={x,y}", "{é漢字}"],
+            [["a", "b c", None, "NULL", 'q"uote', "back\\slash", ""], [], None, ["x", "y"], ["é漢字"]],
+        ),
+        (
+            column("ARRAY", "mood[]", element="mood", element_kind="e"),
+            ['{"happy, really",sad}'],
+            [["happy, really", "sad"]],
+        ),
     ],
-    ids=["bigint", "double", "boolean", "numeric", "date", "timestamp", "timestamptz", "char", "jsonb", "enum"],
+    ids=[
+        "bigint",
+        "double",
+        "boolean",
+        "numeric",
+        "date",
+        "timestamp",
+        "timestamptz",
+        "char",
+        "jsonb",
+        "enum",
+        "text array",
+        "enum array",
+    ],  # fmt: skip
 )
 def test_each_covered_type_parses_postgresqls_text_exactly(col, texts, values):
     assert typed(col, texts) == values
@@ -56,8 +79,18 @@ def test_each_covered_type_parses_postgresqls_text_exactly(col, texts, values):
         (column("numeric", "numeric(12,2)", precision=12, scale=2), "NaN"),
         (column("numeric"), "1.0000000000000000001"),  # more digits than the lake's decimal(38,18) keeps
         (column("boolean"), "true"),
+        (column("ARRAY", "text[]", element="text", element_kind="b"), "{{a,b},{c,d}}"),
     ],
-    ids=["date BC", "infinity", "year 10000", "zone with seconds", "numeric NaN", "too many digits", "not boolout"],
+    ids=[
+        "date BC",
+        "infinity",
+        "year 10000",
+        "zone with seconds",
+        "numeric NaN",
+        "too many digits",
+        "not boolout",
+        "two dimensions",
+    ],  # fmt: skip
 )
 def test_a_text_arrow_cannot_parse_exactly_goes_to_the_server(col, text):
     assert typed(col, ["2000-01-01" if "date" in col.data_type else None, text]) is None
@@ -71,8 +104,9 @@ def test_a_text_arrow_cannot_parse_exactly_goes_to_the_server(col, text):
         column("interval"),
         column("inet"),
         column("ARRAY", "integer[]", element="integer", element_kind="b"),
+        column("ARRAY", "interval[]", element="interval", element_kind="b"),
     ],
-    ids=["bytea", "time", "interval", "inet", "array"],
+    ids=["bytea", "time", "interval", "inet", "integer array", "interval array"],
 )
 def test_types_without_a_cast_here_are_typed_by_the_server(col):
     assert text_cast(col, column_read(col)) is None

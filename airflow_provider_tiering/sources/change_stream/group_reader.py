@@ -28,10 +28,10 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -55,6 +55,48 @@ class GroupLog(ABC):
     binlog): what the reader needs of the database."""
 
     display_name: str
+    #: The connection a run's statements share (None: outside a run, each opens its own).
+    _held: Any = None
+
+    @abstractmethod
+    def _connect(self) -> Any:
+        """A new autocommit connection to the server (DB-API)."""
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Keep one connection for the statements of a run made inside: a run otherwise opens one for each of its
+        steps (about seven), each a server process and an authentication, several times a second back to back."""
+        if self._held is not None:
+            yield
+            return
+        self._held = self._connect()
+        try:
+            yield
+        finally:
+            self._drop_held()
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A connection for one step: inside :meth:`session` the kept one (dropped after an error, so that a broken
+        connection is not used again), else one of its own, closed after."""
+        if self._held is None:
+            conn = self._connect()
+            try:
+                yield conn
+            finally:
+                conn.close()
+            return
+        try:
+            yield self._held
+        except BaseException:
+            self._drop_held()
+            raise
+
+    def _drop_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            with suppress(Exception):  # closing a connection the server already dropped
+                held.close()
 
     @abstractmethod
     def table_name(self, source: ChangeStreamSpec) -> str:
@@ -253,7 +295,8 @@ class GroupReader:
         state = self.store.load() or StreamGroupState(self.group.name)
         started = time.monotonic()
         try:
-            run = self._run(state)
+            with self.log.session():
+                run = self._run(state)
         except Exception as exc:
             state.status = "failed"
             state.last_error = describe_error(exc, self.secrets)

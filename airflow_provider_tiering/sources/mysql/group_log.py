@@ -12,7 +12,7 @@ replaced one of the tables, or changed its rows without row events, is written t
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, closing
+from contextlib import AbstractContextManager
 from typing import Any
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
@@ -68,21 +68,21 @@ class MySqlGroupLog(GroupLog):
 
     # -- the server ------------------------------------------------------------------------------------
     def check(self) -> None:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             self.server.check(conn, None)
 
     def start(self) -> int:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             return self._read_end(conn).position
 
     def held_from(self, position: int) -> None:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             end = self._read_end(conn)
         self.server.held_from(end, position, describe(position, end.files))
         self._at = position
 
     def end(self) -> tuple[int, int | None]:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             position = self._read_end(conn).position
         return position, position
 
@@ -102,7 +102,7 @@ class MySqlGroupLog(GroupLog):
     def join(self, tables: Sequence[str], position: int, members: Sequence[str]) -> Mapping[str, int | str]:
         keys = self._primary_keys(tables)
         found: dict[str, int | str] = {}
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with self._connection() as conn, conn.cursor() as cur:
             for table in tables:
                 database, name = table.split(".", 1)
                 cur.execute(
@@ -129,7 +129,7 @@ class MySqlGroupLog(GroupLog):
             return {}
         found: dict[str, tuple[str, ...]] = {}
         wanted = {tuple(t.split(".", 1)) for t in tables}
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with self._connection() as conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT s.TABLE_SCHEMA, s.TABLE_NAME, s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE "
                 "FROM information_schema.STATISTICS s JOIN information_schema.COLUMNS c "
@@ -167,7 +167,7 @@ class MySqlGroupLog(GroupLog):
     def offsets(self, position: int) -> Offsets:
         number, offset = unpack(position)
         file = self._names().name(number)
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             gtid = self.server.gtid_at(conn, file, offset)
         found: BinlogOffsets = {"binlog_file": file, "binlog_pos": offset, "gtid": gtid}
         return found
@@ -198,7 +198,7 @@ class MySqlGroupLog(GroupLog):
                 oldest_binlog_file=None if oldest is None else end.files.name(oldest),
                 binlog_files=len(end.sizes),
             )
-            with closing(self._connect()) as conn:
+            with self._connection() as conn:
                 found.update(self.server.expiry(conn))
             if at is not None:
                 found["position"] = describe(at, end.files)

@@ -61,6 +61,9 @@ class PostgresGroupLog(GroupLog):
         #: The tables the read in progress is about.
         self._tables: frozenset[str] = frozenset()
 
+    def _connect(self) -> Any:
+        return self.replication.connect()
+
     def secrets(self) -> list[str]:
         return self._secrets
 
@@ -69,13 +72,13 @@ class PostgresGroupLog(GroupLog):
 
     # -- the server ------------------------------------------------------------------------------------
     def check(self) -> None:
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             self.replication.check_replication(conn)
 
     def start(self) -> int:
         """The publication (empty until tables join: pgoutput reads it as of each change, so it must exist before the
         slot), then the slot, or the one a run that never committed left (no log depends on it yet)."""
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             self._ensure_publication(conn, ())
             position = self.replication.position(conn)
             if position is not None and position != -1:
@@ -97,7 +100,7 @@ class PostgresGroupLog(GroupLog):
 
     def held_from(self, position: int) -> None:
         slot = self.replication.slot
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             found = self.replication.position(conn)
             if found is None or found == -1:
                 state = "is gone" if found is None else "lost the WAL it needed (max_slot_wal_keep_size)"
@@ -118,31 +121,28 @@ class PostgresGroupLog(GroupLog):
             self._ensure_publication(conn, ())
 
     def end(self) -> tuple[int, int | None]:
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             return self.replication.wal_end(conn)
 
     def messages(
         self, start: int, end: int | None, tables: Sequence[str], budget: int | None = None
     ) -> AbstractContextManager[Iterator[Message]]:
         self._tables = frozenset(tables)
-        conn = self.replication.connect()
 
         def read() -> Iterator[Message]:
-            try:
+            with self._connection() as conn:
                 yield from self.replication.peek(conn, end, budget)
-            finally:
-                conn.close()
 
         return closing_messages(read())
 
     def release(self, position: int) -> None:
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             self.replication.advance(conn, position)
 
     # -- the group's tables ----------------------------------------------------------------------------
     def join(self, tables: Sequence[str], position: int, members: Sequence[str]) -> Mapping[str, int | str]:
         found: dict[str, int | str] = {}
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             ready = []
             for table in tables:
                 problem = self._not_joinable(conn, table)
@@ -165,7 +165,7 @@ class PostgresGroupLog(GroupLog):
         return {**found, **dict.fromkeys(ready, parse_lsn(insert))}
 
     def leave(self, tables: Sequence[str], members: Sequence[str]) -> None:
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             published = self._published(conn)
             gone = [t for t in tables if t in published]
             if gone:
@@ -178,7 +178,7 @@ class PostgresGroupLog(GroupLog):
         the dropped one); a renamed table is lost under its old name too (its spec names the old one)."""
         if not members:
             return []
-        with self.replication.connect() as conn:
+        with self._connection() as conn:
             published = self._published(conn)
         return [t for t in members if t not in published]
 
@@ -265,7 +265,8 @@ class PostgresGroupLog(GroupLog):
         return min(IDLE_ADVANCE_BYTES, int(self.group.max_retained_wal_mb * 1024 * 1024) // 4)
 
     def status(self) -> JsonObject:
-        found = self.replication.status().to_json()
+        with self._connection() as conn:
+            found = self.replication.status(conn).to_json()
         found["publication"] = self.replication.publication
         found["max_retained_wal_bytes"] = int(self.group.max_retained_wal_mb * 1024 * 1024)
         found["position"] = found.get("confirmed_flush_lsn")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,10 +188,11 @@ class Replication:
         boundary = parse_lsn(insert) if parse_lsn(insert) <= parse_lsn(flushed) else None
         return parse_lsn(flushed), boundary
 
-    def status(self) -> SlotStatus:
-        """The slot as the server shows it (retained WAL, position)."""
-        with self.connect() as conn:
-            row = conn.execute(
+    def status(self, conn: Any = None) -> SlotStatus:
+        """The slot as the server shows it (retained WAL, position), asked on ``conn`` when given, else on a
+        connection of its own."""
+        with nullcontext(conn) if conn is not None else self.connect() as found:
+            row = found.execute(
                 "SELECT active, confirmed_flush_lsn::text, "
                 "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status "
                 "FROM pg_replication_slots WHERE slot_name = %s",

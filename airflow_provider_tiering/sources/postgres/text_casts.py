@@ -5,13 +5,16 @@ The change stream carries every value as its type's text output, printed by the 
 (``Replication.peek`` sets that session's ``DateStyle`` to ISO, its ``TimeZone`` to UTC and its float digits to an
 exact form, the shortest one on PostgreSQL 12 and later). Arrow's casts are strict: a text it cannot parse exactly
 (a date BC, ``infinity``, a decimal with more digits than the lake's scale, ``NaN``) raises instead of guessing, and
-the values are then typed by the server (``change_stream_source.py``), which gives what the bulk read would. Types
-not named here (arrays, bytea, time, interval, addresses, bit strings) are always typed by the server.
+the values are then typed by the server (``change_stream_source.py``), which gives what the bulk read would. Arrays
+of strings (text, varchar, char, uuid, json, enums) are parsed by psycopg's own array loader (quoting, escapes, NULL
+and bounds are its to get right); a multi-dimensional value goes to the server, which refuses it naming the column.
+Types not named here (other arrays, bytea, time, interval, addresses, bit strings) are always typed by the server.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any
 
 import pyarrow as pa
@@ -46,7 +49,8 @@ _BOOLEAN_TEXTS = pa.array(["t", "f"])
 def text_cast(column: PgColumn, read: ColumnRead) -> TextCast | None:
     """How ``column``'s text values are typed in this process, or None when only the server types them."""
     if column.data_type == "ARRAY":
-        return None
+        strings = column.element_kind == _ENUM or (column.element_kind == "b" and column.element in _AS_IS)
+        return _string_array if strings else None
     if column.type_kind == _ENUM or column.data_type in _AS_IS:
         return _as_is
     if column.data_type == "boolean":
@@ -84,3 +88,26 @@ def _boolean(values: pa.Array[Any]) -> pa.Array[Any]:
     if known != len(values) - values.null_count:
         raise pa.ArrowInvalid("not a boolean's text form")
     return pc.equal(values, pa.scalar("t"))
+
+
+def _string_array(values: pa.Array[Any]) -> pa.Array[Any]:
+    load = _text_array_loader()
+    lists = []
+    for text in values.to_pylist():
+        items = None if text is None else load(text.encode())
+        if items is not None and any(isinstance(item, list) for item in items):
+            raise pa.ArrowInvalid("a multi-dimensional array")  # the server's read refuses it, naming the column
+        lists.append(items)
+    return pa.array(lists, pa.list_(pa.string()))
+
+
+@cache
+def _text_array_loader() -> Callable[[bytes], list[Any]]:
+    """psycopg's loader of a ``text[]`` in its text form (no connection: the built-in types' adapters, UTF-8)."""
+    from psycopg.adapt import Transformer
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
+    oid = types["text"].array_oid
+    loader = Transformer().get_loader(oid, Format.TEXT)
+    return loader.load
