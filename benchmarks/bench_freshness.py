@@ -217,6 +217,8 @@ class Sampler(threading.Thread):
         self.dsn, self.properties, self.specs, self.every = dsn, catalog_properties, specs, every
         self.samples: dict[str, list[float]] = {t.name: [] for t in specs}
         self.committed: dict[str, bool] = {t.name: False for t in specs}
+        #: Each table's lake position at its last sample (None: not committed yet).
+        self.positions: dict[str, int | None] = {t.name: None for t in specs}
         self.measuring = threading.Event()
         self.stop = threading.Event()
 
@@ -231,6 +233,7 @@ class Sampler(threading.Thread):
                 for table in self.specs:
                     position = lake_position(catalog, table)
                     self.committed[table.name] = position is not None
+                    self.positions[table.name] = position
                     oldest = conn.execute(
                         "SELECT extract(epoch FROM clock_timestamp() - min(at)) FROM bench_commits "
                         "WHERE table_name = %s AND position > %s",

@@ -14,21 +14,24 @@ Three parts (``--parts``):
   own, one thread per table, about ``--rate`` changes a second in all, each recording its commit's log position and
   time) for ``--seconds``. Worker processes, as Airflow's task slots, run the streams back to back, as
   ``bench_cdc_lag`` runs a table's rounds: ``--round-workers`` (2) of them each pass over their share of the tables,
-  and a group has one more, its reader, run after run. A group's table's probe asks what the reader announced (as
-  the operator's probe does), a table with a stream of its own asks that stream (its slot, or the binlog: a change
-  past the lake?); a round runs for those that say so. Each round is built as a task
-  builds it (one split, in the worker). Reported: each change's lag (from its commit to its table's lake commit) at
-  p50 and p95, the server's CPU (every process of the server), the workers' CPU per change (the reader and the
-  rounds), WAL retained by the slots (PostgreSQL) and the slots and WAL senders the server has (the most of each
-  sampled every 5 s); the change log's rows and files, and how fast the reader expires them. Then the writers stop,
-  the streams catch up, and each busy table's lake is compared with the hot table by key.
+  and a group has one more, its reader, run after run, a run starting at most every ``--reader-every`` seconds (1 s:
+  its ``read_every_seconds``; a reader spinning faster takes the CPU the rounds need, for commits of a few changes).
+  A group's table's probe asks what the reader announced (as the operator's probe does), a table with a stream of its
+  own asks that stream (its slot, or the binlog: a change past the lake?); a round runs for those that say so. Each
+  round is built as a task builds it (one split, in the worker). Reported: each change's lag (from its commit to its
+  table's lake commit) at p50 and p95, the server's CPU (every process of the server), the workers' CPU per change
+  (the reader and the rounds), WAL retained by the slots (PostgreSQL) and the slots and WAL senders the server has
+  (the most of each sampled every 5 s); the change log's rows and files, and how fast the reader expires them. Then
+  the writers stop, the streams catch up, and each busy table's lake is compared with the hot table by key.
 * ``scheduler`` (PostgreSQL): the same tables under Airflow's real scheduler and a LocalExecutor, each table a DAG of
   its own (``build_table_dags``; the busy ones every ``--busy-freshness`` seconds, the idle every
   ``--idle-freshness``), with a stream per table against a stream group read every ``--read-every`` seconds, for
   ``--minutes`` each; a writer commits to each busy table every second (``bench_freshness``'s, recording each
   commit's WAL position and time). Every 5 s each table's data age is sampled (now minus its oldest commit the lake
-  lacks); reported per class at p50, p95 and max, with the worst table's p95, task starts per minute, the CPU of
-  Airflow's processes, the task processes and PostgreSQL, and the slots and WAL the server holds.
+  lacks), from the first sample after every table's first round and every busy table's second (a group's first
+  load holds a table as of its snapshot, its offsets where it joined the log, which is earlier); reported per class
+  at p50, p95 and max, with the worst table's p95, task starts per minute, the CPU of Airflow's processes, the task
+  processes and PostgreSQL, and the slots and WAL the server holds.
 
     python -m benchmarks.bench_stream_groups                                         # both stores, both parts
     python -m benchmarks.bench_stream_groups --hot postgres --parts lag --seconds 60
@@ -487,8 +490,11 @@ def worker_main(config: dict[str, Any]) -> None:
     cpu_before = time.process_time()  # the window's, not the imports'
     try:
         while time.time() < until:
+            started = time.monotonic()
             if config["role"] == "reader":
                 found = streams.read()
+                # Its schedule (read_every_seconds): a run starts at most that often.
+                time.sleep(max(0.0, config["reader_every"] - (time.monotonic() - started)))
             else:
                 found = streams.rounds()
                 rounds += found
@@ -508,8 +514,9 @@ class Workers:
     are done."""
 
     def __init__(
-        self, store: Any, setup: str, names: list[str], run_dir: Path, catalog: dict[str, str], round_workers: int
-    ) -> None:
+        self, store: Any, setup: str, names: list[str], run_dir: Path, catalog: dict[str, str], round_workers: int,
+        reader_every: float,
+    ) -> None:  # fmt: skip
         self.store, self.go = store, run_dir / "go"
         self.go.unlink(missing_ok=True)
         reader = [("reader", names)] if setup == "group" else []
@@ -519,7 +526,7 @@ class Workers:
             out = run_dir / f"worker{n}.json"
             config = {"store": store.name, "uri": store.uri, "setup": setup, "role": role, "names": names,
                       "tables": tables, "run_dir": str(run_dir), "catalog": catalog, "go": str(self.go),
-                      "out": str(out)}  # fmt: skip
+                      "out": str(out), "reader_every": reader_every}  # fmt: skip
             command = [sys.executable, "-m", "benchmarks.bench_stream_groups", "--worker", json.dumps(config)]
             self.processes.append((role, out, subprocess.Popen(command, cwd=REPO)))
         deadline = time.monotonic() + 300
@@ -591,7 +598,7 @@ def lag(store: Any, setup: str, args: argparse.Namespace, workdir: Path) -> dict
     streams = Streams(setup, store, names, run_dir, catalog)
     streams.load()
     busy = names[: args.busy]
-    pool = Workers(store, setup, names, run_dir, catalog, args.round_workers)
+    pool = Workers(store, setup, names, run_dir, catalog, args.round_workers, args.reader_every)
     server_before, started = tree_cpu(store.pid), time.monotonic()
     try:
         with writers(store, busy, args.rate, run_dir) as out:
@@ -685,6 +692,14 @@ def scheduler(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
                     missing = [name for name, done in sampler.committed.items() if not done]
                     raise RuntimeError(f"[{setup}] tables never tiered: {missing}\n{af.diagnostics()}")
                 time.sleep(2)
+            # Then a round of each busy table after its first: a group's first load holds the table as of its
+            # snapshot, but its offsets say where the table joined the log (earlier), so until its next round the
+            # sampled age counts commits the lake holds already.
+            loaded = {t.name: sampler.positions[t.name] or 0 for t in busy}
+            while not all((sampler.positions[name] or 0) > at for name, at in loaded.items()):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"[{setup}] busy tables with no second round: {af.diagnostics()}")
+                time.sleep(2)
             window_start = datetime.now(UTC)
             cpu_before = freshness.cpu_snapshot(af, freshness.server_pid(server), writer.pid)
             load_before = os.getloadavg()
@@ -715,11 +730,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hot", default="postgres,mariadb")
     parser.add_argument("--parts", default="decode,lag")
+    parser.add_argument("--setups", default="per_table,group", help="the lag and scheduler parts' setups, side by side")
     parser.add_argument("--tables", type=int, default=100)
     parser.add_argument("--busy", type=int, default=10)
     parser.add_argument("--rate", type=float, default=200.0, help="changes a second the writers commit in all")
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--round-workers", type=int, default=2, help="the lag part's processes running rounds")
+    parser.add_argument("--reader-every", type=float, default=1.0,
+                        help="the lag part's reader: a run starts at most every this many seconds (its "
+                        "read_every_seconds; 0: run after run)")  # fmt: skip
     parser.add_argument("--decode-tables", default="1,10,100")
     parser.add_argument("--decode-changes", type=int, default=20_000)
     parser.add_argument("--minutes", type=float, default=10.0, help="the scheduler part's window, per setup")
@@ -741,6 +760,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tiering-bench-stream-groups-"))
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    setups = [s.strip() for s in args.setups.split(",") if s.strip()]
+    if not setups or set(setups) - {"per_table", "group"}:
+        parser.error("--setups: per_table, group or both")
     report: dict[str, Any] = {"measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                               "arguments": {k: str(v) for k, v in vars(args).items() if k != "writer"}}  # fmt: skip
 
@@ -750,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "scheduler" in parts:
         report["scheduler"] = []
-        for setup in ("per_table", "group"):
+        for setup in setups:
             report["scheduler"].append(scheduler(setup, args, workdir))
             save()
     for hot in [h.strip() for h in args.hot.split(",") if h.strip()]:
@@ -764,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
                 save()
             if "lag" in parts:
                 found["lag"] = []
-                for setup in ("per_table", "group"):
+                for setup in setups:
                     found["lag"].append(lag(store, setup, args, workdir / hot))
                     save()
         finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, closing, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from airflow_provider_tiering.core.errors import ShapeChangedDuringRound, SourceError, UnsupportedColumnType
 from airflow_provider_tiering.core.offsets import Offsets
 from airflow_provider_tiering.core.shape import AddedValues, AddedValuesKind, HotIdentity
+from airflow_provider_tiering.sources.held_connection import HeldConnection
 
 if TYPE_CHECKING:  # pyarrow is imported where used: probing for new rows needs none of it
     import pyarrow as pa
@@ -96,14 +97,13 @@ class SqlTable(ABC):
         self._evict_conn: Any = None
         #: The table's identity as the round first read it (``check_shape_unchanged`` compares its column ids).
         self._round_identity: HotIdentity | None = None
-        #: Whether ``connected()`` is entered, and the connection it keeps (opened by the first query in it).
-        self._holding = False
-        self._held: Any = None
+        #: The connection ``connected()`` keeps (opened by the first query in it).
+        self._connections = HeldConnection()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         # The round's connections stay in the round's process (not pickled to Spark).
-        state.update(_evict_conn=None, _holding=False, _held=None)
+        state.update(_evict_conn=None, _connections=HeldConnection())
         return state
 
     def for_round(self) -> Self:
@@ -122,41 +122,14 @@ class SqlTable(ABC):
     def _connect(self) -> Any:
         """A new autocommit connection to the hot store (DB-API); SourceError when it cannot connect."""
 
-    @contextmanager
-    def connected(self) -> Iterator[None]:
+    def connected(self) -> AbstractContextManager[None]:
         """Keep one connection for the small queries made inside (see ``Source.connected``): a round on PostgreSQL
         otherwise opens about nine, and each costs a server process and authentication."""
-        if self._holding:
-            yield
-            return
-        self._holding = True
-        try:
-            yield
-        finally:
-            self._holding = False
-            self._drop_held()
+        return self._connections.held()
 
-    @contextmanager
-    def _query_connection(self) -> Iterator[Any]:
-        """A connection for one small query: inside ``connected()`` the kept one (dropped after an error, so that a
-        broken connection is not used again), else one of its own, closed after."""
-        if not self._holding:
-            with closing(self._connect()) as conn:  # not ``with conn``: sqlite3's commits and keeps it open
-                yield conn
-            return
-        if self._held is None:
-            self._held = self._connect()
-        try:
-            yield self._held
-        except BaseException:
-            self._drop_held()
-            raise
-
-    def _drop_held(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            with suppress(Exception):  # closing a connection the server already dropped
-                held.close()
+    def _query_connection(self) -> AbstractContextManager[Any]:
+        """A connection for one small query: inside ``connected()`` the kept one, else one of its own, closed after."""
+        return self._connections.connection(self._connect)
 
     # -- dialect hooks -------------------------------------------------------------------------
     @abstractmethod

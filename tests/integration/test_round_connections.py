@@ -84,7 +84,7 @@ def test_a_kept_connection_the_server_dropped_fails_one_query_and_the_next_conne
         assert source._query("SELECT pg_backend_pid()")[0][0] == pid  # type: ignore[attr-defined]
         # A copy for a Spark task carries no connection of the round's.
         copy = pickle.loads(pickle.dumps(source))
-        assert copy._held is None and copy._holding is False
+        assert copy._connections._conn is None and copy._connections._holding is False
         assert copy._query("SELECT pg_backend_pid()")[0][0] != pid
         with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -92,4 +92,4 @@ def test_a_kept_connection_the_server_dropped_fails_one_query_and_the_next_conne
             source._query("SELECT 1")  # type: ignore[attr-defined]
         (again,) = source._query("SELECT pg_backend_pid()")[0]  # type: ignore[attr-defined]
         assert again != pid
-    assert source._held is None  # closed when the round's planning ends
+    assert source._connections._conn is None  # closed when the round's planning ends

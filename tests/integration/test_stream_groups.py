@@ -66,6 +66,29 @@ def test_twenty_tables_read_through_one_log_apply_updates_deletes_and_key_change
     group.check(duckdb=True)
 
 
+def test_a_reader_run_keeps_one_connection_for_its_steps(group: Group, monkeypatch: pytest.MonkeyPatch) -> None:
+    group.read()
+    group.tier_all()
+    if group.mariadb:
+        from airflow_provider_tiering.sources.mysql import connections as driver
+    else:
+        driver = psycopg  # type: ignore[assignment]
+    opened: list[object] = []
+    real = driver.connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "connect", connect)
+    for table in list(group.hot)[:3]:
+        group.hot[table].random_changes(10)
+    run = group.read()
+    assert run.changes and run.snapshot_id is not None, run
+    # Its checks, positions, slot and status on one (it was seven, one a step); MariaDB's binlog dump has its own.
+    assert len(opened) == (2 if group.mariadb else 1), opened
+
+
 def test_a_table_joins_a_running_stream_with_a_writer_and_loses_no_change(group: Group) -> None:
     group.read()
     group.tier_all()

@@ -44,6 +44,7 @@ class MemoryLog(GroupLog):
     display_name = "memory log"
 
     def __init__(self) -> None:
+        super().__init__()
         self.transactions: list[tuple[int, int, list[tuple[str, int]]]] = []
         self.slot: int | None = None
         self.end_at = 0

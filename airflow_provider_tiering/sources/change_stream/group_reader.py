@@ -28,7 +28,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -46,6 +46,7 @@ from airflow_provider_tiering.core.stream_state import StreamGroupState, StreamT
 from airflow_provider_tiering.core.units import count, duration
 from airflow_provider_tiering.sources.change_stream.change_log_rows import LogRows, LogRowsReader, LogWindow
 from airflow_provider_tiering.sources.change_stream.messages import Message, Relation
+from airflow_provider_tiering.sources.held_connection import HeldConnection
 
 log = logging.getLogger(__name__)
 
@@ -55,48 +56,23 @@ class GroupLog(ABC):
     binlog): what the reader needs of the database."""
 
     display_name: str
-    #: The connection a run's statements share (None: outside a run, each opens its own).
-    _held: Any = None
+
+    def __init__(self) -> None:
+        #: The connection a run's steps share (see :meth:`session`).
+        self._connections = HeldConnection()
 
     @abstractmethod
     def _connect(self) -> Any:
         """A new autocommit connection to the server (DB-API)."""
 
-    @contextmanager
-    def session(self) -> Iterator[None]:
-        """Keep one connection for the statements of a run made inside: a run otherwise opens one for each of its
-        steps (about seven), each a server process and an authentication, several times a second back to back."""
-        if self._held is not None:
-            yield
-            return
-        self._held = self._connect()
-        try:
-            yield
-        finally:
-            self._drop_held()
+    def session(self) -> AbstractContextManager[None]:
+        """Keep one connection for the steps of a run made inside: a run otherwise opens one for each of its steps
+        (about seven), each a server process and an authentication, several times a second back to back."""
+        return self._connections.held()
 
-    @contextmanager
-    def _connection(self) -> Iterator[Any]:
-        """A connection for one step: inside :meth:`session` the kept one (dropped after an error, so that a broken
-        connection is not used again), else one of its own, closed after."""
-        if self._held is None:
-            conn = self._connect()
-            try:
-                yield conn
-            finally:
-                conn.close()
-            return
-        try:
-            yield self._held
-        except BaseException:
-            self._drop_held()
-            raise
-
-    def _drop_held(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            with suppress(Exception):  # closing a connection the server already dropped
-                held.close()
+    def _connection(self) -> AbstractContextManager[Any]:
+        """A connection for one step: inside :meth:`session` the kept one, else one of its own, closed after."""
+        return self._connections.connection(self._connect)
 
     @abstractmethod
     def table_name(self, source: ChangeStreamSpec) -> str:

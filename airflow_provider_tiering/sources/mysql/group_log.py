@@ -34,6 +34,7 @@ class MySqlGroupLog(GroupLog):
     """A stream group's binlog dump on its MariaDB server (see the module's description)."""
 
     def __init__(self, group: StreamGroupSpec, connection: ConnectionInfo) -> None:
+        super().__init__()
         if not connection.schema:
             raise ConnectionNotUsable(
                 f"connection {connection.describe()}: a mysql connection needs the database as its schema"

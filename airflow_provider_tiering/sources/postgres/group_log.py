@@ -51,6 +51,7 @@ class PostgresGroupLog(GroupLog):
     """A stream group's slot and publication on its PostgreSQL server (see the module's description)."""
 
     def __init__(self, group: StreamGroupSpec, connection: ConnectionInfo) -> None:
+        super().__init__()
         self.group = group
         self.display_name = f"postgres stream group {group.name}"
         # One Replication for the slot's own statements (its table is none: the group's tables are many).
