@@ -181,22 +181,28 @@ def write(dsn: str, specs: list[Table], stop_file: str) -> None:
 
 
 # -- the lake's offsets and the data age -----------------------------------------------------------------------------
-def lake_position(catalog: Any, table: Table) -> int | None:
-    """The lake's committed offsets as a ``bench_commits`` position (None before its first commit)."""
+def lake_offsets(catalog: Any, name: str) -> dict[str, Any] | None:
+    """The end offsets of the lake's newest tiering commit (None before its first)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     from airflow_provider_tiering.lake.tiering_commits import END_PROPERTY
 
     try:
-        lake = catalog.load_table((NAMESPACE, table.name))
+        lake = catalog.load_table((NAMESPACE, name))
     except NoSuchTableError:
         return None
     for snapshot in reversed(lake.snapshots()):  # the newest tiering snapshot (maintenance commits carry none)
         end = snapshot.summary.additional_properties.get(END_PROPERTY) if snapshot.summary else None
         if end:
-            offsets = json.loads(end)
-            break
-    else:
+            found: dict[str, Any] = json.loads(end)
+            return found
+    return None
+
+
+def lake_position(catalog: Any, table: Table) -> int | None:
+    """The lake's committed offsets as a ``bench_commits`` position (None before its first commit)."""
+    offsets = lake_offsets(catalog, table.name)
+    if offsets is None:
         return None
     if table.kind == "cdc":
         high, low = offsets["lsn"].split("/")
@@ -377,15 +383,20 @@ def deployment(
     """A benchmark's Airflow under ``home``: its dags folder holding ``dag_source``, a SQL catalog on SQLite, the
     connections (``hot_pg`` to ``server``, ``iceberg_default``) and the config overrides (``parallelism`` workers,
     Airflow's default of 16 active runs per DAG, the file parsed every 5 s)."""
-    from testbed.airflow_cluster import BENCHMARK_PARSE_INTERVAL
     from testbed.tiering_env import embedded_setup
 
     dags, catalog, env = embedded_setup(home, server, dag_source)
-    overrides = {
+    return dags, catalog, env, deployment_overrides(parallelism)
+
+
+def deployment_overrides(parallelism: int) -> dict[str, dict[str, str]]:
+    """A benchmark's Airflow config: ``parallelism`` workers, 16 active runs per DAG, the file parsed every 5 s."""
+    from testbed.airflow_cluster import BENCHMARK_PARSE_INTERVAL
+
+    return {
         "core": {"parallelism": str(parallelism), "max_active_tasks_per_dag": "16", "max_active_runs_per_dag": "16"},
         "dag_processor": {"min_file_process_interval": BENCHMARK_PARSE_INTERVAL},
     }
-    return dags, catalog, env, overrides
 
 
 def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

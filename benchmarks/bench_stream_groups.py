@@ -23,19 +23,20 @@ Three parts (``--parts``):
   (the reader and the rounds), WAL retained by the slots (PostgreSQL) and the slots and WAL senders the server has
   (the most of each sampled every 5 s); the change log's rows and files, and how fast the reader expires them. Then
   the writers stop, the streams catch up, and each busy table's lake is compared with the hot table by key.
-* ``scheduler`` (PostgreSQL): the same tables under Airflow's real scheduler and a LocalExecutor, each table a DAG of
-  its own (``build_table_dags``; the busy ones every ``--busy-freshness`` seconds, the idle every
-  ``--idle-freshness``), with a stream per table against a stream group read every ``--read-every`` seconds, for
-  ``--minutes`` each; a writer commits to each busy table every second (``bench_freshness``'s, recording each
-  commit's WAL position and time). Every 5 s each table's data age is sampled (now minus its oldest commit the lake
-  lacks), from the first sample after every table's first round and every busy table's second (a group's first
-  load holds a table as of its snapshot, its offsets where it joined the log, which is earlier); reported per class
-  at p50, p95 and max, with the worst table's p95, task starts per minute, the CPU of Airflow's processes, the task
-  processes and PostgreSQL, and the slots and WAL the server holds.
+* ``scheduler``: the same tables under Airflow's real scheduler and a LocalExecutor, each table a DAG of its own
+  (``build_table_dags``; the busy ones every ``--busy-freshness`` seconds, the idle every ``--idle-freshness``), with
+  a stream per table against a stream group read every ``--read-every`` seconds, for ``--minutes`` each, on each store
+  of ``--hot``. A writer commits to each busy table every second, recording each commit's log position and time
+  (PostgreSQL: ``bench_freshness``'s, in the server; MariaDB: this part's writers, in their process). Every 5 s each
+  table's data age is sampled (now minus its oldest commit the lake lacks; MariaDB's computed from the lakes'
+  positions once the writers stopped), from the first sample after every table's first round and every busy table's
+  second (a group's first load holds a table as of its snapshot, its offsets where it joined the log, which is
+  earlier); reported per class at p50, p95 and max, with the worst table's p95, task starts per minute, the CPU of
+  Airflow's processes, the task processes and the server, and the slots and WAL the server holds (PostgreSQL).
 
     python -m benchmarks.bench_stream_groups                                         # both stores, both parts
     python -m benchmarks.bench_stream_groups --hot postgres --parts lag --seconds 60
-    python -m benchmarks.bench_stream_groups --hot postgres --parts scheduler --minutes 10
+    python -m benchmarks.bench_stream_groups --parts scheduler --minutes 6
     python -m benchmarks.bench_stream_groups --tables 12 --busy 3 --seconds 10 --decode-tables 1,4 \\
         --decode-changes 500                                                          # smoke run
 """
@@ -641,28 +642,174 @@ def lag(store: Any, setup: str, args: argparse.Namespace, workdir: Path) -> dict
 
 
 # -- part 3: under the scheduler -------------------------------------------------------------------------------
-def scheduler(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+class ScheduledPostgres:
+    """The scheduler part's PostgreSQL (a slot per table allowed): ``bench_freshness``'s tables, writer and sampler
+    (the data age asked of the server, where each commit's WAL position and time are recorded)."""
+
+    name, conn_id = "postgres", "hot_pg"
+
+    def __init__(self, home: Path, tables: list[Any]) -> None:
+        from benchmarks import bench_freshness as freshness
+        from testbed.pg_server import PostgresServer
+
+        slots = max(40, len(tables) + 10)
+        settings = {"max_replication_slots": slots, "max_wal_senders": slots, "max_connections": 2 * slots + 100}
+        self.server = PostgresServer(home / "pg", settings=settings).start()
+        self.tables, self.stop_file, self.writer = tables, home / "stop-writing", None
+        freshness.create_tables(self.server.dsn, tables)
+
+    def spec(self, table: Any) -> dict[str, Any]:
+        found: dict[str, Any] = table.spec()
+        return found
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    @property
+    def pid(self) -> int | None:
+        from benchmarks import bench_freshness as freshness
+
+        return freshness.server_pid(self.server)
+
+    def start_writing(self, busy: list[Any], catalog: dict[str, str]) -> Any:
+        from benchmarks import bench_freshness as freshness
+
+        self.writer = subprocess.Popen(
+            [sys.executable, "-c", "import sys, json; from benchmarks.bench_freshness import write, Table; "
+             "write(sys.argv[1], [Table(**t) for t in json.loads(sys.argv[2])], sys.argv[3])",
+             self.server.dsn, json.dumps([t.__dict__ for t in busy]), str(self.stop_file)],
+            cwd=REPO,
+        )  # fmt: skip
+        return freshness.Sampler(self.server.dsn, catalog, self.tables, 5.0)
+
+    def stop_writing(self) -> None:
+        self.stop_file.touch()
+        if self.writer is not None:
+            self.writer.wait(timeout=30)
+
+    def ages(self, sampler: Any) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = sampler.samples
+        return found
+
+    def replication(self) -> dict[str, Any]:
+        return replication_of(self.server.dsn)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class ScheduledMariaDB:
+    """The scheduler part's MariaDB: this module's tables and writers (each commit's binlog position and time, kept
+    by the writer process), and a sampler of the lakes' positions; each sample's data age is computed once the
+    writers stopped (now minus the oldest commit past the lake's position at that sample)."""
+
+    name, conn_id = "mariadb", "hot_maria"
+
+    def __init__(self, home: Path, tables: list[Any]) -> None:
+        self.store = MariaDBStore(home, len(tables))
+        self.tables, self.home = tables, home
+        self.writing: Any = None
+        self.out = home / "writers.json"
+        self.commits: dict[str, list[tuple[float, int]]] = {}
+        create_tables(self.store, [t.name for t in tables], 20)
+
+    def spec(self, table: Any) -> dict[str, Any]:
+        from benchmarks import bench_freshness as freshness
+
+        return {"name": table.name, "source": {"kind": "mysql_cdc", "conn_id": self.conn_id, "table": table.name},
+                "lake": {"namespace": freshness.NAMESPACE, "table": table.name},
+                "freshness_seconds": table.freshness, "retries": 2, "retry_delay_seconds": 5}  # fmt: skip
+
+    def env(self) -> dict[str, str]:
+        server = self.store.server
+        conn = {"conn_type": "mysql", "host": server.host, "port": server.port, "login": server.user,
+                "password": server.password, "schema": server.database}  # fmt: skip
+        return {"AIRFLOW_CONN_HOT_MARIA": json.dumps(conn)}
+
+    @property
+    def pid(self) -> int | None:
+        return self.store.pid
+
+    def start_writing(self, busy: list[Any], catalog: dict[str, str]) -> Any:
+        self.writing = writers(self.store, [t.name for t in busy], float(len(busy)), self.home)  # a commit a second
+        self.out = self.writing.__enter__()
+        return LakePositions(self.store, catalog, [t.name for t in self.tables], 5.0)
+
+    def stop_writing(self) -> None:
+        if self.writing is not None:
+            self.writing.__exit__(None, None, None)
+            self.writing = None
+            found = json.loads(self.out.read_text())
+            self.commits = {t: sorted((float(a), int(p)) for p, a in v) for t, v in found.items()}
+
+    def ages(self, sampler: Any) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        for table, samples in sampler.samples.items():
+            commits = self.commits.get(table, [])
+            found[table] = [
+                max(0.0, at - min((t for t, p in commits if p > position and t <= at), default=at))
+                for at, position in samples
+            ]
+        return found
+
+    def replication(self) -> dict[str, Any]:
+        return self.store.replication()
+
+    def stop(self) -> None:
+        self.store.stop()
+
+
+class LakePositions(threading.Thread):
+    """Every ``every`` seconds, each table's lake position as ``store`` places its offsets, with the time (kept while
+    ``measuring``); ``committed`` and ``positions`` as ``bench_freshness.Sampler`` has them."""
+
+    def __init__(self, store: Any, catalog_properties: dict[str, str], names: list[str], every: float) -> None:
+        super().__init__(daemon=True)
+        self.store, self.properties, self.names, self.every = store, catalog_properties, names, every
+        self.samples: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
+        self.committed: dict[str, bool] = dict.fromkeys(names, False)
+        self.positions: dict[str, int | None] = dict.fromkeys(names)
+        self.measuring = threading.Event()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from pyiceberg.catalog import load_catalog
+
+        from benchmarks import bench_freshness as freshness
+
+        catalog = load_catalog("default", **self.properties)
+        while not self.stop.is_set():
+            started = time.monotonic()
+            for name in self.names:
+                offsets = freshness.lake_offsets(catalog, name)
+                position = None if offsets is None else int(self.store.lake_position(offsets))
+                self.committed[name], self.positions[name] = position is not None, position
+                if self.measuring.is_set():
+                    self.samples[name].append((time.time(), -1 if position is None else position))
+            self.stop.wait(max(0.0, self.every - (time.monotonic() - started)))
+
+
+SCHEDULED = {"postgres": ScheduledPostgres, "mariadb": ScheduledMariaDB}
+
+
+def scheduler(hot: str, setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One setup's tables on their own clocks under Airflow (see the module's description)."""
     from benchmarks import bench_freshness as freshness
     from testbed.airflow_cluster import AirflowCluster
-    from testbed.pg_server import PostgresServer
+    from testbed.tiering_env import embedded_setup
 
     tables = [freshness.Table(f"s{n:03d}", "cdc", args.busy_freshness if n < args.busy else args.idle_freshness,
                               False) for n in range(args.tables)]  # fmt: skip
     busy = tables[: args.busy]
-    home = workdir / f"scheduler-{setup}"
+    home = workdir / f"scheduler-{hot}-{setup}"
     home.mkdir(parents=True)
-    slots = max(40, args.tables + 10)
-    settings = {"max_replication_slots": slots, "max_wal_senders": slots, "max_connections": 2 * slots + 100}
-    server = PostgresServer(home / "pg", settings=settings).start()
-    stop_file, writer = home / "stop-writing", None
+    store = SCHEDULED[hot](home, tables)
     try:
-        freshness.create_tables(server.dsn, tables)
-        group = {"name": "bench_group", "conn_id": freshness.HOT_CONN, "change_log": {"namespace": freshness.NAMESPACE},
+        group = {"name": "bench_group", "conn_id": store.conn_id, "change_log": {"namespace": freshness.NAMESPACE},
                  "read_every_seconds": args.read_every}  # fmt: skip
         specs = []
         for table in tables:
-            spec = table.spec()
+            spec = store.spec(table)
             if setup == "group":
                 spec["source"]["stream"] = "bench_group"
             spec["maintenance"] = {"enabled": False}
@@ -672,25 +819,22 @@ def scheduler(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             f"# the benchmark's DAGs ({setup})\nfrom airflow_provider_tiering.dag_factory import build_table_dags\n\n"
             f"build_table_dags({freshness.GROUP!r}, {specs!r}{streams})\n"
         )
-        dags, catalog, env, overrides = freshness.deployment(home, server, source, args.parallelism)
+        pg_server = store.server if isinstance(store, ScheduledPostgres) else None
+        dags, catalog, env = embedded_setup(home, pg_server, source)
+        env.update(store.env())
+        overrides = freshness.deployment_overrides(args.parallelism)
         dag_ids = [freshness.GROUP, *(f"{freshness.GROUP}.{t.name}" for t in tables)]
         if setup == "group":
             dag_ids.append(f"{freshness.GROUP}.bench_group")
         with AirflowCluster(home / "airflow", dags, env, expected_dag_ids=dag_ids, config_overrides=overrides,
                             parse_timeout=600) as af:  # fmt: skip
-            writer = subprocess.Popen(
-                [sys.executable, "-c", "import sys, json; from benchmarks.bench_freshness import write, Table; "
-                 "write(sys.argv[1], [Table(**t) for t in json.loads(sys.argv[2])], sys.argv[3])",
-                 server.dsn, json.dumps([t.__dict__ for t in busy]), str(stop_file)],
-                cwd=REPO,
-            )  # fmt: skip
-            sampler = freshness.Sampler(server.dsn, catalog, tables, 5.0)
+            sampler = store.start_writing(busy, catalog)
             sampler.start()
             deadline = time.monotonic() + args.warmup_timeout
             while not all(sampler.committed.values()):
                 if time.monotonic() > deadline:
                     missing = [name for name, done in sampler.committed.items() if not done]
-                    raise RuntimeError(f"[{setup}] tables never tiered: {missing}\n{af.diagnostics()}")
+                    raise RuntimeError(f"[{hot} {setup}] tables never tiered: {missing}\n{af.diagnostics()}")
                 time.sleep(2)
             # Then a round of each busy table after its first: a group's first load holds the table as of its
             # snapshot, but its offsets say where the table joined the log (earlier), so until its next round the
@@ -698,32 +842,33 @@ def scheduler(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             loaded = {t.name: sampler.positions[t.name] or 0 for t in busy}
             while not all((sampler.positions[name] or 0) > at for name, at in loaded.items()):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"[{setup}] busy tables with no second round: {af.diagnostics()}")
+                    raise RuntimeError(f"[{hot} {setup}] busy tables with no second round: {af.diagnostics()}")
                 time.sleep(2)
             window_start = datetime.now(UTC)
-            cpu_before = freshness.cpu_snapshot(af, freshness.server_pid(server), writer.pid)
+            writer_pid = None if isinstance(store, ScheduledMariaDB) else store.writer.pid
+            cpu_before = freshness.cpu_snapshot(af, store.pid, writer_pid)
             load_before = os.getloadavg()
             sampler.measuring.set()
             time.sleep(args.minutes * 60)
             sampler.measuring.clear()
-            cpu_after = freshness.cpu_snapshot(af, freshness.server_pid(server), writer.pid)
+            cpu_after = freshness.cpu_snapshot(af, store.pid, writer_pid)
             window_end, load_after = datetime.now(UTC), os.getloadavg()
             sampler.stop.set()
             sampler.join()
+            store.stop_writing()
             seconds = (window_end - window_start).total_seconds()
-            replication, starts = replication_of(server.dsn), freshness.task_starts(af, window_start, window_end)
+            starts = freshness.task_starts(af, window_start, window_end)
+            cpu = freshness.cpu_split(cpu_before, cpu_after, seconds)
+            cpu["by_process_cpu_s"]["server"] = cpu["by_process_cpu_s"].pop("postgres", None)
             return {
-                "setup": setup, "tables": len(tables), "busy_tables": len(busy), "window_seconds": round(seconds),
-                "data_age_seconds": freshness.ages(tables, sampler.samples),
-                "task_starts_per_minute": round(starts / (seconds / 60), 1),
-                "cpu": freshness.cpu_split(cpu_before, cpu_after, seconds), **replication,
+                "hot": hot, "setup": setup, "tables": len(tables), "busy_tables": len(busy),
+                "window_seconds": round(seconds), "data_age_seconds": freshness.ages(tables, store.ages(sampler)),
+                "task_starts_per_minute": round(starts / (seconds / 60), 1), "cpu": cpu, **store.replication(),
                 "load_average_1m": [round(load_before[0], 2), round(load_after[0], 2)],
             }  # fmt: skip
     finally:
-        stop_file.touch()
-        if writer is not None:
-            writer.wait(timeout=30)
-        server.stop()
+        store.stop_writing()
+        store.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -770,12 +915,14 @@ def main(argv: list[str] | None = None) -> int:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(report, indent=1))
 
+    hots = [h.strip() for h in args.hot.split(",") if h.strip()]
     if "scheduler" in parts:
         report["scheduler"] = []
-        for setup in setups:
-            report["scheduler"].append(scheduler(setup, args, workdir))
-            save()
-    for hot in [h.strip() for h in args.hot.split(",") if h.strip()]:
+        for hot in hots:
+            for setup in setups:
+                report["scheduler"].append(scheduler(hot, setup, args, workdir))
+                save()
+    for hot in hots:
         if not parts & {"decode", "lag"}:
             break
         store = STORES[hot](workdir / hot, args.tables)
@@ -801,14 +948,14 @@ def summary(report: dict[str, Any]) -> str:
     for row in report.get("scheduler", []):
         for klass, age in row["data_age_seconds"].items():
             lines.append(
-                f"scheduler {row['setup']:<9} {klass}: data age p50 {age['p50']} s, p95 {age['p95']} s, max "
-                f"{age['max']} s, worst table p95 {age['worst_table_p95']} s"
+                f"scheduler {row['hot']} {row['setup']:<9} {klass}: data age p50 {age['p50']} s, p95 {age['p95']} "
+                f"s, max {age['max']} s, worst table p95 {age['worst_table_p95']} s"
             )
         cpu = row["cpu"]
         lines.append(
-            f"scheduler {row['setup']:<9}: {row['task_starts_per_minute']} task starts/min, Airflow CPU "
-            f"{cpu['airflow_own_cpu_s']} s, tasks {cpu['task_processes_cpu_s']} s, postgres "
-            f"{cpu['by_process_cpu_s'].get('postgres')} s in {row['window_seconds']} s; slots {row['slots']}, "
+            f"scheduler {row['hot']} {row['setup']:<9}: {row['task_starts_per_minute']} task starts/min, Airflow CPU "
+            f"{cpu['airflow_own_cpu_s']} s, tasks {cpu['task_processes_cpu_s']} s, server "
+            f"{cpu['by_process_cpu_s'].get('server')} s in {row['window_seconds']} s; slots {row['slots']}, "
             f"retained WAL {row['retained_wal_bytes']}"
         )
     for hot in ("postgres", "mariadb"):
