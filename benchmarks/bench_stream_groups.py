@@ -340,7 +340,8 @@ def _open_by_uri(store: str, uri: str, table: str, seed: int) -> Any:
 
 
 @contextmanager
-def writers(store: Any, busy: list[str], rate: float, workdir: Path) -> Iterator[Path]:
+def writers(store: Any, busy: list[str], rate: float, workdir: Path) -> Iterator[tuple[Path, int]]:
+    """The writers' process (:func:`writer_main`) while inside: where it writes the commits once stopped, its pid."""
     stop, out = workdir / "writers.stop", workdir / "writers.json"
     stop.unlink(missing_ok=True)
     config = {"store": store.name, "uri": store.uri, "tables": busy, "rate": rate, "stop": str(stop),
@@ -349,7 +350,7 @@ def writers(store: Any, busy: list[str], rate: float, workdir: Path) -> Iterator
         [sys.executable, "-m", "benchmarks.bench_stream_groups", "--writer", json.dumps(config)], cwd=REPO
     )
     try:
-        yield out
+        yield out, process.pid
     finally:
         stop.touch()
         process.wait(timeout=120)
@@ -602,7 +603,7 @@ def lag(store: Any, setup: str, args: argparse.Namespace, workdir: Path) -> dict
     pool = Workers(store, setup, names, run_dir, catalog, args.round_workers, args.reader_every)
     server_before, started = tree_cpu(store.pid), time.monotonic()
     try:
-        with writers(store, busy, args.rate, run_dir) as out:
+        with writers(store, busy, args.rate, run_dir) as (out, _):
             workers, samples = pool.run(args.seconds)
     finally:
         pool.stop()
@@ -663,13 +664,19 @@ class ScheduledPostgres:
         return found
 
     def env(self) -> dict[str, str]:
-        return {}
+        from testbed.tiering_env import pg_conn
+
+        return {"AIRFLOW_CONN_HOT_PG": pg_conn(self.server, self.server.password)}
 
     @property
     def pid(self) -> int | None:
         from benchmarks import bench_freshness as freshness
 
         return freshness.server_pid(self.server)
+
+    @property
+    def writer_pid(self) -> int | None:
+        return None if self.writer is None else int(self.writer.pid)
 
     def start_writing(self, busy: list[Any], catalog: dict[str, str]) -> Any:
         from benchmarks import bench_freshness as freshness
@@ -710,6 +717,7 @@ class ScheduledMariaDB:
         self.tables, self.home = tables, home
         self.writing: Any = None
         self.out = home / "writers.json"
+        self.writer_pid: int | None = None
         self.commits: dict[str, list[tuple[float, int]]] = {}
         create_tables(self.store, [t.name for t in tables], 20)
 
@@ -732,7 +740,7 @@ class ScheduledMariaDB:
 
     def start_writing(self, busy: list[Any], catalog: dict[str, str]) -> Any:
         self.writing = writers(self.store, [t.name for t in busy], float(len(busy)), self.home)  # a commit a second
-        self.out = self.writing.__enter__()
+        self.out, self.writer_pid = self.writing.__enter__()
         return LakePositions(self.store, catalog, [t.name for t in self.tables], 5.0)
 
     def stop_writing(self) -> None:
@@ -819,8 +827,7 @@ def scheduler(hot: str, setup: str, args: argparse.Namespace, workdir: Path) -> 
             f"# the benchmark's DAGs ({setup})\nfrom airflow_provider_tiering.dag_factory import build_table_dags\n\n"
             f"build_table_dags({freshness.GROUP!r}, {specs!r}{streams})\n"
         )
-        pg_server = store.server if isinstance(store, ScheduledPostgres) else None
-        dags, catalog, env = embedded_setup(home, pg_server, source)
+        dags, catalog, env = embedded_setup(home, None, source)
         env.update(store.env())
         overrides = freshness.deployment_overrides(args.parallelism)
         dag_ids = [freshness.GROUP, *(f"{freshness.GROUP}.{t.name}" for t in tables)]
@@ -845,13 +852,12 @@ def scheduler(hot: str, setup: str, args: argparse.Namespace, workdir: Path) -> 
                     raise RuntimeError(f"[{hot} {setup}] busy tables with no second round: {af.diagnostics()}")
                 time.sleep(2)
             window_start = datetime.now(UTC)
-            writer_pid = None if isinstance(store, ScheduledMariaDB) else store.writer.pid
-            cpu_before = freshness.cpu_snapshot(af, store.pid, writer_pid)
+            cpu_before = freshness.cpu_snapshot(af, store.pid, store.writer_pid)
             load_before = os.getloadavg()
             sampler.measuring.set()
             time.sleep(args.minutes * 60)
             sampler.measuring.clear()
-            cpu_after = freshness.cpu_snapshot(af, store.pid, writer_pid)
+            cpu_after = freshness.cpu_snapshot(af, store.pid, store.writer_pid)
             window_end, load_after = datetime.now(UTC), os.getloadavg()
             sampler.stop.set()
             sampler.join()

@@ -12,18 +12,12 @@ from typing import Any
 class HeldConnection:
     """Inside :meth:`held`, the first :meth:`connection` opens one with the caller's ``connect`` and the others share
     it (dropped after an error, so that a broken connection is not used again); outside it, each opens its own,
-    closed after. It takes ``connect`` at each use, not once, so that a copy of its owner never reaches back to the
-    original; a copy of it holds nothing (an owner's copy or pickle leaves the connection in its process)."""
+    closed after. It takes ``connect`` at each use, not once, so that it never reaches back to an owner it was copied
+    from; an owner that is copied or pickled gives its copy a new one (``SqlTable.__getstate__``)."""
 
     def __init__(self) -> None:
         self._holding = False
         self._conn: Any = None
-
-    def __copy__(self) -> HeldConnection:
-        return HeldConnection()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_holding": False, "_conn": None}
 
     @contextmanager
     def held(self) -> Iterator[None]:
