@@ -11,6 +11,8 @@ from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 
 #: The asset group of stream groups (a table's asset is in ``tiering``).
 STREAM_ASSET_GROUP = "tiering_stream"
+#: The asset group of declared databases.
+DATABASE_ASSET_GROUP = "tiering_database"
 
 
 def table_asset(spec: TableSpec) -> Asset:
@@ -45,3 +47,21 @@ def recovered_events_alias(spec: TableSpec) -> AssetAlias:
     """The alias through which a round announces, on the table's asset, the commits of earlier rounds that died
     before announcing them (one task can emit only one event per asset directly)."""
     return AssetAlias(name=f"{spec.asset_name}/recovered", group="tiering")
+
+
+def database_asset(name: str, catalog_conn_id: str, namespace: str) -> Asset:
+    """The Airflow asset of a declared database (its tables' Iceberg namespace): the database's document and each of
+    its tables' state documents live in its asset state store, under a key per table; each round of one of its tables
+    emits an event on it, whose ``extra`` names the table."""
+    return Asset(
+        name=f"{DATABASE_ASSET_GROUP}/{name}",
+        uri=f"iceberg://{catalog_conn_id}/{namespace}",
+        group=DATABASE_ASSET_GROUP,
+        extra={"tiered_database": name},
+    )
+
+
+def database_events_alias(name: str) -> AssetAlias:
+    """The alias through which a round of a declared database's table announces commits of earlier rounds that died
+    before announcing them (as :func:`recovered_events_alias` does for a table of its own)."""
+    return AssetAlias(name=f"{DATABASE_ASSET_GROUP}/{name}/recovered", group="tiering")

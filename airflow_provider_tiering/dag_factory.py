@@ -12,9 +12,13 @@ from typing import Any
 
 from airflow.sdk import DAG, TaskGroup
 
+from airflow_provider_tiering.assets import database_asset, database_events_alias
+from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.spec import Declaration, TableSpec, declare
 from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
+from airflow_provider_tiering.operators.database_summary import DatabaseSummaryOperator
+from airflow_provider_tiering.operators.discover_tables import DiscoverTablesOperator
 from airflow_provider_tiering.operators.maintain_table import MaintainTableOperator
 from airflow_provider_tiering.operators.read_changes import ReadChangesOperator
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
@@ -261,4 +265,71 @@ def build_maintenance_dag(
         for spec in specs:
             if spec.maintenance.enabled:
                 MaintainTableOperator(table=spec)
+    return dag
+
+
+#: ``build_database_dag``'s default schedule: every ``probe_every_seconds`` of the declaration.
+EVERY_PROBE = "every probe_every_seconds"
+
+
+def build_database_dag(
+    dag_id: str,
+    database: DatabaseSpec | Mapping[str, Any],
+    *,
+    schedule: Any = EVERY_PROBE,
+    start_date: datetime | None = None,
+    max_active_tasks: int | None = None,
+    tags: Iterable[str] = ("tiering",),
+    **dag_kwargs: Any,
+) -> DAG:
+    """A whole database declared once, its tables discovered when the DAG runs, each tiered by its own task instance.
+
+    Every ``probe_every_seconds`` (the default schedule; ``schedule=None``: triggered runs only) a run's
+    ``discover`` task lists the database's tables with one query, matches them against the declaration and decides
+    which run now (:class:`DiscoverTablesOperator`): a new table (its first load), a table whose last run did not
+    settle, a changed table once its freshness interval has passed. Its ``tier`` task is mapped over those: one
+    :class:`TierTableOperator` instance per table, labelled by the table's name, with its own state, retries,
+    failure and ``last_error``; an idle table starts no task. The ``tiering_summary`` task
+    (:class:`DatabaseSummaryOperator`) reports every table's outcome, the skipped and dropped tables with their
+    reasons, and fails the run when a table failed. The declaration is validated here (a bad one fails when the DAG
+    file is parsed, the field named); parsing never reads the hot store.
+
+    Retries and the round timeout of the mapped task are the declaration's ``table_defaults`` (Airflow schedules a
+    mapped task's retries from its ``partial``); a table's overrides set the rest of its spec. One run at a time.
+    """
+    spec = DatabaseSpec.parse(database)
+    defaults = TableSpec.parse(
+        {**dict(spec.table_defaults), "name": "defaults", "lake": {"namespace": "d", "table": "d"},
+         "source": {"conn_id": spec.conn_id, "table": "d", "cursor_column": "d"}}
+    )  # fmt: skip
+    asset = database_asset(spec.name, spec.lake.catalog_conn_id, spec.lake.namespace)
+    dag = DAG(
+        dag_id=dag_id,
+        schedule=_staggered(dag_id, spec.probe_every_seconds) if schedule == EVERY_PROBE else schedule,
+        start_date=start_date or datetime(2024, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_runs=1,
+        max_active_tasks=max_active_tasks or 16,
+        tags=list(tags),
+        **dag_kwargs,
+    )
+    with dag:
+        discover = DiscoverTablesOperator(database=spec)
+        tier = TierTableOperator.partial(
+            task_id="tier",
+            database=spec.name,
+            inlets=[asset],
+            outlets=[asset, database_events_alias(spec.name)],
+            map_index_template="{{ task.table_spec.name }}",
+            retries=defaults.retries,
+            retry_delay=timedelta(seconds=defaults.retry_delay_seconds),
+            retry_exponential_backoff=defaults.retry_exponential_backoff,
+            max_retry_delay=timedelta(seconds=defaults.max_retry_delay_seconds),
+            execution_timeout=(
+                None if defaults.round_timeout_seconds is None else timedelta(seconds=defaults.round_timeout_seconds)
+            ),
+        ).expand(table=discover.output)
+        summary = DatabaseSummaryOperator(database=spec)
+        discover >> tier >> summary
+        discover >> summary
     return dag

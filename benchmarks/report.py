@@ -26,7 +26,7 @@ B1_LABELS = {
     "airflow-task": "our TierTableOperator as an Airflow task",
 }
 #: The suite's results this page shows (``benchmarks/results/<name>.json``).
-REPORTED = ("full_load", "incremental", "many_tables", "memory")
+REPORTED = ("full_load", "incremental", "tpch_tables", "memory")
 #: The alternatives that produce an Iceberg table, which B1's target compares us with.
 ICEBERG_ALTERNATIVES = ("adbc-append", "dlt")
 
@@ -104,7 +104,7 @@ def incremental_section(inc: dict[str, Any]) -> tuple[list[str], dict]:
     return [*lines, ""], targets
 
 
-def many_tables_section(many: dict[str, Any]) -> tuple[list[str], dict]:
+def tpch_tables_section(many: dict[str, Any]) -> tuple[list[str], dict]:
     r = many["report"]
     lines = [
         f"## B3 — {r['tables']} TPC-H tables ({sum(many['rows'].values()):,} rows) in one DAG run",
@@ -255,7 +255,7 @@ def render(results: Path, docs: Path) -> str:
         body += lines
         targets.update(found)
     if many is not None:
-        lines, _ = many_tables_section(many)
+        lines, _ = tpch_tables_section(many)
         body += lines
     if memory is not None:
         lines, found = memory_section(memory, plots)

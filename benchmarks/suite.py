@@ -4,7 +4,7 @@ In order, sharing one PostgreSQL (a throw-away server on 127.0.0.1 unless ``--ds
 
 1. B1 full load of lineitem: the read limit, bare Spark, pyiceberg append, dlt, our round (``bench_round``);
 2. B3 the 8 TPC-H tables in one DAG run vs one after another, and lineitem as an Airflow task
-   (``bench_many_tables``: a real Airflow);
+   (``bench_tpch_tables``: a real Airflow);
 3. B4 peak memory while tiering 1M, 3M, 6M rows (``bench_memory``);
 4. B2 an incremental round of 1% new rows vs a first round of a 1%-size table (``bench_incremental``, on its
    own copy of lineitem);
@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import (
         bench_change_memory,
         bench_incremental,
-        bench_many_tables,
         bench_memory,
         bench_merge,
         bench_round,
+        bench_tpch_tables,
     )
     from benchmarks.scratch import postgres_scratch
     from benchmarks.tpch_data import load_lineitem
@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             ),
             (
                 "B3 many tables",
-                lambda: bench_many_tables.main(
+                lambda: bench_tpch_tables.main(
                     [*common, "--sf", str(args.sf), "--repeat", "1", "--workdir", str(workdir / "b3"), *quick_b3]
-                    + ["--output", str(args.results / "many_tables.json")]
+                    + ["--output", str(args.results / "tpch_tables.json")]
                 ),
             ),
             (

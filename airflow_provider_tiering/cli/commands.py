@@ -107,6 +107,21 @@ def status(args: Namespace) -> None:
 
 @suppress_logs_and_warning
 @providers_configuration_loaded
+def database(args: Namespace) -> None:
+    from airflow_provider_tiering.status.databases import COLUMNS, list_database_tables
+
+    try:
+        records = list_database_tables(args.database, args.discovery)
+    except TableNotFound as exc:
+        _fail(str(exc))
+    if not records and args.output not in ("json", "yaml"):
+        print("no tables" + (" match" if args.discovery else ""), file=sys.stderr)
+        return
+    emit(records, args.output, COLUMNS)
+
+
+@suppress_logs_and_warning
+@providers_configuration_loaded
 def history(args: Namespace) -> None:
     try:
         rounds = tiering_history(args.table, limit=args.limit)

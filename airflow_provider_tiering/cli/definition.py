@@ -30,6 +30,10 @@ ARG_STATUS = Arg(
     type=str.upper,
     choices=("NEW", "INITIALIZED", "SCHEDULED", "PENDING", "TIERING", "TIERED", "FAILED"),
 )
+ARG_DATABASE = Arg(("database",), help="a declared database's name; all of them when left out", nargs="?", default=None)
+ARG_DISCOVERY = Arg(
+    ("--discovery",), help="only tables of this place in their database", choices=("tiered", "skipped", "dropped")
+)
 ARG_LIMIT = Arg(("--limit",), help="how many recent rounds (default: 20)", type=int, default=20)
 #: How long ``trigger --wait`` waits by default: a round's own default deadline (``round_timeout_seconds``).
 DEFAULT_WAIT_TIMEOUT = 3600.0
@@ -86,6 +90,12 @@ def get_tiering_cli_commands() -> list[GroupCommand]:
                     help="Tier these tables now: one DAG run per DAG, tiering only them",
                     func=lazy_load_command(f"{_COMMANDS}.trigger"),
                     args=(ARG_TABLES, ARG_WAIT, ARG_TIMEOUT, ARG_UNPAUSE, ARG_OUTPUT, ARG_VERBOSE),
+                ),
+                ActionCommand(
+                    name="database",
+                    help="Show the tables of declared databases: tiered, skipped or dropped, with the reason",
+                    func=lazy_load_command(f"{_COMMANDS}.database"),
+                    args=(ARG_DATABASE, ARG_DISCOVERY, ARG_OUTPUT, ARG_VERBOSE),
                 ),
                 ActionCommand(
                     name="reset",

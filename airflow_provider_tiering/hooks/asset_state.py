@@ -19,27 +19,30 @@ class AssetStateStore:
     Airflow's execution API (task code never touches the metadata database itself).
     """
 
-    def __init__(self, accessor: Any) -> None:
+    def __init__(self, accessor: Any, key: str = STATE_KEY) -> None:
         self.accessor = accessor
+        #: A table of a declared database keeps its document under a key of its own in the database's asset.
+        self.key = key
 
     def load(self) -> TableState | None:
-        doc = self.accessor.get(STATE_KEY, default=None)
+        doc = self.accessor.get(self.key, default=None)
         return None if not doc else TableState.from_json(doc)
 
     def save(self, state: TableState) -> None:
-        self.accessor.set(STATE_KEY, state.to_json())
+        self.accessor.set(self.key, state.to_json())
 
 
 class MaintenanceStateStore:
     """A table's maintenance status, beside its state document under its own key (a maintenance task never
     writes the document a round reads and writes)."""
 
-    def __init__(self, accessor: Any) -> None:
+    def __init__(self, accessor: Any, key: str = MAINTENANCE_KEY) -> None:
         self.accessor = accessor
+        self.key = key
 
     def load(self) -> MaintenanceStatus | None:
-        doc = self.accessor.get(MAINTENANCE_KEY, default=None)
+        doc = self.accessor.get(self.key, default=None)
         return None if not doc else MaintenanceStatus.from_json(doc)
 
     def save(self, status: MaintenanceStatus) -> None:
-        self.accessor.set(MAINTENANCE_KEY, status.to_json())
+        self.accessor.set(self.key, status.to_json())

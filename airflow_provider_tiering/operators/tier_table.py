@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 
-from airflow_provider_tiering.assets import recovered_events_alias, stream_asset, table_asset
+from airflow_provider_tiering.assets import (
+    database_asset,
+    database_events_alias,
+    recovered_events_alias,
+    stream_asset,
+    table_asset,
+)
+from airflow_provider_tiering.core.database_state import table_state_key
 from airflow_provider_tiering.core.errors import RoundTimedOut
 from airflow_provider_tiering.core.round_result import RoundResult
 from airflow_provider_tiering.core.spec import TableSpec
@@ -22,6 +29,8 @@ from airflow_provider_tiering.run_conf import selected_tables
 
 #: How many of the asset's newest events are read to find the newest announced epoch (other producers may add some).
 ANNOUNCED_EVENTS_READ = 20
+#: The same for a table of a declared database, whose asset holds every table's events.
+DATABASE_EVENTS_READ = 200
 
 if TYPE_CHECKING:
     from airflow_provider_tiering.build import RoundParts
@@ -52,15 +61,32 @@ class TierTableOperator(BaseOperator):
     :func:`~airflow_provider_tiering.dag_factory.build_table_dags`): every run is due, and still probes the hot store.
     What the task does is ``core/table_task.py``'s; this class maps how it ends to Airflow's task outcomes.
 
+    A table of a declared database (``database``: its name; a mapped task of
+    :func:`~airflow_provider_tiering.dag_factory.build_database_dag`, one per table its discovery runs) keeps its
+    state document under a key of its own in the database's asset and announces its rounds on that asset, the event's
+    ``extra`` naming the table; every run is due (the discovery is its clock).
+
     Hazard: two runs of the same table at once are safe (one is fenced and fails) but waste work;
     limit them with ``max_active_tis_per_dag=1`` (the DAG factory does).
     """
 
     ui_color = "#cfe8ff"
 
-    def __init__(self, *, table: TableSpec | Mapping[str, Any], every_run_due: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        table: TableSpec | Mapping[str, Any],
+        every_run_due: bool = False,
+        database: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         spec = TableSpec.parse(table)
-        asset = table_asset(spec)
+        if database is None:
+            asset, alias, self.state_key = table_asset(spec), recovered_events_alias(spec), None
+        else:
+            asset = database_asset(database, spec.lake.catalog_conn_id, spec.lake.namespace)
+            alias, self.state_key, every_run_due = database_events_alias(database), table_state_key(spec.name), True
+        self.database = database
         kwargs.setdefault("task_id", spec.name)
         kwargs.setdefault("retries", spec.retries)
         kwargs.setdefault("retry_delay", timedelta(seconds=spec.retry_delay_seconds))
@@ -72,9 +98,8 @@ class TierTableOperator(BaseOperator):
         group = spec.source.stream_group()
         # A table of a stream group reads its group's state document (what the reader wrote of it) to probe.
         self.stream_asset = None if group is None else stream_asset(group)
-        kwargs["inlets"] = [*kwargs.get("inlets", []), asset, *([self.stream_asset] if self.stream_asset else [])]
-        alias = recovered_events_alias(spec)
-        kwargs["outlets"] = [*kwargs.get("outlets", []), asset, alias]
+        kwargs["inlets"] = _with(kwargs.get("inlets", []), asset, *([self.stream_asset] if self.stream_asset else []))
+        kwargs["outlets"] = _with(kwargs.get("outlets", []), asset, alias)
         super().__init__(**kwargs)
         self.table_spec = spec
         self.every_run_due = every_run_due
@@ -95,7 +120,7 @@ class TierTableOperator(BaseOperator):
             announced = announced_by(AssetStreamStateStore(context["asset_state_store"][self.stream_asset]))
         task = TableTask(
             self.table_spec,
-            AssetStateStore(context["asset_state_store"][self.table_asset]),
+            self._state_store(context),
             TieringHook(self.table_spec, announced=announced),
             task_retry_delay(self, context),
             retried=context["ti"].try_number > 1,
@@ -126,10 +151,15 @@ class TierTableOperator(BaseOperator):
             raise AirflowFailException(outcome.reason) from outcome.cause
         # The newest event directly on the asset, older ones through the alias (registered after it: order events
         # by their ``epoch``, not their timestamp).
-        context["outlet_events"][self.table_asset].extra = outcome.announcements[-1]
+        named = {} if self.database is None else {"table": self.table_spec.name}
+        context["outlet_events"][self.table_asset].extra = {**outcome.announcements[-1], **named}
         for older in outcome.announcements[:-1]:
-            context["outlet_events"][self.recovered_alias].add(self.table_asset, extra=older)
+            context["outlet_events"][self.recovered_alias].add(self.table_asset, extra={**older, **named})
         return outcome.value
+
+    def _state_store(self, context: Any) -> AssetStateStore:
+        accessor = context["asset_state_store"][self.table_asset]
+        return AssetStateStore(accessor) if self.state_key is None else AssetStateStore(accessor, self.state_key)
 
     def _timed_out(self) -> RoundTimedOut:
         timeout = self.execution_timeout.total_seconds() if self.execution_timeout else 0
@@ -171,11 +201,25 @@ class TierTableOperator(BaseOperator):
     def _announced_epoch(self, context: Any) -> int | None:
         """The newest epoch an event on the table's asset announced (0: none), read through the execution API;
         None when it cannot be read (the round then announces only itself)."""
+        name = self.table_spec.name
+        read = ANNOUNCED_EVENTS_READ if self.database is None else DATABASE_EVENTS_READ
         try:
-            events = context["inlet_events"][self.table_asset].ascending(False).limit(ANNOUNCED_EVENTS_READ)
-            epochs = [int(e.extra["epoch"]) for e in events if isinstance(e.extra, dict) and "epoch" in e.extra]
+            events = context["inlet_events"][self.table_asset].ascending(False).limit(read)
+            extras = [e.extra for e in events if isinstance(e.extra, dict) and "epoch" in e.extra]
         except Exception as exc:  # reading history must never fail a round
-            name = self.table_spec.name
             self.log.warning("%s: cannot read its asset events (%s); earlier rounds not checked", name, exc)
             return None
-        return max(epochs, default=0)
+        if self.database is not None:
+            mine = [int(extra["epoch"]) for extra in extras if extra.get("table") == name]
+            # The database's other tables' events may hide this one's older ones: then announce only this round.
+            return max(mine) if mine else (0 if len(extras) < read else None)
+        return max((int(extra["epoch"]) for extra in extras), default=0)
+
+
+def _with(assets: Any, *more: Any) -> list[Any]:
+    """``assets`` and ``more``, each once (a mapped task's ``partial`` already names its database's asset)."""
+    found = list(assets or [])
+    for asset in more:
+        if all(getattr(a, "name", None) != asset.name or type(a) is not type(asset) for a in found):
+            found.append(asset)
+    return found

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tiering.core.connections import ConnectionInfo
+from airflow_provider_tiering.core.discovery import TableLister
 from airflow_provider_tiering.core.errors import ConnectionNotUsable, MissingDependency, missing_modules
 from airflow_provider_tiering.core.ports import AnySource
 from airflow_provider_tiering.core.source_specs import SourceSpecBase
@@ -46,6 +47,8 @@ class SourceKind:
     #: the group's reader of the database's log, built as ``Class(group, connection)``.
     grouped: bool = False
     group_log: str | None = None
+    #: ``module:Class`` listing a whole database's tables for a declared database, built as ``Class(connection)``.
+    lister: str | None = None
 
     def load(self) -> SourceFactory:
         """The implementation class; MissingDependency names the extra when its drivers are not installed."""
@@ -57,6 +60,13 @@ class SourceKind:
         if self.group_log is None:
             raise ConnectionNotUsable(f"{self.name} tables are not read through a stream group")
         found: Callable[[StreamGroupSpec, ConnectionInfo], GroupLog] = self._load(self.group_log)
+        return found
+
+    def load_lister(self) -> Callable[[ConnectionInfo], TableLister]:
+        """The class that lists a whole database's tables (MissingDependency as :meth:`load`)."""
+        if self.lister is None:
+            raise ConnectionNotUsable(f"{self.name} databases cannot be declared whole")
+        found: Callable[[ConnectionInfo], TableLister] = self._load(self.lister)
         return found
 
     def _load(self, target: str) -> Any:
@@ -77,6 +87,7 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         "airflow_provider_tiering.sources.postgres.cursor_source:PostgresSource",
         extra="postgres",
         requires=("adbc_driver_postgresql", "adbc_driver_manager", "psycopg"),
+        lister="airflow_provider_tiering.sources.postgres.table_listing:PostgresTableLister",
     ),
     SourceKind(
         "postgres change stream",
@@ -96,7 +107,13 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         grouped=True,
         group_log="airflow_provider_tiering.sources.postgres.group_log:PostgresGroupLog",
     ),
-    SourceKind("sqlite", "sql", frozenset({"sqlite"}), "airflow_provider_tiering.sources.sqlite:SqliteSource"),
+    SourceKind(
+        "sqlite",
+        "sql",
+        frozenset({"sqlite"}),
+        "airflow_provider_tiering.sources.sqlite:SqliteSource",
+        lister="airflow_provider_tiering.sources.sqlite_listing:SqliteTableLister",
+    ),
     SourceKind(
         "mysql",
         "sql",
@@ -169,4 +186,21 @@ def build_group_log(group: StreamGroupSpec, connection: ConnectionInfo) -> Group
     raise ConnectionNotUsable(
         f"stream {group.name!r}: connection {group.conn_id!r} has type {connection.conn_type!r}; a stream group reads "
         f"{', '.join(supported)}"
+    )
+
+
+def build_table_lister(database: str, connection: ConnectionInfo) -> TableLister:
+    """What lists a declared database's tables, for the type of its connection.
+
+    Raises:
+        ConnectionNotUsable: a database of that type cannot be declared whole (yet); its tables can be, one by one.
+        MissingDependency: its extra is not installed (the message names it).
+    """
+    for kind in SOURCE_KINDS:
+        if kind.lister is not None and connection.type in kind.conn_types:
+            return kind.load_lister()(connection)
+    supported = sorted(t for kind in SOURCE_KINDS if kind.lister is not None for t in kind.conn_types)
+    raise ConnectionNotUsable(
+        f"database {database!r}: connection {connection.describe()} has type {connection.conn_type!r}; a whole "
+        f"database is declared for {', '.join(supported)} connections: declare the tables of this one one by one"
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_tiering.core.errors import TableNotFound
+from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KEY
 
 ASSET_GROUP = "tiering"
 
@@ -37,6 +38,11 @@ class TieredAsset:
     task_id: str | None
     #: A table of a stream group: the group's asset (its state document lives there).
     stream_group: str | None = None
+    #: The keys of its state and maintenance documents in its asset's state store (a declared database's table has
+    #: its own under the database's asset), and that database's name.
+    state_key: str = STATE_KEY
+    maintenance_key: str = MAINTENANCE_KEY
+    database: str | None = None
 
     @property
     def lake_identifier(self) -> str:
@@ -83,6 +89,30 @@ def tiered_assets(session: Any) -> list[TieredAsset]:
         group = extra.get("stream_group")
         assets.append(TieredAsset(asset_id, name, uri, table, namespace, lake_table, dag_id, task_id, group))
     return assets
+
+
+def database_assets(session: Any) -> list[tuple[int, str, str, str | None]]:
+    """Every active asset of a declared database: id, name, URI and the DAG that tiers its tables."""
+    from airflow.models.asset import AssetModel, TaskOutletAssetReference
+    from sqlalchemy import select
+
+    from airflow_provider_tiering.assets import DATABASE_ASSET_GROUP
+
+    rows = session.execute(
+        select(AssetModel.id, AssetModel.name, AssetModel.uri).where(
+            AssetModel.group == DATABASE_ASSET_GROUP, AssetModel.active.has()
+        )
+    ).all()
+    if not rows:
+        return []
+    refs = session.execute(
+        select(TaskOutletAssetReference.asset_id, TaskOutletAssetReference.dag_id)
+        .join(AssetModel, AssetModel.id == TaskOutletAssetReference.asset_id)
+        .where(AssetModel.group == DATABASE_ASSET_GROUP)
+        .order_by(TaskOutletAssetReference.updated_at)
+    ).all()
+    producers = dict(refs)  # the newest wins
+    return [(asset_id, name, uri, producers.get(asset_id)) for asset_id, name, uri in rows]
 
 
 def stream_group_ids(names: Sequence[str], session: Any) -> dict[str, int]:

@@ -9,6 +9,13 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from airflow_provider_tiering.core.database_state import (
+    DATABASE_STATE_KEY,
+    DatabaseState,
+    Discovery,
+    table_maintenance_key,
+    table_state_key,
+)
 from airflow_provider_tiering.core.errors import AmbiguousTable
 from airflow_provider_tiering.core.maintenance import MaintenanceStatus
 from airflow_provider_tiering.core.state import TableState, TableStatus
@@ -17,6 +24,7 @@ from airflow_provider_tiering.hooks.asset_state import MAINTENANCE_KEY, STATE_KE
 from airflow_provider_tiering.status.assets import (
     ReadableFilter,
     TieredAsset,
+    database_assets,
     json_value,
     matching_assets,
     readable_of,
@@ -39,6 +47,10 @@ def session_scope(session: Any | None) -> Iterator[Any]:
     with create_session() as new:
         yield new
 
+
+#: A declared database's table's history is read from this many times ``limit`` of its database's newest events (the
+#: lake's own commits fill in what they miss).
+SHARED_EVENTS_READ = 20
 
 _IN_CHUNK = 500  # ids per IN (...) list: far below every metadata database's limit on bound parameters
 
@@ -94,16 +106,70 @@ def _stream_groups(assets: Sequence[TieredAsset], session: Any) -> dict[str, Str
     return found
 
 
-def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus]:
-    values = _stored_values([a.id for a in assets], session)
+def _database_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, str], Any]:
+    """Every document of these declared databases' assets (the database's, and each of its tables')."""
+    from airflow.state import get_state_backend
+    from airflow.state.metastore import MetastoreBackend
+
+    if type(get_state_backend()) is not MetastoreBackend:  # a backend is asked key by key: the documents' keys first
+        found = _stored_values(asset_ids, session, (DATABASE_STATE_KEY,))
+        keys = {
+            key
+            for doc in found.values()
+            for name in DatabaseState.from_json(json_value(doc)).tables
+            for key in (table_state_key(name), table_maintenance_key(name))
+        }
+        return {**found, **_stored_values(asset_ids, session, tuple(sorted(keys)))}
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(AssetStateStoreModel.asset_id, AssetStateStoreModel.key, AssetStateStoreModel.value).where(
+            AssetStateStoreModel.asset_id.in_(asset_ids)
+        )
+    ).all()
+    return {(asset_id, key): value for asset_id, key, value in rows}
+
+
+def _known_tables(session: Any) -> tuple[list[TieredAsset], dict[tuple[int, str], Any]]:
+    """Every tiered table: the tiering group's assets, then each tiered table of each declared database (its state
+    under the database's asset); with the declared databases' documents already read."""
+    assets = tiered_assets(session)
+    databases = database_assets(session)
+    values = _database_values([d[0] for d in databases], session) if databases else {}
+    for asset_id, name, uri, dag_id in databases:
+        doc = values.get((asset_id, DATABASE_STATE_KEY))
+        if doc is None:
+            continue
+        state = DatabaseState.from_json(json_value(doc))
+        catalog = uri.removeprefix("iceberg://").split("/", 1)[0]
+        for table in state.tables.values():
+            if table.discovery is not Discovery.TIERED or table.lake is None:
+                continue
+            namespace, lake_table = table.lake.split(".", 1)
+            assets.append(
+                TieredAsset(
+                    asset_id, f"{name}/{table.name}", f"iceberg://{catalog}/{namespace}/{lake_table}", table.name,
+                    namespace, lake_table, dag_id, "tier", None, table_state_key(table.name),
+                    table_maintenance_key(table.name), state.database,
+                )
+            )  # fmt: skip
+    return assets, values
+
+
+def _statuses(
+    assets: Sequence[TieredAsset], session: Any, known: dict[tuple[int, str], Any] | None = None
+) -> list[TieringStatus]:
+    own = [a.id for a in assets if a.database is None]
+    values = {**(known or {}), **_stored_values(own, session)}
     groups = _stream_groups(assets, session)
     statuses = []
     for asset in assets:
-        doc = values.get((asset.id, STATE_KEY))
+        doc = values.get((asset.id, asset.state_key))
         # A table whose first round has not run yet (its DAG paused, or not run since the table was added) is shown
         # as NEW, so that a table is listed from the moment its DAG is parsed.
         state = TableState(asset.table, note=NOT_RUN_YET) if doc is None else TableState.from_json(json_value(doc))
-        maintenance = values.get((asset.id, MAINTENANCE_KEY))
+        maintenance = values.get((asset.id, asset.maintenance_key))
         statuses.append(
             TieringStatus(
                 asset.id,
@@ -116,6 +182,7 @@ def _statuses(assets: Sequence[TieredAsset], session: Any) -> list[TieringStatus
                 state,
                 None if maintenance is None else MaintenanceStatus.from_json(json_value(maintenance)),
                 None if asset.stream_group is None else groups.get(asset.stream_group),
+                asset.state_key,
             )
         )
     return sorted(statuses, key=lambda s: (s.namespace, s.lake_table, s.table))
@@ -131,8 +198,9 @@ def list_tiering_statuses(
     """Every tiered table (of those ``readable`` keeps), sorted by namespace and table; optionally filtered. A table
     whose first round has not run yet is NEW, noted so."""
     with session_scope(session) as s:
-        assets = [a for a in tiered_assets(s) if namespace is None or a.namespace == namespace]
-        found = _statuses(readable_of(assets, readable), s)
+        every, known = _known_tables(s)
+        assets = [a for a in every if namespace is None or a.namespace == namespace]
+        found = _statuses(readable_of(assets, readable), s, known)
     if status is not None:
         wanted = TableStatus(str(status).upper())
         found = [t for t in found if t.status is wanted]
@@ -147,11 +215,11 @@ def get_tiering_status(
     says so, with the closest names); AmbiguousTable, naming them, when several do (two DAGs tiering tables of the
     same name)."""
     with session_scope(session) as s:
-        candidates = matching_assets(table, readable_of(tiered_assets(s), readable))
-        found = _statuses(candidates, s)
+        every, known = _known_tables(s)
+        candidates = matching_assets(table, readable_of(every, readable))
+        found = _statuses(candidates, s, known)
     if len(found) > 1:
-        by_id = {a.id: a for a in candidates}
-        names = "; ".join(by_id[f.asset_id].describe() for f in found)
+        names = "; ".join(a.describe() for a in candidates)
         raise AmbiguousTable(
             f"{table!r} names {len(found)} tiered tables: {names}. Name one as <namespace>.<table> or by its asset name"
         )
@@ -175,15 +243,18 @@ def tiering_history(
 
     with session_scope(session) as s:
         found = get_tiering_status(table, readable=readable, session=s)
+        shared = found.state_key != STATE_KEY  # a declared database's table: its asset holds every table's events
         events = s.scalars(
             select(AssetEvent)
             .where(AssetEvent.asset_id == found.asset_id)
             .order_by(AssetEvent.timestamp.desc(), AssetEvent.id.desc())
-            .limit(limit)
+            .limit(limit * SHARED_EVENTS_READ if shared else limit)
         ).all()
         rounds = []
         for event in events:
             extra = event.extra or {}
+            if shared and extra.get("table") != found.table:
+                continue
             if "epoch" not in extra:  # an event some other producer emitted on the asset
                 continue
             rounds.append(

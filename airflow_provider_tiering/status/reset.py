@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from airflow_provider_tiering.core.state import TableState, utcnow
-from airflow_provider_tiering.hooks.asset_state import STATE_KEY
 from airflow_provider_tiering.status.assets import ReadableFilter
 from airflow_provider_tiering.status.lake_rows import refresh_lake_rows
 from airflow_provider_tiering.status.reads import get_tiering_status, session_scope
@@ -36,6 +35,7 @@ def reset_table(
         found = get_tiering_status(table, readable=readable, session=s)
         state = found.state
         state.reset(utcnow(), adopt_hot_table=adopt_hot_table)
-        get_state_backend().set(AssetScope(asset_id=found.asset_id), STATE_KEY, json.dumps(state.to_json()), session=s)
+        scope = AssetScope(asset_id=found.asset_id)
+        get_state_backend().set(scope, found.state_key, json.dumps(state.to_json()), session=s)
     refresh_lake_rows([found])  # the reset shows in SQL at once
     return state

@@ -13,6 +13,7 @@ from airflow_provider_tiering.core.offsets import cursor_lag_seconds
 from airflow_provider_tiering.core.state import TableState, TableStatus, utcnow
 from airflow_provider_tiering.core.status_rows import StatusRow, status_row
 from airflow_provider_tiering.core.stream_state import StreamGroupState
+from airflow_provider_tiering.hooks.asset_state import STATE_KEY
 from airflow_provider_tiering.status.records import TableStatusRecord
 
 
@@ -31,6 +32,8 @@ class TieringStatus:
     maintenance: MaintenanceStatus | None = None
     #: A table of a stream group: its group's state document (None: not one, or its reader never ran).
     stream: StreamGroupState | None = None
+    #: The key of its state document in its asset's state store (a declared database's table: its own).
+    state_key: str = STATE_KEY
 
     @property
     def table(self) -> str:

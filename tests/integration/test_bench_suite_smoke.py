@@ -43,7 +43,7 @@ def test_quick_suite_measures_everything_and_writes_the_report(pg_server, tmp_pa
     )
     assert full["results"]["idle-round"]["last"]["outcome"] == "nothing_to_tier"
 
-    many = json.loads((results / "many_tables.json").read_text())
+    many = json.loads((results / "tpch_tables.json").read_text())
     assert set(many["rows"]) == {"region", "nation", "lineitem"} and many["rows"]["lineitem"] == rows
     assert {r["kind"] for r in many["runs"]} == {"parallel", "sequential", "lineitem"}
     assert all(r["state"] == "success" for r in many["runs"])

@@ -1,0 +1,46 @@
+"""``DiscoverTablesOperator``: a declared database's tables, and which of them run now, as one Airflow task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_tiering.assets import database_asset
+from airflow_provider_tiering.core.database_spec import DatabaseSpec
+
+
+class DiscoverTablesOperator(BaseOperator):
+    """List a declared database's tables with one query (``sources/*/table_listing.py``), match them against the
+    declaration (``core/discovery.py``) and decide which run now (``core/database_state.py``). Returns the specs of
+    the tables to run, which the DAG maps its tier task over: one task instance per table, labelled by its name.
+
+    The database's document (every matched table: tiered, skipped or dropped, with the reason) and its last probe live
+    in the asset state store of the database's asset; this task is their only writer. It fails when the database
+    cannot be listed (its tables then wait, their state untouched); a table the rules cannot tier never fails it: it is
+    listed as skipped, with the reason. A DAG run with ``conf={"tables": [...]}`` runs exactly the tables named.
+    """
+
+    ui_color = "#e6f4ea"
+
+    def __init__(self, *, database: DatabaseSpec | Mapping[str, Any], **kwargs: Any) -> None:
+        spec = DatabaseSpec.parse(database)
+        asset = database_asset(spec.name, spec.lake.catalog_conn_id, spec.lake.namespace)
+        kwargs.setdefault("task_id", "discover")
+        kwargs.setdefault("max_active_tis_per_dag", 1)
+        kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
+        super().__init__(**kwargs)
+        self.database = spec
+        self.database_asset = asset
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        # Imported here: DAG files are parsed often and need none of the drivers.
+        from airflow_provider_tiering.hooks.database import DatabaseHook
+        from airflow_provider_tiering.run_conf import selected_tables
+
+        hook = DatabaseHook(self.database, context["asset_state_store"][self.database_asset])
+        probe = hook.probe(selected=selected_tables(context))
+        for line in probe.report():
+            self.log.info("%s", line)
+        return probe.to_run()
