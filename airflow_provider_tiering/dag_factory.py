@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG, TaskGroup
 
-from airflow_provider_tiering.assets import database_asset, database_events_alias
+from airflow_provider_tiering.assets import database_asset, database_events_alias, stream_asset
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.spec import Declaration, TableSpec, declare
@@ -20,7 +20,7 @@ from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 from airflow_provider_tiering.operators.database_summary import DatabaseSummaryOperator
 from airflow_provider_tiering.operators.discover_tables import DiscoverTablesOperator
 from airflow_provider_tiering.operators.maintain_table import MaintainTableOperator
-from airflow_provider_tiering.operators.read_changes import ReadChangesOperator
+from airflow_provider_tiering.operators.read_changes import ReadChangesOperator, ReadDatabaseChangesOperator
 from airflow_provider_tiering.operators.summary import TieringSummaryOperator
 from airflow_provider_tiering.operators.tier_table import TierTableOperator
 from airflow_provider_tiering.sensors.table_due import TableDueSensor
@@ -318,9 +318,11 @@ def build_database_dag(
         tier = TierTableOperator.partial(
             task_id="tier",
             database=spec.name,
-            inlets=[asset],
+            # A task's asset state accessors are its partial's: a streamed table reads its stream's document.
+            inlets=[asset, *([stream_asset(spec.stream_group())] if spec.may_stream() else [])],
             outlets=[asset, database_events_alias(spec.name)],
             map_index_template="{{ task.table_spec.name }}",
+            **({"trigger_rule": "all_done"} if spec.may_stream() else {}),
             retries=defaults.retries,
             retry_delay=timedelta(seconds=defaults.retry_delay_seconds),
             retry_exponential_backoff=defaults.retry_exponential_backoff,
@@ -332,4 +334,10 @@ def build_database_dag(
         summary = DatabaseSummaryOperator(database=spec)
         discover >> tier >> summary
         discover >> summary
+        if spec.may_stream():
+            # Its tables in mode change_stream apply what its one stream's reader wrote: it reads before them, and
+            # they run whatever its outcome (a failed read leaves what the change log holds to apply).
+            reader = ReadDatabaseChangesOperator(stream=spec.stream_group())
+            discover >> reader >> tier
+            reader >> summary
     return dag

@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.spec_types import Identifier, StrictModel, check_column_list, dotted, validated
+from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 
 #: Fields of a table's spec that the database declaration sets itself, never its defaults or overrides.
 _DERIVED_FIELDS = frozenset({"name", "source", "merge"})
@@ -32,6 +33,9 @@ class TableMode(enum.StrEnum):
     AUTO = "auto"
     APPEND = "append"
     MERGE = "merge"
+    #: Every insert, update and delete from the database's one change stream (a stream group named after the
+    #: database: one slot and publication), merged by key.
+    CHANGE_STREAM = "change_stream"
 
 
 class AppendRule(StrictModel):
@@ -68,11 +72,33 @@ class MergeRule(StrictModel):
         return check_column_list(value, "cursor_columns", "name at least one column") or ()
 
 
+class ChangeStreamRule(StrictModel):
+    """The database's one change stream, for its tables in mode ``change_stream`` (PostgreSQL)."""
+
+    stream: Mapping[str, Any] = Field(
+        default_factory=dict,
+        description="fields of the stream group named after the database (slot_name, publication_name, keep_days, "
+        "max_retained_wal_mb, retries, ...); its connection and change log (in the lake's namespace) are the "
+        "database's",
+    )
+
+    @field_validator("stream")
+    @classmethod
+    def _stream(cls, value: Mapping[str, Any]) -> Mapping[str, Any]:
+        derived = sorted({"name", "conn_id", "change_log", "read_every_seconds"} & set(value))
+        if derived:
+            raise ValueError(f"{', '.join(derived)} are set by the database declaration")
+        StreamGroupSpec.parse({**dict(value), "name": "sample", "conn_id": "sample", "change_log": {"namespace": "s"}})
+        return value
+
+
 class TableOverride(StrictModel):
     """What one table of the database does differently (``tables.<name>``, the name as discovered)."""
 
     skip: bool = Field(default=False, description="never tier this table (listed as skipped, with this reason)")
-    mode: TableMode | None = Field(default=None, description="append or merge; unset: the database's mode")
+    mode: TableMode | None = Field(
+        default=None, description="append, merge or change_stream; unset: the database's mode"
+    )
     cursor_column: Identifier | None = Field(default=None, description="the cursor column; unset: found by the rule")
     primary_key: tuple[Identifier, ...] | None = Field(
         default=None, description="the merge key; unset: the table's own primary key"
@@ -117,9 +143,14 @@ class DatabaseSpec(StrictModel):
     )
     exclude: tuple[str, ...] = Field(default=(), description="globs of table names (or schema.table) never tiered")
     lake: DatabaseLakeSpec = Field(description="where the tables land")
-    mode: TableMode = Field(default=TableMode.AUTO, description="auto, append or merge: each table's mode")
+    mode: TableMode = Field(
+        default=TableMode.AUTO, description="auto, append, merge or change_stream: each table's mode"
+    )
     append: AppendRule = Field(default_factory=AppendRule, description="how an append table's cursor is found")
     merge: MergeRule = Field(default_factory=MergeRule, description="how a merge table's cursor and deletes are found")
+    change_stream: ChangeStreamRule = Field(
+        default_factory=ChangeStreamRule, description="the database's one change stream (tables in change_stream mode)"
+    )
     table_defaults: Mapping[str, Any] = Field(
         default_factory=dict,
         description="fields of every table's spec (freshness_seconds, retries, spark, maintenance, ...)",
@@ -157,6 +188,23 @@ class DatabaseSpec(StrictModel):
     @property
     def asset_name(self) -> str:
         return f"tiering_database/{self.name}"
+
+    def stream_group(self) -> StreamGroupSpec:
+        """The stream group of its tables in mode ``change_stream``: named after the database, on its connection,
+        its change log in the lake's namespace, read once in every run of the database's DAG."""
+        return StreamGroupSpec.parse(
+            {
+                **dict(self.change_stream.stream), "name": self.name, "conn_id": self.conn_id,
+                "change_log": {"catalog_conn_id": self.lake.catalog_conn_id, "namespace": self.lake.namespace},
+                "read_every_seconds": self.probe_every_seconds,
+            }
+        )  # fmt: skip
+
+    def may_stream(self) -> bool:
+        """Whether any of its tables may be in mode ``change_stream`` (the DAG then has the stream's reader)."""
+        return self.mode is TableMode.CHANGE_STREAM or any(
+            o.mode is TableMode.CHANGE_STREAM for o in self.tables.values()
+        )
 
     @classmethod
     def parse(cls, data: DatabaseSpec | Mapping[str, Any]) -> DatabaseSpec:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_tiering.core.discovery import Discovered
 from airflow_provider_tiering.core.documents import DocumentTime, from_document, to_document
+from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus
 
 #: The key of a database's document in its asset's state store.
@@ -106,6 +107,13 @@ class Plan:
     quarantined: int = 0
 
 
+def mode_of(spec: TableSpec) -> str:
+    """A tiered table's mode in words: change_stream, merge or append."""
+    if spec.source.streams_changes:
+        return "change_stream"
+    return "merge" if spec.merge is not None else "append"
+
+
 def settled(state: TableState | None, since: datetime) -> bool:
     """Whether the table's run dispatched at ``since`` left nothing behind: at rest after a round (or a probe) that
     caught up with the hot store since, with no failure, quarantine or unconfirmed watermark pending."""
@@ -144,7 +152,8 @@ def plan_runs(
 
     ``state_of`` reads a table's own state document: asked only of tables whose last run has not settled.
     ``selected`` (a run's ``conf["tables"]``): those tables run, due or not, and no other does."""
-    doc = DatabaseState(database, {n: t for n, t in (previous.tables if previous else {}).items()})
+    # Copies: the caller compares the previous document with this one to know whether to save it.
+    doc = DatabaseState(database, {n: replace(t) for n, t in (previous.tables if previous else {}).items()})
     run: list[str] = []
     idle = waiting = quarantined = 0
     for name, fingerprint in discovered.fingerprints.items():
@@ -158,7 +167,7 @@ def plan_runs(
                     lake=entry.lake if entry else None, mode=entry.mode if entry else None,
                 )  # fmt: skip
             continue
-        lake, mode = f"{spec.lake.namespace}.{spec.lake.table}", "merge" if spec.merge is not None else "append"
+        lake, mode = f"{spec.lake.namespace}.{spec.lake.table}", mode_of(spec)
         decision: str | None
         if entry is None or entry.discovery is not Discovery.TIERED or entry.lake != lake or entry.mode != mode:
             entry = DatabaseTable(name, Discovery.TIERED, entry.first_seen if entry else now, lake=lake, mode=mode,

@@ -64,6 +64,8 @@ class Listing:
     blind: str | None = None
     #: How long the look's query took.
     seconds: float = 0.0
+    #: The source kind of the database's change stream (``postgres_cdc``); None: it has none the product reads.
+    stream_kind: str | None = None
 
 
 class TableLister(Protocol):
@@ -121,7 +123,9 @@ def _cursor(table: HotTable, named: str | None, candidates: Sequence[str], what:
     return None
 
 
-def _source_and_merge(spec: DatabaseSpec, table: HotTable, override: TableOverride) -> dict[str, Any]:
+def _source_and_merge(
+    spec: DatabaseSpec, table: HotTable, override: TableOverride, stream_kind: str | None
+) -> dict[str, Any]:
     """The table's source and merge fields by the rules (:class:`_Skip` with the reason when none applies)."""
     at = f"tables.{table.qualified}"
     mode = override.mode or spec.mode
@@ -129,6 +133,15 @@ def _source_and_merge(spec: DatabaseSpec, table: HotTable, override: TableOverri
     source: dict[str, Any] = {"conn_id": spec.conn_id, "table": table.table}
     if table.schema is not None:
         source["db_schema"] = table.schema
+    if mode is TableMode.CHANGE_STREAM:
+        if not table.primary_key:  # the replica identity: a stream's updates and deletes name their row by it
+            raise _Skip(f"a change stream needs a primary key and the table has none: add one, or set {at}.mode")
+        if override.primary_key is not None or override.cursor_column is not None:
+            raise _Skip(f"{at}: a change stream's key is the table's primary key and it has no cursor")
+        if stream_kind is None:
+            raise _Skip("this database has no change stream the product reads: set its mode to append or merge")
+        group = spec.stream_group().model_dump(mode="json")
+        return {"source": {**source, "kind": stream_kind, "stream": group}}
     if mode in (TableMode.AUTO, TableMode.MERGE):
         cursor = _cursor(table, override.cursor_column, spec.merge.cursor_columns, "merge", at)
         if cursor is not None and key and cursor not in key:
@@ -158,9 +171,11 @@ def _source_and_merge(spec: DatabaseSpec, table: HotTable, override: TableOverri
     return {"source": {**source, "cursor_column": cursor}}
 
 
-def _table_spec(spec: DatabaseSpec, table: HotTable, override: TableOverride, several_schemas: bool) -> TableSpec:
+def _table_spec(
+    spec: DatabaseSpec, table: HotTable, override: TableOverride, several_schemas: bool, stream_kind: str | None
+) -> TableSpec:
     fields: dict[str, Any] = {**dict(spec.table_defaults), **dict(override.spec)}
-    fields.update(_source_and_merge(spec, table, override))
+    fields.update(_source_and_merge(spec, table, override, stream_kind))
     fields["name"] = table.qualified
     fields["lake"] = {
         **dict(fields.get("lake") or {}),
@@ -197,7 +212,7 @@ def discover(spec: DatabaseSpec, listing: Listing) -> Discovered:
             found.skipped[name] = f"{table.unreadable}: grant it (GRANT SELECT ON {name} TO ...) or exclude the table"
             continue
         try:
-            table_spec = _table_spec(spec, table, override, several_schemas)
+            table_spec = _table_spec(spec, table, override, several_schemas, listing.stream_kind)
         except _Skip as exc:
             found.skipped[name] = str(exc)
             continue

@@ -39,6 +39,11 @@ class DatabaseProbe:
         """The specs of the tables to run, as JSON (a mapped task's arguments)."""
         return [self.discovered.specs[name].model_dump(mode="json", exclude_defaults=True) for name in self.plan.run]
 
+    def streamed(self) -> list[dict[str, Any]]:
+        """The specs of every tiered table in mode ``change_stream``, as JSON (the database's stream's members)."""
+        found = self.discovered.specs.values()
+        return [s.model_dump(mode="json", exclude_defaults=True) for s in found if s.source.streams_changes]
+
     def summary(self) -> dict[str, Any]:
         return {
             "listed": len(self.discovered.fingerprints), **self.plan.state.counts(), "run": len(self.plan.run),

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_tiering.assets import database_asset
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
@@ -18,7 +17,7 @@ from airflow_provider_tiering.core.staleness import staleness_alert
 from airflow_provider_tiering.core.state import TableState, utcnow
 from airflow_provider_tiering.core.status_rows import StatusRow, status_row
 from airflow_provider_tiering.hooks.asset_state import AssetStateStore
-from airflow_provider_tiering.operators.summary import OK_STATES
+from airflow_provider_tiering.operators.summary import OK_STATES, fail_on_problems
 
 #: Skipped and dropped tables listed by name in the log; the rest are counted.
 LISTED = 50
@@ -70,14 +69,7 @@ class DatabaseSummaryOperator(BaseOperator):
         for alert in stale.values():
             self.log.error("%s", alert)
         self._refresh_status_tables(documents, ti.dag_id)
-        failed = sorted(name for name, state in outcomes.items() if state not in OK_STATES)
-        problems = []
-        if failed:
-            problems.append(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")
-        if stale:
-            problems.append(f"{len(stale)} table(s) stale: {'; '.join(stale.values())}")
-        if problems:
-            raise AirflowFailException("; ".join(problems))
+        fail_on_problems(sorted(n for n, state in outcomes.items() if state not in OK_STATES), len(outcomes), stale)
         return outcomes
 
     def _report_discovery(self, accessor: Any) -> None:

@@ -9,12 +9,15 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_tiering.assets import database_asset
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
+from airflow_provider_tiering.operators.read_changes import STREAMED_KEY
 
 
 class DiscoverTablesOperator(BaseOperator):
     """List a declared database's tables with one query (``sources/*/table_listing.py``), match them against the
     declaration (``core/discovery.py``) and decide which run now (``core/database_state.py``). Returns the specs of
-    the tables to run, which the DAG maps its tier task over: one task instance per table, labelled by its name.
+    the tables to run, which the DAG maps its tier task over (one task instance per table, labelled by its name), and
+    pushes those of every table in mode ``change_stream`` as XCom ``streamed`` (the database's change stream's reader
+    reads them).
 
     The database's document (every matched table: tiered, skipped or dropped, with the reason) and its last probe live
     in the asset state store of the database's asset; this task is their only writer. It fails when the database
@@ -43,4 +46,5 @@ class DiscoverTablesOperator(BaseOperator):
         probe = hook.probe(selected=selected_tables(context))
         for line in probe.report():
             self.log.info("%s", line)
+        context["ti"].xcom_push(key=STREAMED_KEY, value=probe.streamed())
         return probe.to_run()

@@ -14,6 +14,9 @@ from airflow_provider_tiering.core.errors import NotRetryable
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 
+#: The XCom key under which a declared database's discovery lists its tables in mode ``change_stream``.
+STREAMED_KEY = "streamed"
+
 
 class ReadChangesOperator(BaseOperator):
     """Read a hot database's log once for every table of a stream group, and write each table's changes to the
@@ -55,7 +58,7 @@ class ReadChangesOperator(BaseOperator):
         from airflow_provider_tiering.hooks.stream_group import AssetStreamStateStore, StreamReaderHook
 
         store = AssetStreamStateStore(context["asset_state_store"][self.stream_asset])
-        reader = StreamReaderHook(self.stream, self.tables).build(store)
+        reader = StreamReaderHook(self.stream, self.members()).build(store)
         try:
             run = reader.run()
         except NotRetryable as exc:  # recorded in the group's document: no retry can help
@@ -64,3 +67,27 @@ class ReadChangesOperator(BaseOperator):
             raise AirflowFailException(run.alert)
         context["outlet_events"][self.stream_asset].extra = run.to_json()
         return run.to_json()
+
+    def members(self) -> list[TableSpec]:
+        """The group's tables."""
+        return self.tables
+
+
+class ReadDatabaseChangesOperator(ReadChangesOperator):
+    """A declared database's change stream (``build_database_dag``): its members are the tables in mode
+    ``change_stream`` that this run's discovery found (its XCom ``streamed``: their specs as JSON)."""
+
+    def __init__(
+        self, *, stream: StreamGroupSpec | Mapping[str, Any], discover_task_id: str = "discover", **kwargs: Any
+    ) -> None:
+        super().__init__(stream=stream, tables=[], **kwargs)
+        self.discover_task_id = discover_task_id
+        self._members: list[TableSpec] = []
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        found = context["ti"].xcom_pull(task_ids=self.discover_task_id, key=STREAMED_KEY) or []
+        self._members = [TableSpec.parse(doc) for doc in found]
+        return super().execute(context)
+
+    def members(self) -> list[TableSpec]:
+        return self._members

@@ -94,13 +94,7 @@ class TieringSummaryOperator(BaseOperator):
         for alert in stale.values():
             self.log.error("%s", alert)
         self._refresh_status_tables(documents, groups)
-        problems = []
-        if failed:
-            problems.append(f"{len(failed)} of {len(outcomes)} table(s) failed: {', '.join(failed)}")
-        if stale:
-            problems.append(f"{len(stale)} table(s) stale: {'; '.join(stale.values())}")
-        if problems:
-            raise AirflowFailException("; ".join(problems))
+        fail_on_problems(failed, len(outcomes), stale)
         return outcomes
 
     def _state_documents(self, context: Any) -> list[tuple[TableSpec, TableState | None]]:
@@ -145,6 +139,17 @@ class TieringSummaryOperator(BaseOperator):
                 )
             )  # fmt: skip
         refresh_status_tables(rows)
+
+
+def fail_on_problems(failed: Sequence[str], tables: int, stale: Mapping[str, str]) -> None:
+    """End a summary task failed, naming the problems, when a table's task failed or a table is stale."""
+    problems = []
+    if failed:
+        problems.append(f"{len(failed)} of {tables} table(s) failed: {', '.join(failed)}")
+    if stale:
+        problems.append(f"{len(stale)} table(s) stale: {'; '.join(stale.values())}")
+    if problems:
+        raise AirflowFailException("; ".join(problems))
 
 
 def _group_of(spec: TableSpec, groups: Mapping[str, StreamGroupState | None]) -> StreamGroupState | None:

@@ -121,6 +121,7 @@ SOURCE_KINDS: tuple[SourceKind, ...] = (
         "airflow_provider_tiering.sources.mysql.cursor_source:MySqlSource",
         extra="mysql",
         requires=("connectorx", "pymysql"),
+        lister="airflow_provider_tiering.sources.mysql.table_listing:MySqlTableLister",
     ),
     SourceKind(
         "mysql change stream",

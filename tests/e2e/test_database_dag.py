@@ -1,5 +1,6 @@
 """A whole PostgreSQL schema of 50 tables declared once, tiered through DAG runs under a real scheduler and
-LocalExecutor: append and merge tables found by the rules, tables skipped with their reasons (no cursor, excluded),
+LocalExecutor: append and merge tables found by the rules, change-stream tables named by overrides (read through the
+database's one slot), tables skipped with their reasons (no cursor, excluded),
 one broken table that fails only its own mapped task instance, tables created and dropped between runs. Only tables
 with changes start a task; after each run the lake equals the hot table for every tiered table (pyiceberg and
 DuckDB, by key for merge tables), and the CLI shows the database's tables with their reasons."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,13 @@ from testbed.tiering_env import embedded_setup
 from tests.e2e.test_cli import cli
 
 SCHEMA, DAG_ID, DATABASE = "shop", "shop_tiering", "shop"
-APPEND = [f"a_{n:02d}" for n in range(20)]
-MERGE = [f"m_{n:02d}" for n in range(20)]
+APPEND = [f"a_{n:02d}" for n in range(18)]
+MERGE = [f"m_{n:02d}" for n in range(17)]
+STREAMED = [f"c_{n}" for n in range(5)]
 NO_CURSOR = [f"n_{n}" for n in range(5)]
 EXCLUDED = [f"tmp_{n}" for n in range(4)]
 BROKEN = "b_wide"
-COLUMNS = {"append": ["id", "payload"], "merge": ["id", "name", "deleted", "updated_at"]}
+COLUMNS = {"append": ["id", "payload"], "merge": ["id", "name", "deleted", "updated_at"], "stream": ["id", "name"]}
 
 DECLARATION = {
     "name": DATABASE,
@@ -35,6 +38,8 @@ DECLARATION = {
     "lake": {"namespace": "shop_lake"},
     "merge": {"soft_delete_column": "deleted"},
     "table_defaults": {"freshness_seconds": 1, "retries": 0, "maintenance": {"enabled": False}},
+    "tables": {table: {"mode": "change_stream"} for table in STREAMED},
+    "change_stream": {"stream": {"retries": 0}},
     "probe_every_seconds": 3600,
 }
 
@@ -67,6 +72,9 @@ class Shop:
             self.run(f"CREATE TABLE {ref} (id bigint PRIMARY KEY, name text, deleted boolean NOT NULL DEFAULT false, "
                      "updated_at timestamptz NOT NULL DEFAULT clock_timestamp())")  # fmt: skip
             self.run(f"INSERT INTO {ref} (id, name) SELECT g, 'n' || g FROM generate_series(1, %s) g", (rows,))
+        elif mode == "stream":
+            self.run(f"CREATE TABLE {ref} (id bigint PRIMARY KEY, name text)")
+            self.run(f"INSERT INTO {ref} SELECT g, 'n' || g FROM generate_series(1, %s) g", (rows,))
         elif mode == "wide":  # a column no Iceberg type holds: its rounds fail, loudly
             self.run(f"CREATE TABLE {ref} (id bigint PRIMARY KEY, amount numeric(50, 2))")
             self.run(f"INSERT INTO {ref} SELECT g, g FROM generate_series(1, 5) g")
@@ -84,6 +92,13 @@ class Shop:
         self.run(f"UPDATE {ref} SET name = name || '!', updated_at = clock_timestamp() WHERE id % 7 = 0")
         self.run(f"UPDATE {ref} SET deleted = true, updated_at = clock_timestamp() WHERE id % 11 = 0")
 
+    def stream_changes(self, table: str) -> None:
+        """Update, delete (hard: the stream sees it) and insert."""
+        ref = f'"{SCHEMA}"."{table}"'
+        self.run(f"UPDATE {ref} SET name = name || '?' WHERE id % 5 = 0")
+        self.run(f"DELETE FROM {ref} WHERE id % 13 = 0")
+        self.run(f"INSERT INTO {ref} SELECT g, 'late' || g FROM generate_series(1001, 1010) g")
+
     def drop(self, table: str) -> None:
         self.run(f'DROP TABLE "{SCHEMA}"."{table}"')
         self.modes.pop(table)
@@ -98,7 +113,7 @@ class Shop:
     def assert_lake_equals_hot(self, catalog: dict[str, str], tables: list[str]) -> None:
         for table in tables:
             mode = self.modes[table]
-            columns = COLUMNS[mode] if mode == "append" else COLUMNS[mode][:2]  # merge: compared by key and value
+            columns = COLUMNS[mode] if mode != "merge" else COLUMNS[mode][:2]  # merge: compared by key and value
             rows = [row[: len(columns)] for row in self.rows(table)]
             assert_lake_equals_rows(catalog, ("shop_lake", table), columns, rows, by_key=True)
 
@@ -119,7 +134,17 @@ def run(af: AirflowCluster) -> tuple[str, dict[str, str | None]]:
     return state, mapped(af, run_id)
 
 
+@pytest.fixture
+def slot_dropped(pg_server: Any) -> Iterator[None]:
+    """The database's slot does not outlive the test (it would hold WAL on the shared server)."""
+    yield
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE slot_name = 'tiering_group_shop'")  # fmt: skip
+
+
 @pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("slot_dropped")
 def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) -> None:
     shop = Shop(pg_server.dsn)
     shop.run(f'DROP SCHEMA IF EXISTS "{SCHEMA}" CASCADE')
@@ -128,11 +153,13 @@ def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) 
         shop.create(table, "append")
     for table in MERGE:
         shop.create(table, "merge")
+    for table in STREAMED:
+        shop.create(table, "stream")
     for table in NO_CURSOR + EXCLUDED:
         shop.create(table, "none" if table in NO_CURSOR else "append")
     shop.create(BROKEN, "wide")
     assert len(shop.modes) == 50
-    tiered = APPEND + MERGE
+    tiered = APPEND + MERGE + STREAMED
     dags, catalog, env = embedded_setup(tmp_path, pg_server, DAG_FILE)
     with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID]) as af:
         # The first run loads every table the rules tier; the broken one fails its own task (and the run).
@@ -148,13 +175,15 @@ def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) 
             shop.append(table, 25)
         for table in MERGE[:3]:
             shop.change(table)
+        for table in STREAMED[:2]:
+            shop.stream_changes(table)
         shop.create("a_new", "append")
         shop.create("m_new", "merge")
-        shop.drop(APPEND[19])
-        tiered = [*APPEND[:19], *MERGE, "a_new", "m_new"]
+        shop.drop(APPEND[-1])
+        tiered = [*APPEND[:-1], *MERGE, *STREAMED, "a_new", "m_new"]
         state, second = run(af)
         assert state == "success", second
-        changed = {f"{SCHEMA}.{t}" for t in [*APPEND[:3], *MERGE[:3], "a_new", "m_new"]}
+        changed = {f"{SCHEMA}.{t}" for t in [*APPEND[:3], *MERGE[:3], *STREAMED[:2], "a_new", "m_new"]}
         assert set(second) == changed  # the idle tables started no task; the quarantined one neither
         assert set(second.values()) == {"success"}
         shop.assert_lake_equals_hot(catalog, tiered)
@@ -162,6 +191,14 @@ def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) 
         # Nothing changed: no table starts a task.
         state, third = run(af)
         assert state == "success" and third == {}
+
+        # One table changes: it alone runs, then rests again.
+        shop.append(APPEND[0], 5)
+        state, fourth = run(af)
+        assert state == "success" and fourth == {f"{SCHEMA}.{APPEND[0]}": "success"}
+        state, fifth = run(af)
+        assert state == "success" and fifth == {}
+        shop.assert_lake_equals_hot(catalog, [APPEND[0]])
 
         # The status: every tiered table, and the database's skipped and dropped tables with their reasons.
         done = cli(af, "status", "-o", "json")
@@ -178,6 +215,10 @@ def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) 
             assert "no cursor column" in listed[f"{SCHEMA}.{table}"]["reason"]
         for table in EXCLUDED:
             assert listed[f"{SCHEMA}.{table}"]["reason"] == "excluded by the glob 'tmp_*'"
-        gone = listed[f"{SCHEMA}.{APPEND[19]}"]
-        assert gone["discovery"] == "dropped" and "shop_lake.a_19 is kept" in gone["reason"]
+        gone = listed[f"{SCHEMA}.{APPEND[-1]}"]
+        assert gone["discovery"] == "dropped" and f"shop_lake.{APPEND[-1]} is kept" in gone["reason"]
+        assert {listed[f"{SCHEMA}.{t}"]["mode"] for t in STREAMED} == {"change_stream"}
+        with psycopg.connect(pg_server.dsn) as conn:  # one slot for the database's streamed tables
+            slots = conn.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE 'tiering%'")
+            assert [r[0] for r in slots.fetchall()] == ["tiering_group_shop"]
         assert listed[f"{SCHEMA}.m_new"]["discovery"] == "tiered" and listed[f"{SCHEMA}.m_new"]["mode"] == "merge"

@@ -293,6 +293,10 @@ def test_python_dag_files_are_imported_by_airflow(airflow_home: Path, tmp_path: 
     # a DAG of its own whose task reads the group's changes.
     declared = set()
     for block in of("yaml") + [b for b in of("python") if python_kind(b) == "dag file"]:
+        if "build_database_dag(" in block.text:  # a database declared once: its tables are found when it runs
+            call = next(n for n in ast.walk(ast.parse(block.text)) if isinstance(n, ast.Call) and n.args)
+            assert {"discover", "tier", "tiering_summary"} <= set(found["dags"][ast.literal_eval(call.args[0])])
+            continue
         declared |= set(re.findall(r'(?:"name": "|- name: )(\w+)', block.text))
     tasks = {task for dag_tasks in found["dags"].values() for task in dag_tasks}
     readers = {dag.rsplit(".", 1)[-1] for dag, dag_tasks in found["dags"].items() if "read_changes" in dag_tasks}

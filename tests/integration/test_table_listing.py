@@ -128,3 +128,35 @@ def test_sqlite_lists_its_tables_blind(tmp_path: Path) -> None:
     tables = {t.table: t for t in found.tables}
     assert tables["orders"].primary_key == ("id",) and tables["orders"].fingerprint is None
     assert [c.kind for c in tables["orders"].columns] == [ColumnKind.INTEGER, ColumnKind.TEMPORAL, ColumnKind.OTHER]
+
+
+def test_mariadb_lists_its_tables_with_a_fingerprint_that_moves_with_each_commit(mariadb_server: Any) -> None:
+    import pymysql
+
+    def run(sql: str) -> None:
+        with pymysql.connect(host=mariadb_server.host, port=mariadb_server.port, user=mariadb_server.user,
+                             password=mariadb_server.password, database=mariadb_server.database,
+                             autocommit=True) as conn, conn.cursor() as cursor:  # fmt: skip
+            cursor.execute(sql)
+
+    run("DROP TABLE IF EXISTS lst_orders, lst_notes")
+    run("CREATE TABLE lst_orders (id BIGINT PRIMARY KEY, note TEXT, updated_at DATETIME(6))")
+    run("CREATE TABLE lst_notes (body TEXT)")
+    lister = build_table_lister("d", ConnectionInfo.from_uri(mariadb_server.url))
+
+    def orders() -> Any:
+        return next(t for t in lister.list_tables(None).tables if t.table == "lst_orders")
+
+    found = orders()
+    assert found.schema is None and found.primary_key == ("id",)
+    assert [c.kind for c in found.columns] == [ColumnKind.INTEGER, ColumnKind.OTHER, ColumnKind.TEMPORAL]
+    run("INSERT INTO lst_orders VALUES (1, 'a', NOW(6))")
+    assert orders().fingerprint is None  # stamped within the last seconds: "maybe"
+    time.sleep(3.5)  # UPDATE_TIME counts whole seconds: past the two the listing cannot tell
+    settled = orders().fingerprint
+    assert settled is not None and orders().fingerprint == settled
+    run("UPDATE lst_orders SET note = 'b'")
+    time.sleep(3.5)  # UPDATE_TIME counts whole seconds: past the two the listing cannot tell
+    assert orders().fingerprint not in (None, settled)
+    assert lister.list_tables(None).stream_kind == "mysql_cdc"
+    run("DROP TABLE lst_orders, lst_notes")

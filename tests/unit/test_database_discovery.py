@@ -181,7 +181,45 @@ def test_a_run_that_names_tables_runs_those_only() -> None:
     assert named.run == ["public.events"]
 
 
+def test_a_plan_leaves_the_previous_document_as_it_was() -> None:
+    first, _ = plan(None, Listing((ORDERS,)), NOW, {})
+    before = first.state.to_json()
+    settled_at = {"public.orders": settled_state(NOW + timedelta(seconds=5))}
+    second, _ = plan(first.state, Listing((ORDERS,)), NOW + timedelta(minutes=1), settled_at)
+    assert first.state.to_json() == before  # else the probe would think nothing changed and not save
+    assert second.state.to_json() != before and second.state.tables["public.orders"].baseline == "f1"
+
+
 def test_the_document_round_trips() -> None:
     first, _ = plan(None, Listing((ORDERS, EVENTS, NOTES)), NOW, {})
     assert DatabaseState.from_json(first.state.to_json()) == first.state
     assert first.state.counts() == {"tiered": 2, "skipped": 1, "dropped": 0}
+
+
+def test_the_dag_maps_its_tier_task_over_what_discovery_returns_without_reading_the_hot_store() -> None:
+    from airflow_provider_tiering.dag_factory import build_database_dag
+
+    dag = build_database_dag("shop_dag", {"name": "shop", "conn_id": "no_such_connection", "lake": {"namespace": "s"},
+                                          "table_defaults": {"retries": 4}})  # fmt: skip
+    assert dag.task_ids == ["discover", "tier", "tiering_summary"]
+    tier = dag.get_task("tier")
+    assert tier.partial_kwargs["database"] == "shop" and tier.partial_kwargs["retries"] == 4  # type: ignore[attr-defined]
+    assert [a.name for a in tier.partial_kwargs["outlets"]][0] == "tiering_database/shop"  # type: ignore[attr-defined]
+    assert dag.get_task("tiering_summary").trigger_rule == "all_done"
+    with pytest.raises(InvalidTableSpec, match="field 'lake.namespace'"):
+        build_database_dag("bad", {"name": "shop", "conn_id": "pg", "lake": {}})
+
+
+def test_change_stream_tables_join_the_databases_one_stream() -> None:
+    spec = database(tables={"orders": {"mode": "change_stream"}, "events": {"mode": "change_stream"}})
+    found = discover(spec, Listing((ORDERS, EVENTS), stream_kind="postgres_cdc"))
+    orders = found.specs["public.orders"]
+    group = orders.source.stream_group()
+    assert orders.source.kind == "postgres_cdc" and group is not None and group.name == "shop"
+    assert group.change_log.namespace == "shop" and group.read_every_seconds == spec.probe_every_seconds
+    assert "needs a primary key" in found.skipped["public.events"]
+    blind = discover(spec, Listing((ORDERS,)))  # SQLite: no change stream
+    assert "no change stream" in blind.skipped["public.orders"]
+    assert spec.may_stream() and not database().may_stream()
+    with pytest.raises(InvalidTableSpec, match="field 'change_stream.stream': Value error, conn_id are set by"):
+        database(change_stream={"stream": {"conn_id": "other"}})

@@ -83,4 +83,4 @@ def listing_of(rows: Sequence[Sequence[Any]], seconds: float) -> Listing:
         )  # fmt: skip
     if blind is not None:
         tables = [HotTable(t.schema, t.table, t.columns, t.primary_key, None, t.unreadable) for t in tables]
-    return Listing(tuple(tables), blind, seconds)
+    return Listing(tuple(tables), blind, seconds, stream_kind="postgres_cdc")
