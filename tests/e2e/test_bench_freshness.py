@@ -65,3 +65,23 @@ def test_bench_stream_groups_under_the_scheduler_smoke(tmp_path: Path) -> None:
         ages = result["data_age_seconds"]
         assert set(ages) == {"10s", "30s"} and result["task_starts_per_minute"] > 0, result
         assert ages["10s"]["samples"] > 0 and ages["10s"]["max"] > 0, result  # the busy tables were measured
+
+
+@pytest.mark.timeout(2400)
+def test_bench_many_tables_smoke(tmp_path: Path) -> None:
+    from benchmarks.bench_many_tables import main as many_main
+
+    output = tmp_path / "many.json"
+    argv = ["--tables", "20", "--own-clocks-tables", "10", "--minutes", "0.5", "--idle-minutes", "0.3",
+            "--probe-every", "10", "--freshness", "20,30", "--repeat", "1"]  # fmt: skip
+    argv += ["--workdir", str(tmp_path / "w")]
+    assert many_main([*argv, "--output", str(output)]) == 0
+    database, own_clocks = json.loads(output.read_text())["results"]
+    assert (database["setup"], database["tables"], database["busy_tables"]) == ("database", 20, 2)
+    assert own_clocks["setup"] == "own-clocks" and own_clocks["tables"] == 10
+    assert database["data_age_seconds"]["20s"]["samples"] > 0
+    assert 0 < database["busy"]["listing_queries"] <= 4  # a probe every 10 s in a 30 s window
+    assert "idle_busy_only" in database and database["idle_cost"]["cpu_s_per_idle_table_hour"] is not None
+    for result in (database, own_clocks):
+        assert result["surfaces"]["page_list_tables"] >= result["busy_tables"]
+        assert result["parse"]["median_s"] > 0 and result["busy"]["task_starts_per_minute"] > 0
