@@ -13,6 +13,10 @@ from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
 STREAM_ASSET_GROUP = "tiering_stream"
 #: The asset group of declared databases.
 DATABASE_ASSET_GROUP = "tiering_database"
+#: A declared database's DAG: the task that lists its tables, and the mapped task that tiers each of those to run
+#: (one instance per table, labelled by its name).
+DISCOVER_TASK_ID = "discover"
+TIER_TASK_ID = "tier"
 
 
 def table_asset(spec: TableSpec) -> Asset:

@@ -1,5 +1,6 @@
 """Start tiering rounds on demand: find the DAG that tiers each named table, start one run per DAG that tiers
-only those tables (``conf={"tables": [...]}``), and follow their task instances. Used by the CLI and the plugin.
+only those tables (``conf={"tables": [...]}``), and follow their task instances (a declared database's table: the
+instance of the mapped tier task its run's discovery gave it). Used by the CLI and the plugin.
 
 Needs the metadata database (CLI, API server), like :mod:`airflow_provider_tiering.status`.
 """
@@ -21,12 +22,11 @@ from airflow_provider_tiering.core.errors import (
     TriggerFailed,
 )
 from airflow_provider_tiering.status import (
-    ASSET_GROUP,
     TieredAsset,
+    known_tables,
     list_tiering_statuses,
     matching_assets,
     session_scope,
-    tiered_assets,
     tiering_history,
 )
 from airflow_provider_tiering.status.lake_rows import refresh_lake_rows
@@ -116,24 +116,20 @@ class TriggeredRun:
     #: The run took the place of the scheduled run the unpause would have started at once (see
     #: :func:`trigger_tables`): that run's logical date.
     in_place_of_scheduled: datetime | None = None
+    #: Tables of a declared database: each runs as one instance of the mapped task in ``tasks``, the one the run's
+    #: discovery gave it (its place in what the ``discover`` task returned).
+    mapped: list[str] = field(default_factory=list)
 
 
 def table_tasks(*, session: Any | None = None) -> dict[str, list[TableTask]]:
-    """Every tiered table by name, with the DAG(s) and task(s) that tier it, from the parsed DAGs' outlets."""
-    from airflow.models.asset import AssetModel, TaskOutletAssetReference
-    from sqlalchemy import select
-
+    """Every tiered table by name, with the DAG(s) and task(s) that tier it: the parsed DAGs' outlets, and the
+    tables their discoveries found in declared databases."""
     with session_scope(session) as s:
-        rows = s.execute(
-            select(AssetModel.extra, TaskOutletAssetReference.dag_id, TaskOutletAssetReference.task_id)
-            .join(TaskOutletAssetReference, TaskOutletAssetReference.asset_id == AssetModel.id)
-            .where(AssetModel.group == ASSET_GROUP)
-        ).all()
+        assets = known_tables(s)
     found: dict[str, list[TableTask]] = {}
-    for extra, dag_id, task_id in rows:
-        name = (extra or {}).get("tiered_table")
-        if name:
-            found.setdefault(name, []).append(TableTask(name, dag_id, task_id))
+    for asset in assets:
+        if asset.dag_id is not None and asset.task_id is not None:
+            found.setdefault(asset.table, []).append(TableTask(asset.table, asset.dag_id, asset.task_id))
     return found
 
 
@@ -166,7 +162,9 @@ def trigger_tables(
         raise InvalidRunConf("name at least one table")
     requested_at = datetime.now(UTC)
     with session_scope(session) as s:
-        by_dag, asset_names = _tasks_by_dag(wanted, tiered_assets(s))
+        assets = known_tables(s)
+        by_dag, asset_names = _tasks_by_dag(wanted, assets)
+        in_databases = {a.table for a in assets if a.database is not None and a.table in asset_names}
         paused = sorted(dag_id for dag_id in by_dag if (model := s.get(DagModel, dag_id)) and model.is_paused)
         if paused and if_paused is IfPaused.REFUSE:
             which = f"DAG {paused[0]} is" if len(paused) == 1 else f"DAGs {', '.join(paused)} are"
@@ -199,7 +197,7 @@ def trigger_tables(
             runs.append(
                 TriggeredRun(
                     dag_id, dag_run.run_id, dict(tasks), dag_id in paused and not unpaused, unpaused, requested_at,
-                    {t: asset_names[t] for t in tasks}, in_place_of,
+                    {t: asset_names[t] for t in tasks}, in_place_of, sorted(in_databases.intersection(tasks)),
                 )
             )  # fmt: skip
         for dag_id in unpausing:  # after the runs exist, in the same transaction
@@ -243,26 +241,61 @@ def _overdue_scheduled_run(session: Any, model: Any, now: datetime) -> datetime 
 
 
 def task_states(runs: Iterable[TriggeredRun], *, session: Any | None = None) -> dict[str, str | None]:
-    """The state of each triggered table's task instance (None while not yet scheduled)."""
+    """The state of each triggered table's task instance (None while not yet scheduled). A declared database's table
+    whose run ended without an instance for it (its discovery no longer tiered it) is ``removed``."""
     from airflow.models.taskinstance import TaskInstance
     from sqlalchemy import select
 
     states: dict[str, str | None] = {}
     with session_scope(session) as s:
         for run in runs:
-            found = dict(
-                s.execute(
-                    select(TaskInstance.task_id, TaskInstance.state).where(
+            found = {
+                (task_id, map_index): None if state is None else str(getattr(state, "value", state))
+                for task_id, map_index, state in s.execute(
+                    select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
                         TaskInstance.dag_id == run.dag_id,
                         TaskInstance.run_id == run.run_id,
                         TaskInstance.task_id.in_(list(run.tasks.values())),
                     )
                 ).all()
-            )
+            }
+            places = _mapped_places(run, s) if run.mapped else {}
             for table, task_id in run.tasks.items():
-                state = found.get(task_id)
-                states[table] = None if state is None else str(getattr(state, "value", state))
+                if table not in run.mapped:
+                    states[table] = found.get((task_id, -1))
+                elif table in places:
+                    states[table] = found.get((task_id, places[table]))
+                else:
+                    states[table] = "removed" if _run_finished(run, s) else None
     return states
+
+
+def _mapped_places(run: TriggeredRun, session: Any) -> dict[str, int]:
+    """Each table's map index in ``run``: its place in the specs its ``discover`` task returned (empty before)."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    from airflow_provider_tiering.assets import DISCOVER_TASK_ID
+
+    row = session.execute(
+        select(XComModel.value).where(
+            XComModel.dag_id == run.dag_id,
+            XComModel.run_id == run.run_id,
+            XComModel.task_id == DISCOVER_TASK_ID,
+            XComModel.map_index == -1,
+            XComModel.key == "return_value",
+        )
+    ).first()
+    specs = [] if row is None else XComModel.deserialize_value(row) or []
+    return {spec["name"]: index for index, spec in enumerate(specs) if isinstance(spec, dict) and "name" in spec}
+
+
+def _run_finished(run: TriggeredRun, session: Any) -> bool:
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    state = session.scalar(select(DagRun.state).where(DagRun.dag_id == run.dag_id, DagRun.run_id == run.run_id))
+    return str(getattr(state, "value", state)) in ("success", "failed")
 
 
 def wait_for_tables(

@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG, TaskGroup
 
-from airflow_provider_tiering.assets import database_asset, database_events_alias, stream_asset
+from airflow_provider_tiering.assets import TIER_TASK_ID, database_asset, database_events_alias, stream_asset
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.spec import Declaration, TableSpec, declare
@@ -316,7 +316,7 @@ def build_database_dag(
     with dag:
         discover = DiscoverTablesOperator(database=spec)
         tier = TierTableOperator.partial(
-            task_id="tier",
+            task_id=TIER_TASK_ID,
             database=spec.name,
             # A task's asset state accessors are its partial's: a streamed table reads its stream's document.
             inlets=[asset, *([stream_asset(spec.stream_group())] if spec.may_stream() else [])],

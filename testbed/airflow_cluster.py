@@ -30,6 +30,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -305,7 +306,9 @@ class AirflowCluster:
                 "min_serialized_dag_update_interval": "1",
             },
             "database": {
-                "sql_alchemy_conn": f"sqlite:///{home / 'airflow.db'}",
+                # A lock waited for up to 60 s, not pysqlite's 5: on a loaded machine one component can hold the
+                # write lock longer, and another's query would then fail.
+                "sql_alchemy_conn": f"sqlite:///{home / 'airflow.db'}?timeout=60",
             },
             "api": {
                 "host": "127.0.0.1",
@@ -410,7 +413,7 @@ class AirflowCluster:
         """A fresh metadata database: a copy of the migrated template, else migrated here (and kept as the
         template, written aside then renamed into place, so parallel test runs never read half of one)."""
         database = self.home / "airflow.db"
-        on_sqlite = self.config()["database"]["sql_alchemy_conn"] == f"sqlite:///{database}" and not any(
+        on_sqlite = self.config()["database"]["sql_alchemy_conn"] == f"sqlite:///{database}?timeout=60" and not any(
             key.startswith("AIRFLOW__DATABASE__") for key in self.extra_env
         )
         template = self._template_database() if on_sqlite else None
@@ -497,7 +500,11 @@ class AirflowCluster:
                 log_path = self.proc_log_dir / f"{name}.log"
                 if name == "api-server" and "address already in use" in _tail(log_path, 200).lower():
                     raise _PortTaken(name)
-                raise AirflowClusterError(f"airflow {name} exited with {code}\n{self.diagnostics()}")
+                # The exited component's log first, and longer: a CI log keeps only the start of a long message.
+                raise AirflowClusterError(
+                    f"airflow {name} exited with {code}\n"
+                    f"----- {log_path.name} (last 80 lines) -----\n{_tail(log_path, 80)}\n{self.diagnostics()}"
+                )
 
     def diagnostics(self, lines: int = 40) -> str:
         """Tails of every component log (for failure messages)."""
@@ -766,6 +773,11 @@ class AirflowCluster:
 
 class _PortTaken(AirflowClusterError):
     pass
+
+
+def task_span(ti: Mapping[str, Any]) -> tuple[datetime, datetime]:
+    """When a task instance (as the REST API returns it) started and ended."""
+    return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
 
 
 def _write_config_file(path: Path, config: Mapping[str, Mapping[str, str]]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_tiering.assets import database_asset
+from airflow_provider_tiering.assets import DISCOVER_TASK_ID, TIER_TASK_ID, database_asset
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.core.database_state import DATABASE_STATE_KEY, DatabaseState, Discovery, table_state_key
 from airflow_provider_tiering.core.spec import TableSpec
@@ -36,8 +36,8 @@ class DatabaseSummaryOperator(BaseOperator):
         self,
         *,
         database: DatabaseSpec | Mapping[str, Any],
-        discover_task_id: str = "discover",
-        tier_task_id: str = "tier",
+        discover_task_id: str = DISCOVER_TASK_ID,
+        tier_task_id: str = TIER_TASK_ID,
         **kwargs: Any,
     ) -> None:
         spec = DatabaseSpec.parse(database)

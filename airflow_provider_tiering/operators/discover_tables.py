@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_tiering.assets import database_asset
+from airflow_provider_tiering.assets import DISCOVER_TASK_ID, database_asset
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.operators.read_changes import STREAMED_KEY
 
@@ -30,7 +30,7 @@ class DiscoverTablesOperator(BaseOperator):
     def __init__(self, *, database: DatabaseSpec | Mapping[str, Any], **kwargs: Any) -> None:
         spec = DatabaseSpec.parse(database)
         asset = database_asset(spec.name, spec.lake.catalog_conn_id, spec.lake.namespace)
-        kwargs.setdefault("task_id", "discover")
+        kwargs.setdefault("task_id", DISCOVER_TASK_ID)
         kwargs.setdefault("max_active_tis_per_dag", 1)
         kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
         super().__init__(**kwargs)

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_tiering.assets import stream_asset
+from airflow_provider_tiering.assets import DISCOVER_TASK_ID, stream_asset
 from airflow_provider_tiering.core.errors import NotRetryable
 from airflow_provider_tiering.core.spec import TableSpec
 from airflow_provider_tiering.core.stream_spec import StreamGroupSpec
@@ -78,7 +78,7 @@ class ReadDatabaseChangesOperator(ReadChangesOperator):
     ``change_stream`` that this run's discovery found (its XCom ``streamed``: their specs as JSON)."""
 
     def __init__(
-        self, *, stream: StreamGroupSpec | Mapping[str, Any], discover_task_id: str = "discover", **kwargs: Any
+        self, *, stream: StreamGroupSpec | Mapping[str, Any], discover_task_id: str = DISCOVER_TASK_ID, **kwargs: Any
     ) -> None:
         super().__init__(stream=stream, tables=[], **kwargs)
         self.discover_task_id = discover_task_id

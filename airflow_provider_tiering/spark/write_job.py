@@ -205,7 +205,7 @@ class SparkSplitWriter:
                     yield from _refused_or_written(write_one, by_index[index])
 
             rdd = self.spark.sparkContext.parallelize(indexes, len(indexes))
-            return _files_or_refusal(rdd.mapPartitions(run_partition).collect())
+            return _files_or_refusal(self._interruptible(rdd.mapPartitions(run_partition).collect))
 
         # Spark Connect has no RDD API: a DataFrame job whose Arrow rows carry the file metadata back.
         def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -217,6 +217,32 @@ class SparkSplitWriter:
         frame = self.spark.range(0, len(indexes), 1, numPartitions=len(indexes))
         rows = frame.mapInArrow(run_tasks, RESULT_SCHEMA).collect()
         return _files_or_refusal([_from_result_row(r) for r in rows])
+
+    def _interruptible(self, action: Callable[[], list[Any]]) -> list[Any]:
+        """Run a Spark action in a thread of its own and wait for it here. A round's timeout (Airflow's
+        ``execution_timeout``, a signal to this thread) then interrupts this wait, and the job is cancelled at once;
+        it used to interrupt the py4j call itself, whose connection then answered nothing (the cancel neither) until
+        the job had run to its end."""
+        from concurrent.futures import Future
+
+        from pyspark import InheritableThread  # a plain thread would not carry the session's local properties
+
+        done: Future[list[Any]] = Future()
+
+        def run() -> None:
+            try:
+                done.set_result(action())
+            except BaseException as exc:  # handed to the waiting thread, which raises it
+                done.set_exception(exc)
+
+        InheritableThread(run, daemon=True).start()
+        try:
+            return done.result()
+        except BaseException:
+            if not done.done():
+                log.warning("the round was interrupted: cancelling its Spark job")
+                self.spark.sparkContext.cancelAllJobs()
+            raise
 
     def stop(self) -> None:
         """Cancel whatever job still runs (a round stopped by its timeout), then stop a local or cluster session;

@@ -19,6 +19,7 @@ from airflow_provider_tiering.status.assets import (
 )
 from airflow_provider_tiering.status.reads import (
     get_tiering_status,
+    known_tables,
     list_tiering_statuses,
     session_scope,
     tiering_data_ages,
@@ -45,6 +46,7 @@ __all__ = [
     "TieringRound",
     "TieringStatus",
     "get_tiering_status",
+    "known_tables",
     "list_tiering_statuses",
     "matching_assets",
     "reset_table",

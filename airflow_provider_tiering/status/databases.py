@@ -61,6 +61,8 @@ def list_database_tables(
 
 def _as_asset(found: tuple[int, str, str, str | None]) -> TieredAsset:
     """A database's asset in the form the readable filter takes (it asks Airflow's auth manager by asset)."""
+    from airflow_provider_tiering.assets import DISCOVER_TASK_ID
+
     asset_id, name, uri, dag_id = found
     namespace = uri.removeprefix("iceberg://").split("/", 1)[-1]
-    return TieredAsset(asset_id, name, uri, name, namespace, "", dag_id, "discover")
+    return TieredAsset(asset_id, name, uri, name, namespace, "", dag_id, DISCOVER_TASK_ID)

@@ -131,9 +131,16 @@ def _database_values(asset_ids: Sequence[int], session: Any) -> dict[tuple[int, 
     return {(asset_id, key): value for asset_id, key, value in rows}
 
 
+def known_tables(session: Any) -> list[TieredAsset]:
+    """Every tiered table: the tiering group's assets and each tiered table of each declared database."""
+    return _known_tables(session)[0]
+
+
 def _known_tables(session: Any) -> tuple[list[TieredAsset], dict[tuple[int, str], Any]]:
     """Every tiered table: the tiering group's assets, then each tiered table of each declared database (its state
     under the database's asset); with the declared databases' documents already read."""
+    from airflow_provider_tiering.assets import TIER_TASK_ID
+
     assets = tiered_assets(session)
     databases = database_assets(session)
     values = _database_values([d[0] for d in databases], session) if databases else {}
@@ -150,7 +157,7 @@ def _known_tables(session: Any) -> tuple[list[TieredAsset], dict[tuple[int, str]
             assets.append(
                 TieredAsset(
                     asset_id, f"{name}/{table.name}", f"iceberg://{catalog}/{namespace}/{lake_table}", table.name,
-                    namespace, lake_table, dag_id, "tier", None, table_state_key(table.name),
+                    namespace, lake_table, dag_id, TIER_TASK_ID, None, table_state_key(table.name),
                     table_maintenance_key(table.name), state.database,
                 )
             )  # fmt: skip

@@ -222,3 +222,10 @@ def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) 
             slots = conn.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE 'tiering%'")
             assert [r[0] for r in slots.fetchall()] == ["tiering_group_shop"]
         assert listed[f"{SCHEMA}.m_new"]["discovery"] == "tiered" and listed[f"{SCHEMA}.m_new"]["mode"] == "merge"
+
+        # `airflow tiering trigger` names a discovered table: its DAG runs it alone (its mapped instance followed).
+        shop.append(APPEND[1], 7)
+        done = cli(af, "trigger", f"{SCHEMA}.{APPEND[1]}", "--wait", "-o", "json", timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout) == [{"table": f"{SCHEMA}.{APPEND[1]}", "state": "success", "outcome": "tiered"}]
+        shop.assert_lake_equals_hot(catalog, [APPEND[1]])

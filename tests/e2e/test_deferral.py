@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from testbed.airflow_cluster import AirflowCluster
+from testbed.airflow_cluster import AirflowCluster, task_span
 from testbed.hot_tables import COLUMNS, PostgresHot
 from testbed.lake_check import digest, lake_rows
 from testbed.tiering_env import table_function, tiering_setup
@@ -49,7 +49,7 @@ def states(af: AirflowCluster, dag_id: str, run_id: str) -> dict[str, str | None
 
 def tier_interval(af: AirflowCluster, run_id: str, table: str) -> tuple[datetime, datetime]:
     ti = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances/{table}.tier")
-    return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
+    return task_span(ti)
 
 
 def wait_for_state(af: AirflowCluster, dag_id: str, run_id: str, task_id: str, wanted: set[str], timeout: float) -> str:

@@ -12,7 +12,6 @@ import subprocess
 import textwrap
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -20,7 +19,7 @@ import pytest
 from pyiceberg.catalog import load_catalog
 from sqlalchemy.engine import make_url
 
-from testbed.airflow_cluster import AirflowCluster
+from testbed.airflow_cluster import AirflowCluster, task_span
 from testbed.hot_tables import COLUMNS, PostgresHot
 from testbed.lake_check import digest, lake_rows, s3_objects
 from testbed.s3_server import wrong_aws_environment
@@ -203,10 +202,6 @@ def test_broken_table_fails_alone_under_the_real_scheduler(pg_server, deployment
         assert digest(lake_rows(catalog, ("e2e", name), COLUMNS)) == digest(hot.rows(name))
 
 
-def interval(ti: dict[str, Any]) -> tuple[datetime, datetime]:
-    return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
-
-
 @pytest.mark.timeout(900)
 def test_four_tables_tiered_at_once_behind_a_sql_catalog_on_postgresql_with_the_lake_on_s3(deployment) -> None:
     """The catalog's database is new: the four tasks' first loads also race to create the catalog's tables."""
@@ -224,7 +219,7 @@ def test_four_tables_tiered_at_once_behind_a_sql_catalog_on_postgresql_with_the_
         body = af.get(f"/api/v2/dags/{PG_CATALOG_DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
         tis = {ti["task_id"]: ti for ti in body["task_instances"]}
         assert {t: tis[t]["state"] for t in PG_CATALOG_TABLES} == dict.fromkeys(PG_CATALOG_TABLES, "success")
-        spans = sorted(interval(tis[t]) for t in PG_CATALOG_TABLES)
+        spans = sorted(task_span(tis[t]) for t in PG_CATALOG_TABLES)
         assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), spans  # rounds of different tables overlapped
 
         for name in PG_CATALOG_TABLES:

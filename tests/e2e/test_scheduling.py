@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from testbed.airflow_cluster import AirflowCluster
+from testbed.airflow_cluster import AirflowCluster, task_span
 from testbed.hot_tables import PostgresHot
 from testbed.tiering_env import table_function, tiering_setup
 
@@ -50,10 +50,6 @@ DAGS = table_function("sched", freshness_seconds=1) + textwrap.dedent(
 )
 
 
-def interval(ti: dict) -> tuple[datetime, datetime]:
-    return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
-
-
 def tis(af: AirflowCluster, run_id: str) -> dict[str, dict]:
     body = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances")
     return {ti["task_id"]: ti for ti in body["task_instances"]}
@@ -82,14 +78,14 @@ def test_retries_quarantine_overlapping_runs_and_downstream_asset(pg_server, tmp
             "s_flaky": "failed",
             "tiering_summary": "failed",
         }
-        assert overlaps(interval(run1["s_alpha"]), interval(run1["s_beta"]))  # unrelated tables in parallel
+        assert overlaps(task_span(run1["s_alpha"]), task_span(run1["s_beta"]))  # unrelated tables in parallel
 
         # Three tries with growing waits (Airflow's back-off: at least 2 s, then at least 4 s), and the
         # table is quarantined by the last one, which fails without retrying further.
         tries = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(first, safe='')}/taskInstances/s_flaky/tries")
         tries = sorted(tries["task_instances"], key=lambda ti: ti["try_number"])
         assert [ti["try_number"] for ti in tries] == [1, 2, 3]
-        waits = [(interval(b)[0] - interval(a)[1]).total_seconds() for a, b in zip(tries, tries[1:])]
+        waits = [(task_span(b)[0] - task_span(a)[1]).total_seconds() for a, b in zip(tries, tries[1:])]
         assert waits[0] >= 2 and waits[1] >= 4, waits
         flaky = af.asset_state_store("tiering/sched/s_flaky")["tiering_state"]
         assert flaky["status"] == "FAILED" and flaky["consecutive_failures"] == 3 and flaky["quarantined_since"]
@@ -104,7 +100,7 @@ def test_retries_quarantine_overlapping_runs_and_downstream_asset(pg_server, tmp
         assert af.wait_for_run(DAG_ID, third, timeout=600) == "success"
         run2, run3 = tis(af, second), tis(af, third)
         for table in ("s_alpha", "s_beta", "s_flaky"):
-            assert not overlaps(interval(run2[table]), interval(run3[table])), table
+            assert not overlaps(task_span(run2[table]), task_span(run3[table])), table
         for table in ("s_alpha", "s_beta"):  # one of the runs tiered the new rows, the other found nothing
             assert sorted([run2[table]["state"], run3[table]["state"]]) == ["skipped", "success"], table
             assert af.asset_state_store(f"tiering/sched/{table}")["tiering_state"]["committed"]["end_offsets"] == {

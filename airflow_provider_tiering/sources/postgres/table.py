@@ -58,6 +58,13 @@ AIRFLOW_ONLY_EXTRAS = frozenset(
 )
 #: Every session prints intervals in ISO 8601 (``P1Y2M3DT4H``), the form interval columns are tiered in.
 SESSION_OPTIONS = "-c IntervalStyle=iso_8601"
+#: A split's session ends its query within seconds of its reader's death (a round stopped at its timeout, its Spark
+#: job cancelled): without it, PostgreSQL goes on until it next flushes rows to the dead socket, which a slow query
+#: may not do for minutes. PostgreSQL 14+ on Linux, macOS and the BSDs; elsewhere the setting is left alone.
+_CHECK_CLIENT = (
+    "DO $$ BEGIN PERFORM set_config('client_connection_check_interval', '5s', false); "
+    "EXCEPTION WHEN undefined_object OR invalid_parameter_value THEN NULL; END $$"
+)
 #: A column's description from the catalog: information_schema's view of it (domains resolved to their base
 #: type), its declared type, and for arrays the element's base type and modifier.
 _COLUMNS_SQL = (
@@ -457,6 +464,7 @@ class PostgresTable(SqlTable):
         try:
             cur = conn.cursor()
             try:
+                cur.execute(_CHECK_CLIENT)
                 if snapshot_id is not None:
                     cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     # SET TRANSACTION SNAPSHOT takes no bound parameter; the id comes from the server itself.
