@@ -24,7 +24,7 @@ test: setup spark-cds
 	$(BIN)/mypy
 	VENV=$(VENV) bash scripts/run_tests.sh
 
-## The benchmarks at a tiny size (tests marked `bench`): each still runs, compares and reports. CI runs it after `make test`.
+## The benchmarks at a tiny size (tests marked `bench`): each still runs, compares and reports. Run by hand (not in CI).
 bench-smoke: setup spark-cds
 	tmp=$$(mktemp -d) && chmod 755 $$tmp && $(BIN)/python -m pytest tests -m bench --basetemp $$tmp/bench; \
 	  rc=$$?; rm -rf $$tmp; exit $$rc
