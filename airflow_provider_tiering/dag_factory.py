@@ -279,6 +279,7 @@ def build_database_dag(
     schedule: Any = EVERY_PROBE,
     start_date: datetime | None = None,
     max_active_tasks: int | None = None,
+    max_active_runs: int = 2,
     tags: Iterable[str] = ("tiering",),
     **dag_kwargs: Any,
 ) -> DAG:
@@ -295,7 +296,9 @@ def build_database_dag(
     file is parsed, the field named); parsing never reads the hot store.
 
     Retries and the round timeout of the mapped task are the declaration's ``table_defaults`` (Airflow schedules a
-    mapped task's retries from its ``partial``); a table's overrides set the rest of its spec. One run at a time.
+    mapped task's retries from its ``partial``); a table's overrides set the rest of its spec. Two runs at a time
+    (``max_active_runs``): a slow round (a first load) does not hold back the next listing, and a table still running
+    in one run starts no task in the next.
     """
     spec = DatabaseSpec.parse(database)
     defaults = TableSpec.parse(
@@ -308,7 +311,7 @@ def build_database_dag(
         schedule=_staggered(dag_id, spec.probe_every_seconds) if schedule == EVERY_PROBE else schedule,
         start_date=start_date or datetime(2024, 1, 1, tzinfo=UTC),
         catchup=False,
-        max_active_runs=1,
+        max_active_runs=max_active_runs,
         max_active_tasks=max_active_tasks or 16,
         tags=list(tags),
         **dag_kwargs,

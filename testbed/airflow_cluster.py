@@ -410,9 +410,14 @@ class AirflowCluster:
         return Path(__file__).resolve().parents[1] / ".cache" / "airflow-metadata-db" / f"{found[0].name}.db"
 
     def _prepare_database(self) -> None:
-        """A fresh metadata database: a copy of the migrated template, else migrated here (and kept as the
-        template, written aside then renamed into place, so parallel test runs never read half of one)."""
+        """A fresh metadata database (none on a restart): a copy of the migrated template, else migrated here (and
+        kept as the template, written aside then renamed into place, so parallel test runs never read half of one)."""
         database = self.home / "airflow.db"
+        if database.exists():
+            # A restart keeps its deployment's database. A copy over it lost the first start's state, and when a
+            # killed component had left a hot journal beside it, SQLite rolled that back into the copy: "database
+            # disk image is malformed", a scheduler exit.
+            return
         on_sqlite = self.config()["database"]["sql_alchemy_conn"] == f"sqlite:///{database}?timeout=60" and not any(
             key.startswith("AIRFLOW__DATABASE__") for key in self.extra_env
         )

@@ -8,15 +8,16 @@ the fingerprint its last settled round started from. Each table's own state docu
 Which tables run (:func:`plan_runs`): a table new to the document runs at once (its first load); a table whose last
 run has not settled (failed, retrying, rows left behind, not run yet) runs again; a settled table runs when its
 fingerprint differs from the one its settled round started from (or the listing cannot tell) and its freshness
-interval has passed since its last run; an unchanged one starts no task. A fingerprint is taken before the round it
-dispatches, so a change committed after it changes the next fingerprint: the probe may say "maybe" but never "no"
-while a row waits (the round itself still makes every check: identity, shape, rows behind the offsets).
+interval has passed since its last run; an unchanged one starts no task. A table whose task instance in an earlier
+run (runs overlap) has not finished is in flight: no second task starts beside it. A fingerprint is taken before the
+round it dispatches, so a change committed after it changes the next fingerprint: the probe may say "maybe" but
+never "no" while a row waits (the round itself still makes every check: identity, shape, rows behind the offsets).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,6 +69,10 @@ class DatabaseTable:
     #: The fingerprint when it was last dispatched, until its run settles; and when.
     pending: str | None = None
     dispatched_at: DocumentTime | None = None
+    #: The run it was last dispatched in, and its task instance's map index there (its place in what that run's
+    #: discovery returned).
+    dispatched_run: str | None = None
+    dispatched_index: int | None = None
     #: Why it last ran (or waits).
     last_decision: str | None = None
 
@@ -105,6 +110,19 @@ class Plan:
     waiting: int
     #: Tables whose task would only skip until a reset.
     quarantined: int = 0
+    #: Tables whose task instance in an earlier run has not finished.
+    in_flight: int = 0
+
+
+def dispatched_runs(state: DatabaseState | None, *, besides: str | None = None) -> dict[str, dict[int, str]]:
+    """The runs (but ``besides``) that unsettled tables were last dispatched in: each run's map indexes and the
+    tables they tier. Their task instances' states tell which of those are still in flight."""
+    found: dict[str, dict[int, str]] = {}
+    for table in state.tables.values() if state else ():
+        run, index = table.dispatched_run, table.dispatched_index
+        if table.pending is not None and run is not None and index is not None and run != besides:
+            found.setdefault(run, {})[index] = table.name
+    return found
 
 
 def mode_of(spec: TableSpec) -> str:
@@ -137,6 +155,20 @@ def _due_at(entry: DatabaseTable, freshness_seconds: float, probe_every: float) 
     return entry.dispatched_at + timedelta(seconds=interval)
 
 
+def still_running(
+    earlier: dict[str, dict[int, str]], states: dict[str, dict[int, str | None]], finished: Collection[str]
+) -> set[str]:
+    """The tables of ``earlier`` (:func:`dispatched_runs`) whose task instance is not in a ``finished`` state, from
+    ``states`` (each run's instances by map index; a run left out has ended, or is gone, without them)."""
+    return {
+        name
+        for run, tables in earlier.items()
+        if run in states
+        for index, name in tables.items()
+        if states[run].get(index) not in finished
+    }
+
+
 def plan_runs(
     previous: DatabaseState | None,
     database: str,
@@ -147,15 +179,19 @@ def plan_runs(
     freshness: Callable[[str], float],
     state_of: Callable[[str], TableState | None],
     selected: Sequence[str] | None = None,
+    run_id: str | None = None,
+    in_flight: Collection[str] = (),
 ) -> Plan:
     """Which tables run now, and the database's document after this probe (see the module's description).
 
     ``state_of`` reads a table's own state document: asked only of tables whose last run has not settled.
-    ``selected`` (a run's ``conf["tables"]``): those tables run, due or not, and no other does."""
+    ``selected`` (a run's ``conf["tables"]``): those tables run, due or not, and no other does. ``in_flight``: the
+    tables whose task instance in an earlier run has not finished (see :func:`dispatched_runs`); they wait for it.
+    ``run_id``: this run, recorded with each table it dispatches."""
     # Copies: the caller compares the previous document with this one to know whether to save it.
     doc = DatabaseState(database, {n: replace(t) for n, t in (previous.tables if previous else {}).items()})
     run: list[str] = []
-    idle = waiting = quarantined = 0
+    idle = waiting = quarantined = flying = 0
     for name, fingerprint in discovered.fingerprints.items():
         entry = doc.tables.get(name)
         spec = discovered.specs.get(name)
@@ -178,6 +214,10 @@ def plan_runs(
             decision = "named in the run's conf" if name in selected else None
         elif entry.dispatched_at is None:
             decision = "not run yet"
+        elif entry.pending is not None and name in in_flight:
+            entry.last_decision = f"in flight: its task in run {entry.dispatched_run} has not finished"
+            flying += 1
+            continue
         elif entry.pending is not None:
             state = state_of(name)
             if settled(state, entry.dispatched_at):
@@ -202,6 +242,7 @@ def plan_runs(
             entry.last_decision = decision
             continue
         entry.pending, entry.dispatched_at, entry.last_decision = fingerprint or "", now, decision
+        entry.dispatched_run, entry.dispatched_index = run_id, len(run)
         run.append(name)
     for name, entry in doc.tables.items():
         if name not in discovered.fingerprints and entry.discovery is not Discovery.DROPPED:
@@ -210,7 +251,7 @@ def plan_runs(
                 reason="no longer in the hot store (or no longer matched by include)"
                 + (f"; its lake table {entry.lake} is kept" if entry.lake else ""),
             )  # fmt: skip
-    return Plan(run, doc, idle, waiting, quarantined)
+    return Plan(run, doc, idle, waiting, quarantined, flying)
 
 
 def _changed(

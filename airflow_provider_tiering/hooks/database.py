@@ -3,12 +3,13 @@ store, and the probe that decides which of its tables run now."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_tiering.control import FINISHED_STATES
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.core.database_state import (
     DATABASE_PROBE_KEY,
@@ -16,7 +17,9 @@ from airflow_provider_tiering.core.database_state import (
     DatabaseState,
     Discovery,
     Plan,
+    dispatched_runs,
     plan_runs,
+    still_running,
     table_state_key,
 )
 from airflow_provider_tiering.core.discovery import Discovered, Listing, discover
@@ -48,6 +51,7 @@ class DatabaseProbe:
         return {
             "listed": len(self.discovered.fingerprints), **self.plan.state.counts(), "run": len(self.plan.run),
             "idle": self.plan.idle, "waiting": self.plan.waiting, "quarantined": self.plan.quarantined,
+            "in_flight": self.plan.in_flight,
             "query_seconds": round(self.listing.seconds, 4), "blind": self.listing.blind,
         }  # fmt: skip
 
@@ -57,7 +61,8 @@ class DatabaseProbe:
         lines = [
             f"database {self.database.name}: {s['listed']} table(s) listed in {s['query_seconds']:.3f} s: "
             f"{s['tiered']} tiered, {s['skipped']} skipped, {s['dropped']} dropped; {s['run']} run now, "
-            f"{s['waiting']} changed and not due yet, {s['idle']} idle, {s['quarantined']} quarantined"
+            f"{s['waiting']} changed and not due yet, {s['idle']} idle, {s['quarantined']} quarantined, "
+            f"{s['in_flight']} still running in an earlier run"
         ]
         if self.listing.blind:
             lines.append(f"every table may have changed: {self.listing.blind}")
@@ -91,9 +96,18 @@ class DatabaseHook(BaseHook):
     def table_state(self, table: str) -> TableState | None:
         return AssetStateStore(self.accessor, table_state_key(table)).load()
 
-    def probe(self, selected: Sequence[str] | None = None) -> DatabaseProbe:
+    def probe(
+        self,
+        selected: Sequence[str] | None = None,
+        *,
+        run_id: str | None = None,
+        task_states: Callable[[list[str]], dict[str, dict[int, str | None]]] | None = None,
+    ) -> DatabaseProbe:
         """List the database, match its tables, decide which run, and save the document (when it changed) and the
-        probe's summary. InvalidTableSpec when ``selected`` names a table the database does not tier."""
+        probe's summary. InvalidTableSpec when ``selected`` names a table the database does not tier.
+
+        ``task_states`` gives, for some earlier runs, their tier task instances' states by map index (a run that no
+        longer exists is left out): a table whose instance there has not finished is in flight."""
         listing = self.listing()
         found = discover(self.database, listing)
         unknown = sorted(set(selected or ()) - set(found.specs))
@@ -103,9 +117,13 @@ class DatabaseHook(BaseHook):
                 f" (tiered: {', '.join(sorted(found.specs)[:20]) or 'none'})"
             )
         previous, now = self.load(), utcnow()
+        earlier = dispatched_runs(previous, besides=run_id)
+        states = task_states(sorted(earlier)) if earlier and task_states is not None else {}
+        in_flight = still_running(earlier, states, FINISHED_STATES)
         plan = plan_runs(
             previous, self.database.name, found, now=now, probe_every=self.database.probe_every_seconds,
             freshness=lambda name: found.specs[name].freshness_seconds, state_of=self.table_state, selected=selected,
+            run_id=run_id, in_flight=in_flight,
         )  # fmt: skip
         document = plan.state.to_json()
         if previous is None or previous.to_json() != document:

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_tiering.assets import DISCOVER_TASK_ID, database_asset
+from airflow_provider_tiering.assets import DISCOVER_TASK_ID, TIER_TASK_ID, database_asset
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.operators.read_changes import STREAMED_KEY
 
@@ -23,6 +23,7 @@ class DiscoverTablesOperator(BaseOperator):
     in the asset state store of the database's asset; this task is their only writer. It fails when the database
     cannot be listed (its tables then wait, their state untouched); a table the rules cannot tier never fails it: it is
     listed as skipped, with the reason. A DAG run with ``conf={"tables": [...]}`` runs exactly the tables named.
+    When runs overlap, a table whose task instance in an earlier run has not finished starts no second one.
     """
 
     ui_color = "#e6f4ea"
@@ -42,9 +43,32 @@ class DiscoverTablesOperator(BaseOperator):
         from airflow_provider_tiering.hooks.database import DatabaseHook
         from airflow_provider_tiering.run_conf import selected_tables
 
+        ti = context["ti"]
         hook = DatabaseHook(self.database, context["asset_state_store"][self.database_asset])
-        probe = hook.probe(selected=selected_tables(context))
+        probe = hook.probe(
+            selected=selected_tables(context), run_id=context["run_id"], task_states=lambda runs: tier_states(ti, runs)
+        )
         for line in probe.report():
             self.log.info("%s", line)
-        context["ti"].xcom_push(key=STREAMED_KEY, value=probe.streamed())
+        ti.xcom_push(key=STREAMED_KEY, value=probe.streamed())
         return probe.to_run()
+
+
+def tier_states(ti: Any, runs: list[str]) -> dict[str, dict[int, str | None]]:
+    """The states of the tier task's instances in ``runs``, by run and map index: a run still queued or running
+    whose tier task has no instance yet (not expanded) is there with none; a run that has ended without one, or no
+    longer exists, is left out."""
+    found = ti.get_task_states(dag_id=ti.dag_id, task_ids=[TIER_TASK_ID], run_ids=runs)
+    prefix = f"{TIER_TASK_ID}_"
+    states = {
+        run: {int(key.removeprefix(prefix)): None if state is None else str(state)
+              for key, state in by_task.items() if key.startswith(prefix) and key.removeprefix(prefix).isdigit()}
+        for run, by_task in found.items()
+    }  # fmt: skip
+    found_states: dict[str, dict[int, str | None]] = {}
+    for run in runs:
+        if states.get(run):
+            found_states[run] = states[run]
+        elif ti.get_dr_count(dag_id=ti.dag_id, run_ids=[run], states=["queued", "running"]):
+            found_states[run] = {}
+    return found_states

@@ -8,15 +8,17 @@ DuckDB, by key for merge tables), and the CLI shows the database's tables with t
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from testbed.airflow_cluster import AirflowCluster
+from testbed.airflow_cluster import AirflowCluster, task_span
 from testbed.lake_check import assert_lake_equals_rows
 from testbed.tiering_env import embedded_setup
 from tests.e2e.test_cli import cli
@@ -128,6 +130,16 @@ def mapped(af: AirflowCluster, run_id: str) -> dict[str, str | None]:
     }
 
 
+def spans(af: AirflowCluster, run_id: str) -> dict[str, tuple[datetime, datetime]]:
+    """When each of the run's tier task instances started and ended, by the table it tiered."""
+    body = af.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
+    return {
+        ti["rendered_map_index"]: task_span(ti)
+        for ti in body["task_instances"]
+        if ti["task_id"] == "tier" and ti["map_index"] >= 0
+    }
+
+
 def run(af: AirflowCluster) -> tuple[str, dict[str, str | None]]:
     run_id = af.trigger_dag(DAG_ID)
     state = af.wait_for_run(DAG_ID, run_id, timeout=900)
@@ -229,3 +241,20 @@ def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) 
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout) == [{"table": f"{SCHEMA}.{APPEND[1]}", "state": "success", "outcome": "tiered"}]
         shop.assert_lake_equals_hot(catalog, [APPEND[1]])
+
+        # Two runs at once (max_active_runs=2): the second's discovery finds the tables the first dispatched still
+        # running there, and starts no second task beside any of them.
+        busy = APPEND[4:10]
+        for name in busy:
+            shop.append(name, 11)
+        first_run = af.trigger_dag(DAG_ID)
+        second_run = af.trigger_dag(DAG_ID)
+        assert af.wait_for_run(DAG_ID, first_run, timeout=900) == "success"
+        assert af.wait_for_run(DAG_ID, second_run, timeout=900) == "success"
+        ran_first, ran_second = spans(af, first_run), spans(af, second_run)
+        assert set(ran_first) == {f"{SCHEMA}.{t}" for t in busy}
+        flying = re.search(r"(\d+) still running in an earlier run", af.task_log(DAG_ID, second_run, "discover"))
+        assert flying is not None and int(flying.group(1)) >= 1
+        for name, (started, _) in ran_second.items():  # one that had finished may run again: after, not beside
+            assert ran_first[name][1] <= started, name
+        shop.assert_lake_equals_hot(catalog, busy)

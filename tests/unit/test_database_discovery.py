@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
-from airflow_provider_tiering.core.database_state import DatabaseState, Discovery, plan_runs
+from airflow_provider_tiering.core.database_state import (
+    DatabaseState,
+    Discovery,
+    dispatched_runs,
+    plan_runs,
+    still_running,
+)
 from airflow_provider_tiering.core.discovery import ColumnKind, HotColumn, HotTable, Listing, discover
 from airflow_provider_tiering.core.errors import InvalidTableSpec
 from airflow_provider_tiering.core.state import TableState, TableStatus
@@ -179,6 +185,64 @@ def test_a_run_that_names_tables_runs_those_only() -> None:
     named, _ = plan(first.state, Listing((ORDERS, EVENTS)), NOW + timedelta(minutes=1), settled,
                     selected=["public.events"])  # fmt: skip
     assert named.run == ["public.events"]
+
+
+def test_a_table_still_running_in_an_earlier_run_starts_no_second_task() -> None:
+    first, _ = plan(None, Listing((ORDERS, EVENTS)), NOW, {}, run_id="r1")
+    assert [(t.dispatched_run, t.dispatched_index) for t in map(first.state.tables.get, first.run)] == [
+        ("r1", 0), ("r1", 1)]  # fmt: skip
+    assert dispatched_runs(first.state, besides="r2") == {"r1": {0: first.run[0], 1: first.run[1]}}
+    assert dispatched_runs(first.state, besides="r1") == {}
+    flying = first.run[0]
+    # r2 overlaps r1: the table whose task in r1 has not finished waits (its state not even read); the other, whose
+    # task failed there, runs again in r2.
+    failed = TableState("t", status=TableStatus.FAILED, consecutive_failures=1)
+    second, asked = plan(first.state, Listing((ORDERS, EVENTS)), NOW + timedelta(seconds=30),
+                         {first.run[1]: failed}, run_id="r2", in_flight={flying})  # fmt: skip
+    assert second.run == [first.run[1]] and second.in_flight == 1 and asked == [first.run[1]]
+    assert "in flight: its task in run r1" in (second.state.tables[flying].last_decision or "")
+    assert second.state.tables[first.run[1]].dispatched_run == "r2"
+    # Once it has finished (settled), it is a table like the others.
+    settled = {flying: settled_state(NOW + timedelta(seconds=40))}
+    third, _ = plan(second.state, Listing((ORDERS, EVENTS)), NOW + timedelta(minutes=1), settled, run_id="r3")
+    assert flying not in third.run and third.in_flight == 0
+
+
+def test_still_running_are_the_unfinished_instances_of_runs_still_known() -> None:
+    earlier = {"r1": {0: "a", 1: "b", 2: "c"}, "r2": {0: "d"}, "gone": {0: "e"}}
+    states = {"r1": {0: "success", 1: "up_for_retry"}, "r2": {}}  # c not expanded yet; r2 not expanded at all
+    assert still_running(earlier, states, {"success", "failed"}) == {"b", "c", "d"}
+
+
+def test_a_run_that_names_a_table_in_flight_runs_it() -> None:
+    first, _ = plan(None, Listing((ORDERS,)), NOW, {}, run_id="r1")
+    named, _ = plan(first.state, Listing((ORDERS,)), NOW + timedelta(seconds=5), {}, run_id="r2",
+                    in_flight={"public.orders"}, selected=["public.orders"])  # fmt: skip
+    assert named.run == ["public.orders"]
+
+
+class FakeTaskInstance:
+    """What ``tier_states`` asks of a task instance: the tier task's states, and whether a run is still going."""
+
+    dag_id = "shop_tiering"
+
+    def __init__(self, states: dict[str, dict[str, str | None]], going: set[str]) -> None:
+        self.states, self.going = states, going
+
+    def get_task_states(self, *, dag_id: str, task_ids: list[str], run_ids: list[str]) -> dict[str, dict[str, str]]:
+        assert dag_id == self.dag_id and task_ids == ["tier"]
+        return {run: dict(by_task) for run, by_task in self.states.items() if run in run_ids}  # type: ignore[misc]
+
+    def get_dr_count(self, *, dag_id: str, run_ids: list[str], states: list[str]) -> int:
+        assert states == ["queued", "running"]
+        return sum(run in self.going for run in run_ids)
+
+
+def test_tier_states_reads_map_indexes_and_tells_an_unexpanded_running_run_from_an_ended_one() -> None:
+    from airflow_provider_tiering.operators.discover_tables import tier_states
+
+    ti = FakeTaskInstance({"r1": {"tier_0": "success", "tier_12": "running", "tier_3": None}}, going={"r2"})
+    assert tier_states(ti, ["r1", "r2", "r3"]) == {"r1": {0: "success", 12: "running", 3: None}, "r2": {}}
 
 
 def test_a_plan_leaves_the_previous_document_as_it_was() -> None:
