@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_tiering.core.database_state import FINISHED_STATES
 from airflow_provider_tiering.core.errors import (
     AmbiguousTable,
     DagPaused,
@@ -32,8 +33,6 @@ from airflow_provider_tiering.status import (
 from airflow_provider_tiering.status.lake_rows import refresh_lake_rows
 from airflow_provider_tiering.status.records import TieringRound
 
-#: Task instance states after which a table's task will not run again in that DAG run.
-FINISHED_STATES = frozenset({"success", "skipped", "failed", "upstream_failed", "removed"})
 OK_STATES = frozenset({"success", "skipped"})
 
 

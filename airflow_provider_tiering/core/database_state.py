@@ -31,6 +31,9 @@ from airflow_provider_tiering.core.state import TableState, TableStatus
 DATABASE_STATE_KEY = "tiering_database"
 #: The key of the database's last probe (written every run; the document only when it changes).
 DATABASE_PROBE_KEY = "tiering_database_probe"
+#: Airflow's task instance states after which a task will not run again in its DAG run (one not created yet, or
+#: waiting for a retry, is still to run).
+FINISHED_STATES = frozenset({"success", "skipped", "failed", "upstream_failed", "removed"})
 
 
 def table_state_key(table: str) -> str:
@@ -155,17 +158,15 @@ def _due_at(entry: DatabaseTable, freshness_seconds: float, probe_every: float) 
     return entry.dispatched_at + timedelta(seconds=interval)
 
 
-def still_running(
-    earlier: dict[str, dict[int, str]], states: dict[str, dict[int, str | None]], finished: Collection[str]
-) -> set[str]:
-    """The tables of ``earlier`` (:func:`dispatched_runs`) whose task instance is not in a ``finished`` state, from
-    ``states`` (each run's instances by map index; a run left out has ended, or is gone, without them)."""
+def still_running(earlier: dict[str, dict[int, str]], states: dict[str, dict[int, str | None]]) -> set[str]:
+    """The tables of ``earlier`` (:func:`dispatched_runs`) whose task instance has not finished, from ``states``
+    (each run's instances by map index; a run left out has ended, or is gone, without them)."""
     return {
         name
         for run, tables in earlier.items()
         if run in states
         for index, name in tables.items()
-        if states[run].get(index) not in finished
+        if states[run].get(index) not in FINISHED_STATES
     }
 
 
@@ -244,6 +245,12 @@ def plan_runs(
         entry.pending, entry.dispatched_at, entry.last_decision = fingerprint or "", now, decision
         entry.dispatched_run, entry.dispatched_index = run_id, len(run)
         run.append(name)
+    _mark_dropped(doc, discovered, now)
+    return Plan(run, doc, idle, waiting, quarantined, flying)
+
+
+def _mark_dropped(doc: DatabaseState, discovered: Discovered, now: datetime) -> None:
+    """The tables of the document the listing no longer has are dropped (their lake tables kept)."""
     for name, entry in doc.tables.items():
         if name not in discovered.fingerprints and entry.discovery is not Discovery.DROPPED:
             doc.tables[name] = DatabaseTable(
@@ -251,7 +258,6 @@ def plan_runs(
                 reason="no longer in the hot store (or no longer matched by include)"
                 + (f"; its lake table {entry.lake} is kept" if entry.lake else ""),
             )  # fmt: skip
-    return Plan(run, doc, idle, waiting, quarantined, flying)
 
 
 def _changed(

@@ -9,7 +9,6 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_tiering.control import FINISHED_STATES
 from airflow_provider_tiering.core.database_spec import DatabaseSpec
 from airflow_provider_tiering.core.database_state import (
     DATABASE_PROBE_KEY,
@@ -119,7 +118,7 @@ class DatabaseHook(BaseHook):
         previous, now = self.load(), utcnow()
         earlier = dispatched_runs(previous, besides=run_id)
         states = task_states(sorted(earlier)) if earlier and task_states is not None else {}
-        in_flight = still_running(earlier, states, FINISHED_STATES)
+        in_flight = still_running(earlier, states)
         plan = plan_runs(
             previous, self.database.name, found, now=now, probe_every=self.database.probe_every_seconds,
             freshness=lambda name: found.specs[name].freshness_seconds, state_of=self.table_state, selected=selected,

@@ -59,16 +59,14 @@ def tier_states(ti: Any, runs: list[str]) -> dict[str, dict[int, str | None]]:
     whose tier task has no instance yet (not expanded) is there with none; a run that has ended without one, or no
     longer exists, is left out."""
     found = ti.get_task_states(dag_id=ti.dag_id, task_ids=[TIER_TASK_ID], run_ids=runs)
-    prefix = f"{TIER_TASK_ID}_"
-    states = {
-        run: {int(key.removeprefix(prefix)): None if state is None else str(state)
-              for key, state in by_task.items() if key.startswith(prefix) and key.removeprefix(prefix).isdigit()}
-        for run, by_task in found.items()
-    }  # fmt: skip
-    found_states: dict[str, dict[int, str | None]] = {}
+    prefix = f"{TIER_TASK_ID}_"  # a mapped instance's key: the task id and its map index
+    states: dict[str, dict[int, str | None]] = {}
     for run in runs:
-        if states.get(run):
-            found_states[run] = states[run]
-        elif ti.get_dr_count(dag_id=ti.dag_id, run_ids=[run], states=["queued", "running"]):
-            found_states[run] = {}
-    return found_states
+        by_index = {
+            int(key.removeprefix(prefix)): None if state is None else str(state)
+            for key, state in found.get(run, {}).items()
+            if key.startswith(prefix) and key.removeprefix(prefix).isdigit()
+        }
+        if by_index or ti.get_dr_count(dag_id=ti.dag_id, run_ids=[run], states=["queued", "running"]):
+            states[run] = by_index
+    return states

@@ -211,7 +211,7 @@ def test_a_table_still_running_in_an_earlier_run_starts_no_second_task() -> None
 def test_still_running_are_the_unfinished_instances_of_runs_still_known() -> None:
     earlier = {"r1": {0: "a", 1: "b", 2: "c"}, "r2": {0: "d"}, "gone": {0: "e"}}
     states = {"r1": {0: "success", 1: "up_for_retry"}, "r2": {}}  # c not expanded yet; r2 not expanded at all
-    assert still_running(earlier, states, {"success", "failed"}) == {"b", "c", "d"}
+    assert still_running(earlier, states) == {"b", "c", "d"}
 
 
 def test_a_run_that_names_a_table_in_flight_runs_it() -> None:
