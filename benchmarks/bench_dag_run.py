@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: make ``testbed`` and ``benchmarks`` importable
     sys.path.insert(0, str(REPO))
 
-from testbed.airflow_cluster import BENCHMARK_PARSE_INTERVAL, AirflowCluster  # noqa: E402
+from testbed.airflow_cluster import AirflowCluster, benchmark_config  # noqa: E402
 
 EMPTY = "bench_empty"
 NOTHING_NEW = "bench_tiering_nothing_new"
@@ -554,7 +554,7 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
     runs: list[dict[str, Any]] = []
     warm: list[dict[str, Any]] = []
     timelines: dict[str, list[dict[str, Any]]] = {}
-    overrides: dict[str, dict[str, str]] = {"dag_processor": {"min_file_process_interval": BENCHMARK_PARSE_INTERVAL}}
+    overrides = benchmark_config()
     for item in args.set:
         key, _, value = item.partition("=")
         section, _, option = key.partition(".")

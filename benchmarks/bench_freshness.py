@@ -390,13 +390,12 @@ def deployment(
 
 
 def deployment_overrides(parallelism: int) -> dict[str, dict[str, str]]:
-    """A benchmark's Airflow config: ``parallelism`` workers, 16 active runs per DAG, the file parsed every 5 s."""
-    from testbed.airflow_cluster import BENCHMARK_PARSE_INTERVAL
+    """A benchmark's Airflow config: ``parallelism`` workers, 16 active runs per DAG, the rest ``BENCHMARK_CONFIG``."""
+    from testbed.airflow_cluster import benchmark_config
 
-    return {
-        "core": {"parallelism": str(parallelism), "max_active_tasks_per_dag": "16", "max_active_runs_per_dag": "16"},
-        "dag_processor": {"min_file_process_interval": BENCHMARK_PARSE_INTERVAL},
-    }
+    return benchmark_config(
+        core={"parallelism": str(parallelism), "max_active_tasks_per_dag": "16", "max_active_runs_per_dag": "16"}
+    )
 
 
 def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: make ``testbed`` importable
     sys.path.insert(0, str(REPO))
 
-from testbed.airflow_cluster import BENCHMARK_PARSE_INTERVAL, AirflowCluster  # noqa: E402
+from testbed.airflow_cluster import AirflowCluster, benchmark_config  # noqa: E402
 from testbed.browser import chromium, log_in, wait_for  # noqa: E402
 from testbed.state_documents import assets_dag_file, state_document, write_in_cluster  # noqa: E402
 
@@ -152,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         dags.mkdir()
         (dags / "assets.py").write_text(assets_dag_file(ASSETS_DAG, docs))  # keeps the assets (and their state)
         print(f"starting Airflow in {work} ...", flush=True)
-        parsing = {"dag_processor": {"min_file_process_interval": BENCHMARK_PARSE_INTERVAL}}
         with AirflowCluster(
-            work / "airflow", dags, expected_dag_ids={ASSETS_DAG}, parse_timeout=300, config_overrides=parsing
+            work / "airflow",
+            dags,
+            expected_dag_ids={ASSETS_DAG},
+            parse_timeout=300,
+            config_overrides=benchmark_config(),
         ) as af:
             t0 = time.perf_counter()
             write_in_cluster(af, docs, work)

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.scratch import postgres_scratch
     from benchmarks.tpch_data import load_tpch
-    from testbed.airflow_cluster import BENCHMARK_PARSE_INTERVAL, AirflowCluster
+    from testbed.airflow_cluster import AirflowCluster, benchmark_config
 
     with postgres_scratch(args.workdir, args.dsn, "tiering-bench-many-") as (workdir, dsn):
         started = time.perf_counter()
@@ -148,10 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"conn_type": "iceberg", "extra": {"name": "default", **properties}}
             ),
         }
-        overrides = {
-            "core": {"parallelism": str(args.parallelism)},
-            "dag_processor": {"min_file_process_interval": BENCHMARK_PARSE_INTERVAL},
-        }
+        overrides = benchmark_config(core={"parallelism": str(args.parallelism)})
         dag_ids = [f"tpch_{kind}_{r}" for r in range(args.repeat) for kind in ("parallel", "sequential", "lineitem")]
         runs: list[dict[str, Any]] = []
         with AirflowCluster(

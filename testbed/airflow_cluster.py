@@ -51,9 +51,26 @@ ADMIN_PASSWORD = "admin"  # throwaway test credential
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 SERVER_ERROR_RETRIES = 5
-#: How often the benchmarks' deployments parse an unchanged DAG file (``[dag_processor] min_file_process_interval``):
-#: their documented figures were measured so. The tests' deployments parse every 30 s, Airflow's default.
-BENCHMARK_PARSE_INTERVAL = "5"
+#: How often a wait asks the api-server again: each answer cost it about 20 ms of CPU (measured here), so a wait
+#: polling every 0.5 s cost a deployment as much as its idle scheduler.
+POLL_SECONDS = 1.0
+#: What the benchmarks' deployments run with, their documented figures measured so: an unchanged DAG file parsed every
+#: 5 s (the tests' deployments: every 30 s, Airflow's default), and an idle scheduler loop every 0.5 s (the tests':
+#: every 1 s, Airflow's default; measured here, an idle scheduler took 5.4 CPU-s a minute at 0.5 s, 3.3 at 1 s).
+BENCHMARK_CONFIG: Mapping[str, Mapping[str, str]] = {
+    "dag_processor": {"min_file_process_interval": "5"},
+    "scheduler": {"scheduler_idle_sleep_time": "0.5"},
+}
+
+
+def benchmark_config(**sections: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``BENCHMARK_CONFIG`` with ``sections`` (``section={key: value}``) merged over it, as ``config_overrides``."""
+    config = {section: dict(values) for section, values in BENCHMARK_CONFIG.items()}
+    for section, values in sections.items():
+        config.setdefault(section, {}).update(values)
+    return config
+
+
 _ENV_PREFIXES_TO_DROP = (
     "AIRFLOW__",
     "AIRFLOW_CONN_",
@@ -339,7 +356,7 @@ class AirflowCluster:
             "scheduler": {
                 "scheduler_heartbeat_sec": "1",
                 "job_heartbeat_sec": "1",
-                "scheduler_idle_sleep_time": "0.5",
+                "scheduler_idle_sleep_time": "1",
                 "enable_health_check": "False",
                 "parsing_cleanup_interval": "10",
                 "pool_metrics_interval": "60",
@@ -601,7 +618,7 @@ class AirflowCluster:
                 return
             if time.monotonic() > deadline:
                 raise AirflowClusterError(f"not parsed after {timeout}s: {sorted(missing)}\n{self.diagnostics()}")
-            time.sleep(0.5)
+            time.sleep(POLL_SECONDS)
 
     # ------------------------------------------------------------------ REST
 
@@ -698,7 +715,20 @@ class AirflowCluster:
                     f"run {dag_id}/{run_id} still {state!r} after {timeout}s; "
                     f"TIs: {self.task_instances(dag_id, run_id)}\n{self.diagnostics()}"
                 )
-            time.sleep(0.5)
+            time.sleep(POLL_SECONDS)
+
+    def wait_for_task(self, dag_id: str, run_id: str, task_id: str, wanted: Collection[str], timeout: float) -> str:
+        """Poll the task instance (``task_id[i]`` for a mapped one) until its state is one of ``wanted`` and return
+        that state; raise on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_processes()
+            state = self.task_instances(dag_id, run_id).get(task_id)
+            if state in wanted:
+                return str(state)
+            if time.monotonic() > deadline:
+                raise AirflowClusterError(f"{dag_id}/{run_id}/{task_id} stayed {state}, wanted {sorted(wanted)}")
+            time.sleep(POLL_SECONDS)
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, str | None]:
         """Map task_id (``task_id[i]`` for mapped TIs) to state."""

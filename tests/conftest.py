@@ -10,6 +10,8 @@ import pytest
 
 from tests.fixtures_servers import mariadb_server, pg_server, s3_server  # noqa: F401
 
+pytest_plugins = ["testbed.cpu_report"]
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

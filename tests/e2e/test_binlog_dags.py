@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -49,17 +48,6 @@ def maria_conn(server: MariaDBServer, user: str, password: str) -> str:
         {"conn_type": "mysql", "host": server.host, "port": server.port, "login": user, "password": password,
          "schema": server.database}
     )  # fmt: skip
-
-
-def wait_for(af: AirflowCluster, dag_id: str, run_id: str, task_id: str, wanted: set[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    found = None
-    while time.monotonic() < deadline:
-        found = af.task_instances(dag_id, run_id).get(task_id)
-        if found in wanted:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{dag_id}/{run_id}/{task_id} stayed {found}, wanted {wanted}")
 
 
 @pytest.mark.timeout(1200)
@@ -134,7 +122,7 @@ def test_binlog_tables_tier_through_dag_runs_and_a_table_without_the_grant_fails
 
             # A column added with a default, no row changed: the sensor's probe sees the shape and the round follows.
             waiting = af.trigger_dag(SENSOR_DAG)
-            wait_for(af, SENSOR_DAG, waiting, f"{SENSED}.due", {"deferred"}, timeout=300)
+            af.wait_for_task(SENSOR_DAG, waiting, f"{SENSED}.due", {"deferred"}, timeout=300)
             hot[SENSED]._run(f"ALTER TABLE {hot[SENSED].ref} ADD COLUMN region VARCHAR(10) NOT NULL DEFAULT 'eu'")
             assert af.wait_for_run(SENSOR_DAG, waiting, timeout=400) == "success"
             lake = load_catalog("default", **catalog).load_table(("binlog_dags", SENSED))

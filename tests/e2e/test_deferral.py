@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -52,17 +51,6 @@ def tier_interval(af: AirflowCluster, run_id: str, table: str) -> tuple[datetime
     return task_span(ti)
 
 
-def wait_for_state(af: AirflowCluster, dag_id: str, run_id: str, task_id: str, wanted: set[str], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    state = None
-    while time.monotonic() < deadline:
-        state = states(af, dag_id, run_id).get(task_id)
-        if state in wanted:
-            return state
-        time.sleep(0.5)
-    raise AssertionError(f"{dag_id}/{run_id}/{task_id} stayed {state}, wanted {wanted}")
-
-
 @pytest.mark.timeout(900)
 def test_waiting_tables_are_deferred_and_hold_no_worker_slot(pg_server, tmp_path: Path) -> None:
     hot = PostgresHot(pg_server.dsn)
@@ -95,13 +83,13 @@ def test_waiting_tables_are_deferred_and_hold_no_worker_slot(pg_server, tmp_path
 
         # d_slow is not due for a while: its sensor defers to the triggerer. The only worker slot is free,
         # so the lake waiter runs (and defers in turn) while d_slow's sensor is still deferred.
-        wait_for_state(af, DAG_ID, second, "d_slow.due", {"deferred"}, timeout=SLOW_FRESHNESS)
+        af.wait_for_task(DAG_ID, second, "d_slow.due", {"deferred"}, timeout=SLOW_FRESHNESS)
         waiter_run = af.trigger_dag(WAITER, conf={"cursor": TARGET})
-        wait_for_state(af, WAITER, waiter_run, "wait_for_slow", {"deferred"}, timeout=SLOW_FRESHNESS)
+        af.wait_for_task(WAITER, waiter_run, "wait_for_slow", {"deferred"}, timeout=SLOW_FRESHNESS)
         assert states(af, DAG_ID, second)["d_slow.due"] == "deferred"
         slow = af.asset_state_store("tiering/due/d_slow")["tiering_state"]
         assert slow["status"] == "SCHEDULED" and slow["committed"]["end_offsets"] == {"cursor": 2000}
-        wait_for_state(af, DAG_ID, second, "d_quick.tier", {"success"}, timeout=300)  # never tiered: due
+        af.wait_for_task(DAG_ID, second, "d_quick.tier", {"success"}, timeout=300)  # never tiered: due
         quick = af.asset_state_store("tiering/due/d_quick")["tiering_state"]
         assert quick["status"] == "TIERED" and quick["committed"]["end_offsets"] == {"cursor": 3000}
         due_log = af.task_log(DAG_ID, second, "d_slow.due", 1)

@@ -10,7 +10,6 @@ agree: the same table kinds end the same way with the same error."""
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -68,17 +67,6 @@ def snapshot_id(catalog: dict[str, str], name: str) -> int | None:
     return None if snapshot is None else snapshot.snapshot_id
 
 
-def wait_for(af: AirflowCluster, dag_id: str, run_id: str, task_id: str, wanted: set[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    found = None
-    while time.monotonic() < deadline:
-        found = af.task_instances(dag_id, run_id).get(task_id)
-        if found in wanted:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{dag_id}/{run_id}/{task_id} stayed {found}, wanted {wanted}")
-
-
 def try_numbers(af: AirflowCluster, dag_id: str, run_id: str) -> dict[str, Any]:
     found = af.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
     return {ti["task_id"]: ti["try_number"] for ti in found}
@@ -109,7 +97,7 @@ def test_a_recreated_table_fails_its_task_at_once_through_the_operator_and_the_s
             # which probes every 2 s; the tables are then re-created under it.
             waiting = af.trigger_dag(SENSOR_DAG)
             for kind in KINDS:
-                wait_for(af, SENSOR_DAG, waiting, f"sn_{kind}.due", {"deferred"}, timeout=300)
+                af.wait_for_task(SENSOR_DAG, waiting, f"sn_{kind}.due", {"deferred"}, timeout=300)
             before = {name: snapshot_id(catalog, name) for name in hot}
             for name, table in hot.items():
                 table.script(table.change_sql("recreate"))  # dropped and created again, empty
