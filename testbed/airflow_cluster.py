@@ -704,30 +704,42 @@ class AirflowCluster:
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 120.0) -> str:
         """Poll the run until success/failed and return that state; raise on timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self.check_processes()
-            state = self.dag_run(dag_id, run_id)["state"]
-            if state in TERMINAL_RUN_STATES:
-                return str(state)
-            if time.monotonic() > deadline:
-                raise AirflowClusterError(
-                    f"run {dag_id}/{run_id} still {state!r} after {timeout}s; "
-                    f"TIs: {self.task_instances(dag_id, run_id)}\n{self.diagnostics()}"
-                )
-            time.sleep(POLL_SECONDS)
+        return self._wait_for_state(
+            lambda: self.dag_run(dag_id, run_id)["state"],
+            TERMINAL_RUN_STATES,
+            timeout,
+            lambda state: (
+                f"run {dag_id}/{run_id} still {state!r} after {timeout}s; TIs: {self.task_instances(dag_id, run_id)}"
+            ),
+        )
 
     def wait_for_task(self, dag_id: str, run_id: str, task_id: str, wanted: Collection[str], timeout: float) -> str:
         """Poll the task instance (``task_id[i]`` for a mapped one) until its state is one of ``wanted`` and return
         that state; raise on timeout."""
+        return self._wait_for_state(
+            lambda: self.task_instances(dag_id, run_id).get(task_id),
+            wanted,
+            timeout,
+            lambda state: f"{dag_id}/{run_id}/{task_id} stayed {state!r} after {timeout}s, wanted {sorted(wanted)}",
+        )
+
+    def _wait_for_state(
+        self,
+        read: Callable[[], str | None],
+        wanted: Collection[str],
+        timeout: float,
+        failure: Callable[[str | None], str],
+    ) -> str:
+        """Ask ``read`` every ``POLL_SECONDS`` (each component checked alive) until it answers one of ``wanted``;
+        past ``timeout``, raise with ``failure``'s words and the components' log tails."""
         deadline = time.monotonic() + timeout
         while True:
             self.check_processes()
-            state = self.task_instances(dag_id, run_id).get(task_id)
+            state = read()
             if state in wanted:
                 return str(state)
             if time.monotonic() > deadline:
-                raise AirflowClusterError(f"{dag_id}/{run_id}/{task_id} stayed {state}, wanted {sorted(wanted)}")
+                raise AirflowClusterError(f"{failure(state)}\n{self.diagnostics()}")
             time.sleep(POLL_SECONDS)
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, str | None]:
