@@ -38,6 +38,19 @@ _CONFIG: dict[str, Any] = {
                 "example": "90",
                 "default": "30",
             },
+            "preload_round_modules": {
+                "description": (
+                    "Whether the scheduler of a LocalExecutor imports the modules a tiering round imports (pyiceberg, "
+                    "pyarrow, pandas, this provider, the installed hot stores' drivers) before it starts its "
+                    "workers, so that each task process, forked from a worker, finds them imported instead of "
+                    "importing them again. Costs the scheduler about a second of CPU at its start and the memory "
+                    "of those modules."
+                ),
+                "version_added": "0.1.0",
+                "type": "boolean",
+                "example": "False",
+                "default": "True",
+            },
         },
     },
 }

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_provider_tiering.plugins import preload
 from airflow_provider_tiering.plugins.addresses import BUNDLE, PAGE_ROUTE, URL_PREFIX
 from airflow_provider_tiering.timetables import StaggeredInterval
 
@@ -48,8 +49,9 @@ class LazyTieringApp:
 
 
 class TieringPlugin(AirflowPlugin):
-    """Every tiered table's status in the Airflow UI (Browse → Tiering) and as JSON under ``/tiering/api``; and the
-    timetable of the tables' own DAGs (``timetables.py``), which Airflow finds only through a plugin."""
+    """Every tiered table's status in the Airflow UI (Browse → Tiering) and as JSON under ``/tiering/api``; the
+    timetable of the tables' own DAGs (``timetables.py``), which Airflow finds only through a plugin; and the
+    listener that has the scheduler import a round's modules for its LocalExecutor's task processes."""
 
     name = "tiering"
     fastapi_apps = [{"name": "tiering", "app": LazyTieringApp(), "url_prefix": URL_PREFIX}]
@@ -64,3 +66,5 @@ class TieringPlugin(AirflowPlugin):
         }
     ]
     timetables = [StaggeredInterval]
+    # The scheduler of a LocalExecutor imports a round's modules before it forks its workers (preload.py).
+    listeners = [preload]

@@ -1,9 +1,10 @@
 """A whole PostgreSQL schema of 50 tables declared once, tiered through DAG runs under a real scheduler and
 LocalExecutor: append and merge tables found by the rules, change-stream tables named by overrides (read through the
-database's one slot), tables skipped with their reasons (no cursor, excluded),
-one broken table that fails only its own mapped task instance, tables created and dropped between runs. Only tables
-with changes start a task; after each run the lake equals the hot table for every tiered table (pyiceberg and
-DuckDB, by key for merge tables), and the CLI shows the database's tables with their reasons."""
+database's one slot), tables skipped with their reasons (no cursor, excluded), one broken table that fails only its
+own mapped task instance, tables created and dropped between runs. Only tables with changes start a task, each forked
+with the round's modules already imported (the scheduler's preload); after each run the lake equals the hot table for
+every tiered table (pyiceberg and DuckDB, by key for merge tables), and the CLI shows the database's tables with their
+reasons."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -45,11 +47,32 @@ DECLARATION = {
     "probe_every_seconds": 3600,
 }
 
+#: What the scheduler's listener imports for its LocalExecutor's task processes (plugins/preload.py), none of which the
+#: DAG file imports: a task finds them imported only if it was forked from a preloaded worker.
+PRELOADED = ["airflow_provider_tiering.build", "pyiceberg.io.pyarrow", "pandas", "psycopg"]
+PROBE_DAG_ID = "preload_probe"
+
 DAG_FILE = textwrap.dedent(
     f"""
+    import sys
+
+    from airflow.sdk import dag, task
+
     from airflow_provider_tiering.dag_factory import build_database_dag
 
-    dag = build_database_dag({DAG_ID!r}, {DECLARATION!r}, schedule=None)
+    dag_ = build_database_dag({DAG_ID!r}, {DECLARATION!r}, schedule=None)
+
+
+    @dag(dag_id={PROBE_DAG_ID!r}, schedule=None)
+    def preload_probe():
+        @task
+        def imported_at_start() -> list[str]:
+            return [name for name in {PRELOADED!r} if name in sys.modules]
+
+        imported_at_start()
+
+
+    preload_probe()
     """
 )
 
@@ -173,7 +196,17 @@ def test_a_schema_of_fifty_tables_declared_once(pg_server: Any, tmp_path: Path) 
     assert len(shop.modes) == 50
     tiered = APPEND + MERGE + STREAMED
     dags, catalog, env = embedded_setup(tmp_path, pg_server, DAG_FILE)
-    with AirflowCluster(home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID]) as af:
+    with AirflowCluster(
+        home=tmp_path / "airflow", dags_folder=dags, extra_env=env, expected_dag_ids=[DAG_ID, PROBE_DAG_ID]
+    ) as af:
+        # A task process finds the round's modules imported: the scheduler's listener imported them before it forked
+        # its LocalExecutor's workers.
+        probe_run = af.trigger_dag(PROBE_DAG_ID)
+        assert af.wait_for_run(PROBE_DAG_ID, probe_run) == "success"
+        xcom = af.get(f"/api/v2/dags/{PROBE_DAG_ID}/dagRuns/{quote(probe_run, safe='')}/taskInstances/"
+                      "imported_at_start/xcomEntries/return_value")  # fmt: skip
+        assert xcom["value"] == PRELOADED
+
         # The first run loads every table the rules tier; the broken one fails its own task (and the run).
         state, first = run(af)
         assert state == "failed"
