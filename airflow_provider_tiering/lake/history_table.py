@@ -4,11 +4,15 @@ sys.lake_tiering_history``), partitioned by the day its rounds ended.
 
 Rounds append to it from many tasks at once. Every write is committed only onto the snapshot it read: pyiceberg's
 own commit retry is off for this table (``commit.retry.num-retries`` 0), so a rewrite can never drop a row appended
-meanwhile; a write that loses the race reads again and tries again, a bounded number of times. Each append leaves a
-file, so an append that finds a day of more than :data:`COMPACT_AFTER_FILES` files rewrites that day into one file
-(an overwrite of the day's partition, whole files out); the days past the retention are deleted whole; old
-snapshots are expired and the files only they held removed, as for the status table. What tidies up is best effort,
-left to a later append when it fails.
+meanwhile; a write that loses the race reads again and tries again, a bounded number of times.
+
+Each append leaves a file and a snapshot; :meth:`LakeHistoryTable.tidy` rewrites a day of more than
+:data:`COMPACT_AFTER_FILES` files into one file (an overwrite of the day's partition, whole files out), deletes the
+days past the retention whole, expires old snapshots and removes the files only they held, as for the status table.
+A DAG run's summary tidies once per catalog (``hooks/history_table.py``), not each round: tidied in every append, a
+thousand tables' rounds spent most of their CPU rewriting the day's files, racing each other to do it. An append
+whose commit leaves the table a multiple of :data:`TIDY_EVERY_FILES` files tidies itself, for rounds that run
+without a summary. What tidies up is best effort, left to a later tidy when it fails.
 """
 
 from __future__ import annotations
@@ -54,8 +58,10 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("error", pa.string()),
 ]
 HISTORY_SCHEMA = pa.schema(_FIELDS)
-#: Files of one day past which an append rewrites the day into one file.
+#: Files of one day past which a tidy rewrites the day into one file.
 COMPACT_AFTER_FILES = 32
+#: An append that leaves the table a multiple of this many data files tidies up itself (no summary has).
+TIDY_EVERY_FILES = 128
 #: How often a write that lost the commit race reads again and tries again.
 COMMIT_ATTEMPTS = 12
 #: Snapshots older than this are expired (the newest few always stay), and unreferenced files older than this
@@ -79,8 +85,7 @@ class LakeHistoryTable:
         return ".".join(self.identifier)
 
     def append(self, rows: Sequence[HistoryRow], *, now: datetime | None = None) -> None:
-        """Append ``rows``; then, best effort, delete the days past the retention, compact a day of many files and
-        expire old snapshots.
+        """Append ``rows`` (and, once every :data:`TIDY_EVERY_FILES` files, :meth:`tidy`).
 
         Raises:
             LakeError: the commit race was lost :data:`COMMIT_ATTEMPTS` times in a row.
@@ -90,15 +95,24 @@ class LakeHistoryTable:
             return
         mine = pa.Table.from_pylist([{n: getattr(row, n) for n in HISTORY_SCHEMA.names} for row in rows],
                                     schema=HISTORY_SCHEMA)  # fmt: skip
-        self._committed(lambda table: table.append(mine), "append")
+        table = self._committed(lambda table: table.append(mine), "append")
+        snapshot = table.current_snapshot()
+        summary = snapshot.summary if snapshot is not None else None
+        files = int(summary["total-data-files"] or 0) if summary is not None else 0
+        if files and files % TIDY_EVERY_FILES == 0:
+            self.tidy(now)
+
+    def tidy(self, now: datetime | None = None) -> None:
+        """Best effort: delete the days past the retention, compact each day of many files, expire old snapshots
+        (an error is logged, and left to a later tidy)."""
         now = now or datetime.now(UTC)
         try:
             if self.retention is not None:
                 self._delete_before(now - self.retention)
             self._compact()
             self._expire(now)
-        except Exception as exc:  # the rows are appended; tidying up is for a later append
-            log.info("history table %s: tidying up left to a later append: %s", self.name, exc)
+        except Exception as exc:  # the rows are appended; tidying up is for a later tidy
+            log.info("history table %s: tidying up left to a later tidy: %s", self.name, exc)
 
     def rows(self) -> pa.Table:
         """The table's rows (empty before its first append)."""
@@ -126,14 +140,16 @@ class LakeHistoryTable:
         found = table.scan(row_filter=where).to_arrow().sort_by("ended_at").to_pylist()
         return found[-limit:]
 
-    def _committed(self, write: Any, what: str, attempts: int = COMMIT_ATTEMPTS) -> None:
-        """``write`` on the table as it is now, committed only onto the snapshot it read; again on a lost race."""
+    def _committed(self, write: Any, what: str, attempts: int = COMMIT_ATTEMPTS) -> Table:
+        """``write`` on the table as it is now, committed only onto the snapshot it read; again on a lost race. The
+        table as the write left it."""
         from pyiceberg.exceptions import CommitFailedException
 
         for attempt in range(attempts):
             try:
-                write(self._table())
-                return
+                table = self._table()
+                write(table)
+                return table
             except CommitFailedException:
                 time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # another writer committed first: again
         raise LakeError(f"history table {self.name}: {what} lost the commit race {attempts} times in a row")

@@ -90,6 +90,7 @@ class DatabaseSummaryOperator(BaseOperator):
                 self.log.info("... and %s more %s table(s)", len(tables) - LISTED, discovery.value)
 
     def _refresh_status_tables(self, states: list[tuple[TableSpec, TableState | None]], dag_id: str) -> None:
+        from airflow_provider_tiering.hooks.history_table import tidy_history_tables
         from airflow_provider_tiering.hooks.status_table import refresh_status_tables
 
         now = utcnow()
@@ -102,3 +103,4 @@ class DatabaseSummaryOperator(BaseOperator):
                 )
             )  # fmt: skip
         refresh_status_tables(rows)
+        tidy_history_tables(rows)  # the rounds appended; once per run, not per round

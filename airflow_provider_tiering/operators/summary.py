@@ -125,7 +125,9 @@ class TieringSummaryOperator(BaseOperator):
         self, states: list[tuple[TableSpec, TableState | None]], groups: Mapping[str, StreamGroupState | None]
     ) -> None:
         """The run's tables' rows in their catalogs' status tables, whatever the run's outcome (failed tables with
-        their errors); a refresh that fails is logged and counted, and never changes the run's outcome."""
+        their errors), then each catalog's history table tidied; a refresh or a tidy that fails is logged and counted,
+        and never changes the run's outcome."""
+        from airflow_provider_tiering.hooks.history_table import tidy_history_tables
         from airflow_provider_tiering.hooks.status_table import refresh_status_tables
 
         now = utcnow()
@@ -139,6 +141,7 @@ class TieringSummaryOperator(BaseOperator):
                 )
             )  # fmt: skip
         refresh_status_tables(rows)
+        tidy_history_tables(rows)  # the rounds appended; once per run, not per round
 
 
 def fail_on_problems(failed: Sequence[str], tables: int, stale: Mapping[str, str]) -> None:

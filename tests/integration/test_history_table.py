@@ -1,6 +1,7 @@
 """The lake's history table (``lake/history_table.py``) on a real pyiceberg SQL catalog: rows appended from many
 writers at once are all kept (every write committed only onto the snapshot it read), read back by pyiceberg and by
-DuckDB; a day of many files is rewritten into one, keeping every row; the days past the retention are deleted."""
+DuckDB; a tidy (a run's summary's, or every so many files an append's) rewrites a day of many files into one, keeping
+every row, and deletes the days past the retention."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def row(table: str, epoch: int, ended: datetime, outcome: str = "tiered") -> His
         snapshot_id=epoch, data_age_before_seconds=30.0, data_age_after_seconds=0.0,
         error="boom" if outcome == "failed" else None,
     )  # fmt: skip
+
+
+def files_of(table: LakeHistoryTable) -> list[str]:
+    return [task.file.file_path for task in table.catalog.get().load_table(table.identifier).scan().plan_files()]
 
 
 def test_appends_from_many_writers_at_once_are_all_kept_and_read_by_two_readers(catalog_properties) -> None:
@@ -59,14 +64,29 @@ def test_a_day_of_many_files_is_compacted_and_days_past_the_retention_are_delete
     table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys", retention=timedelta(days=3))
     old = now - timedelta(days=5)
     table.append([row("t", 1, old)], now=old)
-    for epoch in range(2, 8):  # six appends of today: past four files, today is rewritten into one
+    for epoch in range(2, 8):  # six appends of today: past four files
         table.append([row("t", epoch, now, "failed" if epoch == 3 else "tiered")], now=now)
-    pyiceberg_table = table.catalog.get().load_table(table.identifier)
-    files = list(pyiceberg_table.scan().plan_files())
-    assert len(files) <= 4, [f.file.file_path for f in files]
+    assert len(files_of(table)) == 7  # an append only appends: a run's summary tidies
+    table.tidy(now)  # today is rewritten into one file, the 5-day-old round deleted
+    assert len(files_of(table)) == 1
     found = table.rows()
     assert sorted(found["tiering_epoch"].to_pylist()) == list(range(2, 8))  # the 5-day-old round is gone
     assert [(r["tiering_epoch"], r["error"]) for r in found.to_pylist() if r["outcome"] == "failed"] == [(3, "boom")]
+
+
+def test_rounds_without_a_summary_tidy_the_table_themselves_every_so_many_files(
+    catalog_properties, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history_table, "COMPACT_AFTER_FILES", 2)
+    monkeypatch.setattr(history_table, "TIDY_EVERY_FILES", 5)
+    now = datetime.now(UTC)
+    table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
+    counts = []
+    for epoch in range(1, 8):
+        table.append([row("t", epoch, now)], now=now)
+        counts.append(len(files_of(table)))
+    assert counts == [1, 2, 3, 4, 1, 2, 3]  # the fifth file's append compacted the day
+    assert sorted(table.rows()["tiering_epoch"].to_pylist()) == list(range(1, 8))
 
 
 def test_the_documented_slo_query_reads_the_history_with_duckdb(catalog_properties) -> None:
