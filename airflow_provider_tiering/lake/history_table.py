@@ -10,9 +10,10 @@ Each append leaves a file and a snapshot; :meth:`LakeHistoryTable.tidy` rewrites
 :data:`COMPACT_AFTER_FILES` files into one file (an overwrite of the day's partition, whole files out), deletes the
 days past the retention whole, expires old snapshots and removes the files only they held, as for the status table.
 A DAG run's summary tidies once per catalog (``hooks/history_table.py``), not each round: tidied in every append, a
-thousand tables' rounds spent most of their CPU rewriting the day's files, racing each other to do it. An append
-whose commit leaves the table a multiple of :data:`TIDY_EVERY_FILES` files tidies itself, for rounds that run
-without a summary. What tidies up is best effort, left to a later tidy when it fails.
+thousand tables' rounds spent most of their CPU rewriting the day's files, racing each other to do it. Snapshots are
+kept a minute, as every commit copies the table's metadata, theirs included, several times. An append whose commit
+is the table's n-th, n a multiple of :data:`TIDY_EVERY_COMMITS`, tidies itself, for rounds that run without a
+summary and for long runs. What tidies up is best effort, left to a later tidy when it fails.
 """
 
 from __future__ import annotations
@@ -60,14 +61,17 @@ _FIELDS: list[pa.Field[Any]] = [
 HISTORY_SCHEMA = pa.schema(_FIELDS)
 #: Files of one day past which a tidy rewrites the day into one file.
 COMPACT_AFTER_FILES = 32
-#: An append that leaves the table a multiple of this many data files tidies up itself (no summary has).
-TIDY_EVERY_FILES = 128
+#: An append whose commit is the table's n-th, n a multiple of this, tidies up itself (rounds without a summary).
+TIDY_EVERY_COMMITS = 64
 #: How often a write that lost the commit race reads again and tries again.
 COMMIT_ATTEMPTS = 12
-#: Snapshots older than this are expired (the newest few always stay), and unreferenced files older than this
-#: removed: longer than any append takes between writing its file and committing it.
-KEEP_FOR = timedelta(minutes=10)
+#: Snapshots older than this are expired (the newest few always stay): longer than a read of the table takes. Each
+#: snapshot kept is copied several times by every commit (pyiceberg copies the table's metadata whole).
+EXPIRE_AFTER = timedelta(minutes=1)
 KEEP_SNAPSHOTS = 5
+#: Unreferenced files older than this are removed: longer than any append takes between writing its file and
+#: committing it.
+KEEP_FOR = timedelta(minutes=10)
 _NO_RETRY = {"commit.retry.num-retries": "0"}
 
 
@@ -85,7 +89,7 @@ class LakeHistoryTable:
         return ".".join(self.identifier)
 
     def append(self, rows: Sequence[HistoryRow], *, now: datetime | None = None) -> None:
-        """Append ``rows`` (and, once every :data:`TIDY_EVERY_FILES` files, :meth:`tidy`).
+        """Append ``rows`` (and, every :data:`TIDY_EVERY_COMMITS` commits of the table, :meth:`tidy`).
 
         Raises:
             LakeError: the commit race was lost :data:`COMMIT_ATTEMPTS` times in a row.
@@ -97,10 +101,8 @@ class LakeHistoryTable:
                                     schema=HISTORY_SCHEMA)  # fmt: skip
         table = self._committed(lambda table: table.append(mine), "append")
         snapshot = table.current_snapshot()
-        summary = snapshot.summary if snapshot is not None else None
-        files = int(summary["total-data-files"] or 0) if summary is not None else 0
-        if files and files % TIDY_EVERY_FILES == 0:
-            self.tidy(now)
+        if snapshot is not None and snapshot.sequence_number and snapshot.sequence_number % TIDY_EVERY_COMMITS == 0:
+            self.tidy(now)  # one append of so many: numbered by the catalog, no two appends tidy at once
 
     def tidy(self, now: datetime | None = None) -> None:
         """Best effort: delete the days past the retention, compact each day of many files, expire old snapshots
@@ -206,7 +208,7 @@ class LakeHistoryTable:
         from airflow_provider_tiering.lake.orphan_files import remove_orphan_files
 
         table = self._table()
-        cutoff = (now - KEEP_FOR).timestamp() * 1000
+        cutoff = (now - EXPIRE_AFTER).timestamp() * 1000
         newest = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)[:KEEP_SNAPSHOTS]
         keep = {s.snapshot_id for s in newest}
         doomed = [s.snapshot_id for s in table.snapshots() if s.timestamp_ms < cutoff and s.snapshot_id not in keep]

@@ -74,19 +74,22 @@ def test_a_day_of_many_files_is_compacted_and_days_past_the_retention_are_delete
     assert [(r["tiering_epoch"], r["error"]) for r in found.to_pylist() if r["outcome"] == "failed"] == [(3, "boom")]
 
 
-def test_rounds_without_a_summary_tidy_the_table_themselves_every_so_many_files(
+def test_rounds_without_a_summary_tidy_the_table_themselves_every_so_many_commits(
     catalog_properties, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(history_table, "COMPACT_AFTER_FILES", 2)
-    monkeypatch.setattr(history_table, "TIDY_EVERY_FILES", 5)
+    monkeypatch.setattr(history_table, "TIDY_EVERY_COMMITS", 5)
+    monkeypatch.setattr(history_table, "EXPIRE_AFTER", timedelta(0))
     now = datetime.now(UTC)
     table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
     counts = []
     for epoch in range(1, 8):
-        table.append([row("t", epoch, now)], now=now)
+        table.append([row("t", epoch, now)])  # the tidy's clock is the machine's: snapshots expire right away
         counts.append(len(files_of(table)))
-    assert counts == [1, 2, 3, 4, 1, 2, 3]  # the fifth file's append compacted the day
+    assert counts == [1, 2, 3, 4, 1, 2, 3]  # the fifth commit's append compacted the day
     assert sorted(table.rows()["tiering_epoch"].to_pylist()) == list(range(1, 8))
+    kept = table.catalog.get().load_table(table.identifier).snapshots()
+    assert len(kept) <= history_table.KEEP_SNAPSHOTS + 2  # the tidy expired the older ones
 
 
 def test_the_documented_slo_query_reads_the_history_with_duckdb(catalog_properties) -> None:
