@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from airflow_provider_tiering.core.round_history import HISTORY_TABLE, HistoryRo
 from airflow_provider_tiering.lake.catalog import CatalogHandle, load_or_create_table
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
+    from pyiceberg.table import FileScanTask, Table
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +108,17 @@ class LakeHistoryTable:
         """Best effort: delete the days past the retention, compact each day of many files, expire old snapshots
         (an error is logged, and left to a later tidy)."""
         now = now or datetime.now(UTC)
-        try:
-            if self.retention is not None:
-                self._delete_before(now - self.retention)
-            self._compact()
-            self._expire(now)
-        except Exception as exc:  # the rows are appended; tidying up is for a later tidy
-            log.info("history table %s: tidying up left to a later tidy: %s", self.name, exc)
+        retention = self.retention
+        steps = [
+            *([("retention", lambda: self._delete_before(now - retention))] if retention is not None else []),
+            ("compaction", self._compact),
+            ("snapshot expiry", lambda: self._expire(now)),
+        ]
+        for step, run in steps:  # each on its own: a compaction that lost its race still lets the expiry run
+            try:
+                run()
+            except Exception as exc:  # the rows are appended; tidying up is for a later tidy
+                log.info("history table %s: %s left to a later tidy: %s", self.name, step, exc)
 
     def rows(self) -> pa.Table:
         """The table's rows (empty before its first append)."""
@@ -183,25 +187,47 @@ class LakeHistoryTable:
             self._committed(lambda t: t.delete(delete_filter=before), "delete past the retention", attempts=3)
 
     def _compact(self) -> None:
-        """A day of more than :data:`COMPACT_AFTER_FILES` files rewritten into one file."""
-        from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
-
+        """Each day of more than :data:`COMPACT_AFTER_FILES` files rewritten into one file."""
         table = self._table()
-        days = Counter(_day_of(task.file.partition) for task in table.scan().plan_files())
-        for day, files in days.items():
-            if day is None or files <= COMPACT_AFTER_FILES:
-                continue
-            start = datetime.combine(day, datetime.min.time(), UTC)
-            within = And(
-                GreaterThanOrEqual(term="ended_at", value=start.isoformat()),
-                LessThan(term="ended_at", value=(start + timedelta(days=1)).isoformat()),
-            )
+        days: dict[date, list[FileScanTask]] = defaultdict(list)
+        for task in table.scan().plan_files():
+            day = _day_of(task.file.partition)
+            if day is not None:
+                days[day].append(task)
+        for day, tasks in days.items():
+            if len(tasks) > COMPACT_AFTER_FILES:
+                self._rewrite(table, day, tasks)
 
-            def rewrite(t: Table, within: Any = within) -> None:
-                t.overwrite(t.scan(row_filter=within).to_arrow(), overwrite_filter=within)
+    def _rewrite(self, table: Table, day: date, tasks: list[FileScanTask]) -> None:
+        """``tasks``' files replaced by one file of their rows: read and written once, then committed file for file
+        onto whatever snapshot is current, as long as every file it replaces is still live. Appends made meanwhile
+        add files of their own, which the rewrite leaves alone, so they no longer make it start over."""
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.expressions import AlwaysTrue
 
-            self._committed(rewrite, f"compaction of {day}", attempts=3)
-            log.info("history table %s: %d files of %s compacted", self.name, files, day)
+        # _dataframe_to_data_files: pyiceberg writes a table's data files (partitioned, with their statistics) only
+        # inside its own append, through this function.
+        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+
+        from airflow_provider_tiering.lake.fenced_commit import replace_data_files
+
+        rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
+        added = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io))
+        replaced = {task.file.file_path for task in tasks}
+        for attempt in range(COMMIT_ATTEMPTS):
+            live = {task.file.file_path: task.file for task in table.scan().plan_files()}
+            if not replaced <= live.keys():  # another tidy replaced some of them first: ours is an orphan file now
+                log.info("history table %s: the files of %s were compacted meanwhile", self.name, day)
+                return
+            try:
+                with table.transaction() as tx:
+                    replace_data_files(tx, table, [live[path] for path in sorted(replaced)], added, {})
+                log.info("history table %s: %d files of %s compacted", self.name, len(replaced), day)
+                return
+            except CommitFailedException:
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # an append committed first: onto it, again
+                table = self._table()
+        raise LakeError(f"history table {self.name}: compaction of {day} lost the commit race {COMMIT_ATTEMPTS} times")
 
     def _expire(self, now: datetime) -> None:
         from airflow_provider_tiering.lake.iceberg import IcebergLake

@@ -6,6 +6,7 @@ every row, and deletes the days past the retention."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -54,6 +55,50 @@ def test_appends_from_many_writers_at_once_are_all_kept_and_read_by_two_readers(
     assert sorted(zip(found["table_name"].to_pylist(), found["tiering_epoch"].to_pylist(), strict=True)) == expected
     read = duckdb_lake_rows(catalog_properties, ("sys", "lake_tiering_history"), ["table_name", "tiering_epoch"])
     assert sorted(read) == expected
+
+
+def test_compactions_beside_appends_keep_every_row_once_and_leave_few_files(
+    catalog_properties, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summary's tidy runs while the next run's rounds append: a compaction replaces exactly the files it read,
+    committed onto the appends made meanwhile, which it leaves alone."""
+    monkeypatch.setattr(history_table, "COMPACT_AFTER_FILES", 3)
+    now = datetime.now(UTC)
+    errors: list[BaseException] = []
+    appending = threading.Event()
+
+    def writer(number: int) -> None:
+        table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
+        try:
+            for epoch in range(1, 9):
+                table.append([row(f"t{number}", epoch, now)], now=now)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def tidier() -> None:
+        table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
+        while appending.is_set():
+            table.tidy()
+            time.sleep(0.05)
+
+    LakeHistoryTable(catalog(catalog_properties).handle(), "sys").append([row("t0", 0, now)], now=now)
+    appending.set()
+    tidying = threading.Thread(target=tidier)
+    tidying.start()
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    appending.clear()
+    tidying.join()
+    assert not errors, errors
+    table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
+    table.tidy()
+    expected = sorted([("t0", 0), *((f"t{n}", e) for n in range(3) for e in range(1, 9))])
+    found = table.rows()
+    assert sorted(zip(found["table_name"].to_pylist(), found["tiering_epoch"].to_pylist(), strict=True)) == expected
+    assert len(files_of(table)) <= 3
 
 
 def test_a_day_of_many_files_is_compacted_and_days_past_the_retention_are_deleted(
