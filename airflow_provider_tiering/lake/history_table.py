@@ -200,8 +200,9 @@ class LakeHistoryTable:
 
     def _rewrite(self, table: Table, day: date, tasks: list[FileScanTask]) -> None:
         """``tasks``' files replaced by one file of their rows: read and written once, then committed file for file
-        onto whatever snapshot is current, as long as every file it replaces is still live. Appends made meanwhile
-        add files of their own, which the rewrite leaves alone, so they no longer make it start over."""
+        onto whatever snapshot is current, as long as only appends were committed since it read them (so every file
+        it replaces is still live; told from the snapshots' lineage, not by listing the files again). Appends add
+        files of their own, which the rewrite leaves alone, so they no longer make it start over."""
         from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.expressions import AlwaysTrue
 
@@ -211,18 +212,18 @@ class LakeHistoryTable:
 
         from airflow_provider_tiering.lake.fenced_commit import replace_data_files
 
+        base = table.current_snapshot()
         rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
         added = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io))
-        replaced = {task.file.file_path for task in tasks}
         for attempt in range(COMMIT_ATTEMPTS):
-            live = {task.file.file_path: task.file for task in table.scan().plan_files()}
-            if not replaced <= live.keys():  # another tidy replaced some of them first: ours is an orphan file now
-                log.info("history table %s: the files of %s were compacted meanwhile", self.name, day)
+            if base is None or not _only_appends_since(table, base.snapshot_id):
+                # Another tidy (or a delete) committed meanwhile: the next tidy reads again. Ours is an orphan file.
+                log.info("history table %s: %s changed by more than appends meanwhile", self.name, day)
                 return
             try:
                 with table.transaction() as tx:
-                    replace_data_files(tx, table, [live[path] for path in sorted(replaced)], added, {})
-                log.info("history table %s: %d files of %s compacted", self.name, len(replaced), day)
+                    replace_data_files(tx, table, [task.file for task in tasks], added, {})
+                log.info("history table %s: %d files of %s compacted", self.name, len(tasks), day)
                 return
             except CommitFailedException:
                 time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # an append committed first: onto it, again
@@ -241,6 +242,19 @@ class LakeHistoryTable:
         if doomed:
             table.maintenance.expire_snapshots().by_ids(doomed).commit()
             remove_orphan_files(IcebergLake(self.catalog, *self.identifier), min_age=KEEP_FOR)
+
+
+def _only_appends_since(table: Table, base_id: int) -> bool:
+    """Whether every snapshot from the current one back to ``base_id`` (excluded) is an append; False when the
+    lineage cannot be followed that far (a snapshot expired meanwhile)."""
+    from pyiceberg.table.snapshots import Operation
+
+    snapshot = table.current_snapshot()
+    while snapshot is not None and snapshot.snapshot_id != base_id:
+        if snapshot.summary is None or snapshot.summary.operation != Operation.APPEND:
+            return False
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return snapshot is not None
 
 
 def _day_of(partition: Any) -> date | None:
