@@ -32,24 +32,28 @@ def files_of(table: LakeHistoryTable) -> list[str]:
     return [task.file.file_path for task in table.catalog.get().load_table(table.identifier).scan().plan_files()]
 
 
-def test_appends_from_many_writers_at_once_are_all_kept_and_read_by_two_readers(catalog_properties) -> None:
-    now = datetime.now(UTC)
+def appended_at_once(catalog_properties: dict[str, str], writers: int, epochs: int, now: datetime) -> None:
+    """``writers`` threads at once, each appending ``epochs`` rounds of its own table ``t<n>``, a row per append."""
     errors: list[BaseException] = []
 
     def writer(number: int) -> None:
         table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
         try:
-            for epoch in range(1, 6):
+            for epoch in range(1, epochs + 1):
                 table.append([row(f"t{number}", epoch, now)], now=now)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not errors, errors
+
+
+def test_appends_from_many_writers_at_once_are_all_kept_and_read_by_two_readers(catalog_properties) -> None:
+    appended_at_once(catalog_properties, writers=4, epochs=5, now=datetime.now(UTC))
     found = LakeHistoryTable(catalog(catalog_properties).handle(), "sys").rows()
     expected = sorted((f"t{n}", e) for n in range(4) for e in range(1, 6))
     assert sorted(zip(found["table_name"].to_pylist(), found["tiering_epoch"].to_pylist(), strict=True)) == expected
@@ -64,16 +68,7 @@ def test_compactions_beside_appends_keep_every_row_once_and_leave_few_files(
     committed onto the appends made meanwhile, which it leaves alone."""
     monkeypatch.setattr(history_table, "COMPACT_AFTER_FILES", 3)
     now = datetime.now(UTC)
-    errors: list[BaseException] = []
     appending = threading.Event()
-
-    def writer(number: int) -> None:
-        table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
-        try:
-            for epoch in range(1, 9):
-                table.append([row(f"t{number}", epoch, now)], now=now)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
 
     def tidier() -> None:
         table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
@@ -85,14 +80,11 @@ def test_compactions_beside_appends_keep_every_row_once_and_leave_few_files(
     appending.set()
     tidying = threading.Thread(target=tidier)
     tidying.start()
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    appending.clear()
-    tidying.join()
-    assert not errors, errors
+    try:
+        appended_at_once(catalog_properties, writers=3, epochs=8, now=now)
+    finally:
+        appending.clear()
+        tidying.join()
     table = LakeHistoryTable(catalog(catalog_properties).handle(), "sys")
     table.tidy()
     expected = sorted([("t0", 0), *((f"t{n}", e) for n in range(3) for e in range(1, 9))])
