@@ -51,16 +51,9 @@ ROUND_MODULES: tuple[str, ...] = (
 
 def source_modules() -> list[str]:
     """Every hot store's modules whose extra is installed: its implementation, lister, log reader and drivers."""
-    from airflow_provider_tiering.core.errors import missing_modules
     from airflow_provider_tiering.sources.registry import SOURCE_KINDS
 
-    found: list[str] = []
-    for kind in SOURCE_KINDS:
-        if missing_modules(kind.requires):
-            continue
-        targets = (kind.target, kind.lister, kind.group_log)
-        found += [*kind.requires, *(t.partition(":")[0] for t in targets if t is not None)]
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(name for kind in SOURCE_KINDS for name in kind.modules()))
 
 
 def import_all(modules: Iterable[str]) -> tuple[int, list[str]]:

@@ -69,6 +69,14 @@ class SourceKind:
         found: Callable[[ConnectionInfo], TableLister] = self._load(self.lister)
         return found
 
+    def modules(self) -> tuple[str, ...]:
+        """What a table of this kind imports, when its extra is installed: its drivers, then the modules of its
+        implementation, lister and log reader (none when the extra is missing)."""
+        if missing_modules(self.requires):
+            return ()
+        targets = (self.target, self.lister, self.group_log)
+        return (*self.requires, *(target.partition(":")[0] for target in targets if target is not None))
+
     def _load(self, target: str) -> Any:
         missing = missing_modules(self.requires)
         if missing:
