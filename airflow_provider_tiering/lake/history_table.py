@@ -7,7 +7,7 @@ own commit retry is off for this table (``commit.retry.num-retries`` 0), so a re
 meanwhile; a write that loses the race reads again and tries again, a bounded number of times.
 
 Each append leaves a file and a snapshot; :meth:`LakeHistoryTable.tidy` rewrites a day of more than
-:data:`COMPACT_AFTER_FILES` files into one file (an overwrite of the day's partition, whole files out), deletes the
+:data:`COMPACT_AFTER_FILES` files into one file (exactly the files it read replaced, whole files out), deletes the
 days past the retention whole, expires old snapshots and removes the files only they held, as for the status table.
 A DAG run's summary tidies once per catalog (``hooks/history_table.py``), not each round: tidied in every append, a
 thousand tables' rounds spent most of their CPU rewriting the day's files, racing each other to do it. Snapshots are

@@ -1,6 +1,6 @@
 """The lake's history table (``lake/history_table.py``) on a real pyiceberg SQL catalog: rows appended from many
 writers at once are all kept (every write committed only onto the snapshot it read), read back by pyiceberg and by
-DuckDB; a tidy (a run's summary's, or every so many files an append's) rewrites a day of many files into one, keeping
+DuckDB; a tidy (a run's summary's, or every so many commits an append's) rewrites a day of many files into one, keeping
 every row, and deletes the days past the retention."""
 
 from __future__ import annotations
